@@ -511,15 +511,34 @@ def _irfft3d_op_grad(op, grad):
     return [_op_irfft_grad(op, grad, [rank - 3, rank - 2, rank - 1]), None]
 
 
+def _with_true_shape(grad, op, axes, sizes):
+    """The upstream gradient with the static shape the ND op really produces.
+
+    TensorFlow's shape function for RFFTND/IRFFTND claims the output has the input's
+    shape (in graph mode), so the static shape of ``grad`` can be wrong; the values
+    at run time have the true shape. Drop the claimed shape and set the true one.
+    """
+    true_shape = op.inputs[0].shape.as_list()
+    for a, n in zip(axes, sizes):
+        true_shape[a] = n
+    if grad.shape.rank is not None and grad.shape.as_list() == true_shape:
+        return grad
+    loose = tf.raw_ops.PlaceholderWithDefault(input=grad, shape=tf.TensorShape([None] * len(true_shape)))
+    return tf.ensure_shape(loose, true_shape)
+
+
 def _rfftnd_op_grad(op, grad):
     rank = op.inputs[0].shape.rank
     axes = [a % rank for a in _static_op_input(op, 2, "axes")]
+    lengths = _static_op_input(op, 1, "fft_length")
+    grad = _with_true_shape(grad, op, axes, lengths[:-1] + [lengths[-1] // 2 + 1])
     return [_op_rfft_grad(op, grad, axes), None, None]
 
 
 def _irfftnd_op_grad(op, grad):
     rank = op.inputs[0].shape.rank
     axes = [a % rank for a in _static_op_input(op, 2, "axes")]
+    grad = _with_true_shape(grad, op, axes, _static_op_input(op, 1, "fft_length"))
     return [_op_irfft_grad(op, grad, axes), None, None]
 
 

@@ -38,6 +38,5 @@ def composite_irfft3d(spectrum: tf.Tensor, fft_length) -> tf.Tensor:
 
 def composite_rfft3d(x: tf.Tensor) -> tf.Tensor:
     """Real 3D FFT as fft3d(x + 0i) cut to the stored half of the last axis."""
-    cdtype = tf.complex64 if x.dtype == tf.float32 else tf.complex128
     m = x.shape[-1] // 2 + 1
-    return tf.signal.fft3d(tf.cast(x, cdtype))[..., :m]
+    return tf.signal.fft3d(tf.complex(x, tf.zeros_like(x)))[..., :m]

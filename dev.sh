@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Fieldscope's one-command set-up.
+#
+#   ./dev.sh run    set everything up, then run the main job
+#   ./dev.sh test   set everything up, then run the whole test suite
+#   ./dev.sh setup  set everything up only
+#
+# "Everything" is: the Debian packages the app and its GUI tests need (apt, as root or
+# through sudo; skipped when all are present), a virtual environment in .venv with
+# Fieldscope installed in editable mode with its test tools. Re-running is cheap: each
+# step is skipped when it is already done. Set PYTHON to choose the interpreter (3.11+).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.fieldscope-installed
+
+# Runtime libraries for Qt's xcb platform and Mesa's software OpenGL, plus Xvfb for
+# the GUI tests (pytest-xvfb starts it). Alternatives separated by '|' cover Debian
+# releases that renamed a package; the first one apt knows is used.
+DEBIAN_PACKAGES=(
+  xvfb xauth
+  libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0
+  libxcb-xinerama0 libxcb-randr0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libxkbcommon0
+  libgl1 libegl1 libgl1-mesa-dri libfontconfig1 libdbus-1-3
+  "libglib2.0-0t64|libglib2.0-0"
+)
+
+say() { printf '[dev.sh] %s\n' "$*"; }
+
+is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+system_deps() {
+  if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    say "not a Debian-like system: install Xvfb, Mesa and Qt's xcb libraries yourself"
+    return 0
+  fi
+  local want=() missing=() alt name updated=0
+  if ! "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1; then want+=("python3-venv"); fi
+  for alt in "${DEBIAN_PACKAGES[@]}"; do
+    IFS='|' read -r -a names <<<"$alt"
+    local found=""
+    for name in "${names[@]}"; do
+      if is_installed "$name"; then found=installed; break; fi
+    done
+    [ -n "$found" ] && continue
+    want+=("$alt")
+  done
+  [ ${#want[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+      say "missing Debian packages (${want[*]}) and not root; install them, then re-run"; return 1
+    fi
+  fi
+  say "installing Debian packages: ${want[*]}"
+  $sudo apt-get update -qq
+  for alt in "${want[@]}"; do
+    IFS='|' read -r -a names <<<"$alt"
+    for name in "${names[@]}"; do
+      if apt-cache show "$name" >/dev/null 2>&1; then missing+=("$name"); break; fi
+    done
+  done
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+python_env() {
+  if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    say "$PYTHON is $("$PYTHON" --version 2>&1); Fieldscope needs Python 3.11 or newer (set PYTHON=...)"
+    return 1
+  fi
+  if [ -f "$STAMP" ] && [ "$STAMP" -nt pyproject.toml ] && [ -x "$VENV/bin/fieldscope" ]; then return 0; fi
+  [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+  say "installing Fieldscope and its dependencies into $VENV (first time: a few minutes)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  touch "$STAMP"
+}
+
+run_tests() {
+  # TensorFlow tests and GUI/OpenGL tests run in separate pytest processes: on these
+  # machines TensorFlow and Mesa's software OpenGL crash when they share a process.
+  local py="$VENV/bin/python" status=0
+  say "tests: numerical core (TensorFlow)"
+  "$py" -m pytest tests/core -p no:xvfb -q "$@" || status=$?
+  say "tests: application (Qt, no TensorFlow in the test process)"
+  "$py" -m pytest tests/app -q "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  return "$status"
+}
+
+case "${1:-}" in
+  setup) system_deps; python_env ;;
+  run) system_deps; python_env; shift; exec "$VENV/bin/fieldscope" check "$@" ;;
+  test) system_deps; python_env; shift; run_tests "$@" ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
+esac
