@@ -293,3 +293,23 @@ def test_observations_module_does_not_import_tensorflow():
     code = "import sys, core.observations; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_wiener_oracle_is_the_mean_of_this_posterior():
+    """The TF model's dense posterior mean of the field equals core.wiener's (masked, noise map)."""
+    from core.wiener import wiener_posterior
+
+    grid, spectrum, obs = tiny_case((4, 4, 4), beam=None)
+    post = FieldPosterior(grid, spectrum, obs, dtype=tf.float64)
+    a = field_matrix(post)
+    m = obs.mask.reshape(-1)
+    noise_cov = np.diag(obs.noise.reshape(-1)[m] ** 2)
+    d = obs.data.reshape(-1)[m] - 0.3
+    cov_u = np.linalg.inv(np.eye(grid.n_cells) + a[m].T @ np.linalg.solve(noise_cov, a[m]))
+    mean_field = a @ (cov_u @ a[m].T @ np.linalg.solve(noise_cov, d))
+    std_field = np.sqrt(np.diag(a @ cov_u @ a.T))
+    k = grid.k_magnitude_half()
+    s_half = np.where(k > 0, spectrum.evaluate(np.where(k > 0, k, 1.0)) * grid.n_cells**2 / grid.volume, 0.0)
+    result = wiener_posterior(obs.data - 0.3, s_half, obs.noise, mask=obs.mask, std="exact", tol=1e-13)
+    np.testing.assert_allclose(result.mean.reshape(-1), mean_field, atol=1e-9 * np.abs(mean_field).max())
+    np.testing.assert_allclose(result.std.reshape(-1), std_field, rtol=1e-9)
