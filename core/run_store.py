@@ -1,0 +1,351 @@
+"""The run store: one directory per run, Zarr (format 2) laid out as ArviZ InferenceData.
+
+numpy + zarr only (the GUI process reads stores; no TensorFlow). Layout::
+
+    RUNDIR/
+      run.zarr/                         xarray.open_datatree(RUNDIR/run.zarr, engine="zarr")
+        .zattrs                         config (TOML text), fieldscope_version, status, error,
+                                        model_kind, progress {warmup_draws, draws, field_draws,
+                                        chunks}, chains, num_warmup, num_samples, thin, ...
+        posterior/<param>               (chain, draw)       every post-warmup draw
+        warmup_posterior/<param>        (chain, draw)       every warmup draw
+        sample_stats/<stat>             (chain, draw)       lp, acceptance_rate, step_size,
+                                                            energy_error, diverging, n_steps,
+                                                            grad_norm
+        warmup_sample_stats/<stat>      (chain, draw)
+        posterior_field/field           (chain, field_draw, x, y, z)   every thin-th draw
+        posterior_field/power           (chain, field_draw, k)         P(k) of each field draw
+        posterior_field/field_draw      (field_draw,)       index of each field draw in `draw`
+        posterior_field/k, k_count      (k,)                shell centres and mode counts
+        field_moments/mean, std         (x, y, z)           over all post-warmup draws so far
+        observed_data/data, mask        (x, y, z)           (integral model: t, y (time,))
+      checkpoint.npz                    exact state to resume the same chains
+
+Concurrency and crashes. After each chunk the writer appends every array, then updates
+the root attribute ``progress``, re-consolidates the metadata, and finally replaces
+``checkpoint.npz`` atomically. Readers (another process, the GUI) read ``progress`` first
+and use only that many draws, so a store that is being written is always readable.
+A process killed mid-chunk leaves arrays possibly longer than ``progress`` says; resume
+truncates them back to the checkpoint's counts.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from core import __version__
+
+STORE_NAME = "run.zarr"
+CHECKPOINT_NAME = "checkpoint.npz"
+STATUSES = ("created", "running", "paused", "stopped", "finished", "failed")
+STAT_NAMES = ("lp", "acceptance_rate", "step_size", "energy_error", "diverging", "n_steps", "grad_norm")
+_STAT_DTYPES = {"diverging": "bool", "n_steps": "int32"}
+
+
+class RunStoreError(ValueError):
+    """A run directory that cannot be opened, written or resumed, with the reason."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _open_root(store_path: Path, mode: str):
+    # Never through the consolidated metadata: it is a snapshot, and the group would keep
+    # handing out arrays with the shapes they had when it was opened. (It is rewritten after
+    # every chunk for xarray / ArviZ, which read a store once.)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return zarr.open_group(str(store_path), mode=mode, zarr_format=2, use_consolidated=False)
+
+
+def _consolidate(store_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(str(store_path))
+
+
+@dataclass
+class ChunkRecord:
+    """What one chunk adds to the store (numpy arrays, chain-major).
+
+    ``warmup_stats`` / ``stats``: name -> (chains, n) arrays for the warmup and post-warmup
+    steps of the chunk (n may be 0); the same for ``warmup_params`` / ``params``.
+    ``fields``: (chains, n_field, x, y, z) float32; ``powers``: (chains, n_field, k);
+    ``field_draw_index``: (n_field,) index into ``draw``. ``moments``: (mean, std, count).
+    """
+
+    warmup_stats: dict
+    stats: dict
+    warmup_params: dict
+    params: dict
+    fields: np.ndarray | None = None
+    powers: np.ndarray | None = None
+    field_draw_index: np.ndarray | None = None
+    moments: tuple | None = None
+
+
+class RunStoreWriter:
+    """Creates a run store and appends chunks to it (one writer per run)."""
+
+    def __init__(self, run_dir: Path, root):
+        self.run_dir = Path(run_dir)
+        self.store_path = self.run_dir / STORE_NAME
+        self.root = root
+
+    # -- creation ---------------------------------------------------------------
+
+    @classmethod
+    def create(cls, run_dir, *, config_text: str, model_kind: str, chains: int, num_warmup: int,
+               num_samples: int, thin: int, param_names: list[str], observed: dict[str, tuple],
+               grid_shape: tuple | None = None, k_centres=None, k_counts=None,
+               extra_attrs: dict | None = None) -> "RunStoreWriter":
+        """A new, empty store. ``observed``: name -> (dims, array)."""
+        run_dir = Path(run_dir)
+        if (run_dir / STORE_NAME).exists():
+            raise RunStoreError(f"{run_dir}: already holds a run; resume it, or choose a new directory")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            root = _open_root(run_dir / STORE_NAME, "w")
+        except OSError as err:
+            raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
+        root.attrs.update({
+            "config": config_text, "fieldscope_version": __version__, "status": "created",
+            "error": "", "model_kind": model_kind, "created": _now(), "updated": _now(),
+            "chains": int(chains), "num_warmup": int(num_warmup), "num_samples": int(num_samples),
+            "thin": int(thin), "param_names": list(param_names),
+            "progress": {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0},
+            **(extra_attrs or {}),
+        })
+        writer = cls(run_dir, root)
+        for group in ("posterior", "warmup_posterior"):
+            g = root.create_group(group)
+            for name in param_names:
+                writer._new_array(g, name, (chains, 0), (chains, 1024), "float64", ["chain", "draw"])
+        for group in ("sample_stats", "warmup_sample_stats"):
+            g = root.create_group(group)
+            for name in STAT_NAMES:
+                writer._new_array(g, name, (chains, 0), (chains, 1024), _STAT_DTYPES.get(name, "float64"),
+                                  ["chain", "draw"])
+        obs = root.create_group("observed_data")
+        for name, (dims, values) in observed.items():
+            values = np.asarray(values)
+            arr = writer._new_array(obs, name, values.shape, values.shape or (1,), values.dtype.str, dims)
+            arr[...] = values
+        if grid_shape is not None:
+            pf = root.create_group("posterior_field")
+            writer._new_array(pf, "field", (chains, 0, *grid_shape), (1, 1, *grid_shape), "float32",
+                              ["chain", "field_draw", "x", "y", "z"])
+            nk = len(k_centres)
+            writer._new_array(pf, "power", (chains, 0, nk), (chains, 256, nk), "float64",
+                              ["chain", "field_draw", "k"])
+            writer._new_array(pf, "field_draw", (0,), (4096,), "int64", ["field_draw"])
+            k_arr = writer._new_array(pf, "k", (nk,), (nk,), "float64", ["k"])
+            k_arr[...] = np.asarray(k_centres, float)
+            c_arr = writer._new_array(pf, "k_count", (nk,), (nk,), "int64", ["k"])
+            c_arr[...] = np.asarray(k_counts, np.int64)
+            fm = root.create_group("field_moments")
+            for name in ("mean", "std"):
+                writer._new_array(fm, name, tuple(grid_shape), tuple(grid_shape), "float64", ["x", "y", "z"])
+            fm.attrs["count"] = 0
+        _consolidate(writer.store_path)
+        return writer
+
+    @staticmethod
+    def _new_array(group, name, shape, chunks, dtype, dims):
+        # no fill value: xarray would read values equal to it as missing (NaN)
+        arr = group.create_array(name, shape=tuple(shape), chunks=tuple(max(1, c) for c in chunks),
+                                 dtype=dtype, fill_value=None)
+        arr.attrs["_ARRAY_DIMENSIONS"] = list(dims)
+        return arr
+
+    # -- resume -----------------------------------------------------------------
+
+    @classmethod
+    def reopen(cls, run_dir, progress: dict) -> "RunStoreWriter":
+        """Open an existing store for appending, truncated to ``progress`` (the checkpoint's)."""
+        run_dir = Path(run_dir)
+        try:
+            root = _open_root(run_dir / STORE_NAME, "r+")
+        except Exception as err:  # zarr raises several kinds for a missing or broken store
+            raise RunStoreError(f"{run_dir}: no readable run store ({err})") from None
+        writer = cls(run_dir, root)
+        writer._truncate(progress)
+        return writer
+
+    def _truncate(self, progress: dict) -> None:
+        sizes = {"warmup": progress["warmup_draws"], "": progress["draws"]}
+        for prefix, n in sizes.items():
+            for group in (f"{prefix}_posterior" if prefix else "posterior",
+                          f"{prefix}_sample_stats" if prefix else "sample_stats"):
+                for _, arr in self.root[group].arrays():
+                    if arr.shape[1] != n:
+                        arr.resize((arr.shape[0], n))
+        if "posterior_field" in self.root:
+            pf = self.root["posterior_field"]
+            n = progress["field_draws"]
+            for name in ("field", "power"):
+                arr = pf[name]
+                if arr.shape[1] != n:
+                    arr.resize((arr.shape[0], n, *arr.shape[2:]))
+            if pf["field_draw"].shape[0] != n:
+                pf["field_draw"].resize((n,))
+        self.root.attrs["progress"] = dict(progress)
+        _consolidate(self.store_path)
+
+    # -- appending ---------------------------------------------------------------
+
+    def append(self, record: ChunkRecord, progress: dict) -> None:
+        """Append one chunk, then publish ``progress`` (readers trust only that)."""
+        r = self.root
+        for group, values in (("warmup_sample_stats", record.warmup_stats), ("sample_stats", record.stats),
+                              ("warmup_posterior", record.warmup_params), ("posterior", record.params)):
+            for name, arr in values.items():
+                if arr.shape[1]:
+                    r[group][name].append(np.asarray(arr), axis=1)
+        if record.fields is not None and record.fields.shape[1]:
+            pf = r["posterior_field"]
+            pf["field"].append(record.fields.astype(np.float32), axis=1)
+            pf["power"].append(record.powers, axis=1)
+            pf["field_draw"].append(np.asarray(record.field_draw_index, np.int64))
+        if record.moments is not None:
+            mean, std, count = record.moments
+            fm = r["field_moments"]
+            fm["mean"][...] = mean
+            fm["std"][...] = std
+            fm.attrs["count"] = int(count)
+        r.attrs.update({"progress": dict(progress), "updated": _now()})
+        _consolidate(self.store_path)
+
+    def set_status(self, status: str, error: str = "") -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown run status {status!r}")
+        self.root.attrs.update({"status": status, "error": error, "updated": _now()})
+        _consolidate(self.store_path)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------
+
+
+def write_checkpoint(run_dir, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Atomically replace RUNDIR/checkpoint.npz (write a temporary file, fsync, rename)."""
+    run_dir = Path(run_dir)
+    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=run_dir)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, run_dir / CHECKPOINT_NAME)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:
+    path = Path(run_dir) / CHECKPOINT_NAME
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files if k != "__meta__"}
+            meta = json.loads(str(data["__meta__"]))
+    except FileNotFoundError:
+        raise RunStoreError(f"{run_dir}: no checkpoint; the run has not completed a chunk, "
+                            "start it again instead of resuming") from None
+    except Exception as err:
+        raise RunStoreError(f"{path}: unreadable checkpoint ({err})") from None
+    return arrays, meta
+
+
+# ---------------------------------------------------------------------------
+# Reading (also while another process writes)
+# ---------------------------------------------------------------------------
+
+
+class RunReader:
+    """Read a run store, live or finished. Call :meth:`refresh` to see new chunks."""
+
+    def __init__(self, run_dir):
+        self.run_dir = Path(run_dir)
+        self.store_path = self.run_dir / STORE_NAME
+        if not self.store_path.exists():
+            raise RunStoreError(f"{self.run_dir}: not a Fieldscope run directory (no {STORE_NAME})")
+        self.refresh()
+
+    def refresh(self) -> dict:
+        try:
+            self.root = _open_root(self.store_path, "r")
+            self.attrs = dict(self.root.attrs)
+        except Exception as err:
+            raise RunStoreError(f"{self.run_dir}: unreadable run store ({err})") from None
+        self.progress = dict(self.attrs.get("progress", {}))
+        return self.progress
+
+    @property
+    def status(self) -> str:
+        return self.attrs.get("status", "")
+
+    @property
+    def config_text(self) -> str:
+        return self.attrs.get("config", "")
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(self.attrs.get("param_names", []))
+
+    def _series(self, group: str, name: str, n: int) -> np.ndarray:
+        arr = self.root[group][name]
+        return np.asarray(arr[:, :n])
+
+    def stat(self, name: str, warmup: bool = False) -> np.ndarray:
+        """(chain, draw) array of a sample statistic, committed draws only."""
+        if warmup:
+            return self._series("warmup_sample_stats", name, self.progress["warmup_draws"])
+        return self._series("sample_stats", name, self.progress["draws"])
+
+    def param(self, name: str, warmup: bool = False) -> np.ndarray:
+        if warmup:
+            return self._series("warmup_posterior", name, self.progress["warmup_draws"])
+        return self._series("posterior", name, self.progress["draws"])
+
+    @property
+    def has_field(self) -> bool:
+        return "posterior_field" in self.root
+
+    def field_draws(self, chain=slice(None), draws=slice(None)) -> np.ndarray:
+        n = self.progress["field_draws"]
+        arr = self.root["posterior_field"]["field"]
+        idx = np.arange(n)[draws]
+        return np.asarray(arr.get_orthogonal_selection((chain, idx, slice(None), slice(None), slice(None))))
+
+    def powers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(k centres, mode counts, power (chain, field_draw, k))."""
+        pf = self.root["posterior_field"]
+        n = self.progress["field_draws"]
+        return np.asarray(pf["k"][:]), np.asarray(pf["k_count"][:]), np.asarray(pf["power"][:, :n])
+
+    def field_moments(self) -> tuple[np.ndarray, np.ndarray, int]:
+        fm = self.root["field_moments"]
+        return np.asarray(fm["mean"][:]), np.asarray(fm["std"][:]), int(fm.attrs.get("count", 0))
+
+    def observed(self, name: str) -> np.ndarray:
+        return np.asarray(self.root["observed_data"][name][...])
+
+
+def remove_run(run_dir) -> None:
+    """Delete a run directory (used by tests and by 'start again')."""
+    shutil.rmtree(run_dir, ignore_errors=True)
