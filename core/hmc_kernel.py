@@ -3,12 +3,11 @@
 ``UnrolledHamiltonianMonteCarlo`` is ``tfp.mcmc.HamiltonianMonteCarlo`` (same arguments,
 same kernel results, same random numbers, same draws up to floating-point rounding)
 whose leapfrog integrator is a Python loop instead of a ``tf.while_loop``. Under XLA on
-the CPU the while loop costs about 0.9 ms per leapfrog step on a 64^3 field (its loop
-state: position, momentum, log-density and gradient, is copied every iteration), which
-is 30 % of an HMC step whose density and gradient take 2.3 ms; unrolled, the updates
-fuse with the density's own elementwise work and the overhead disappears (measured by
-bench/hmc.py). The price is compile time, which grows with ``num_leapfrog_steps``, so
-the engine unrolls up to ``MAX_UNROLL`` steps and falls back to TFP's kernel beyond.
+the CPU the while loop's state (position, momentum, log-density, gradient) is copied at
+every iteration; unrolled, the updates fuse with the density's own elementwise work. On
+the 64^3 benchmark (bench/hmc.py) this gained 8 % with one chain and nothing measurable
+with four. The price is compile time, which grows with ``num_leapfrog_steps``, so the
+engine unrolls up to ``MAX_UNROLL`` steps and uses TFP's kernel beyond.
 
 It relies on TFP 0.25's internal layout (``HamiltonianMonteCarlo._impl`` and the hmc
 module's helpers); tests/core/test_hmc_kernel.py checks it against TFP's own kernel.

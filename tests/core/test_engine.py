@@ -120,7 +120,8 @@ def test_masked_field_mean_matches_conjugate_gradient_wiener(tmp_path):
     assert np.mean(std) == pytest.approx(float(np.mean(exact.std)), rel=0.08)
 
 
-def test_integral_model_posterior_matches_quadrature(tmp_path):
+@pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
+def test_integral_model_posterior_matches_quadrature(tmp_path, algorithm):
     series = im.make_demo_series(5, n=40)
     im.save_series_csv(tmp_path / "series.csv", series.t, series.y)
     text = """\
@@ -135,6 +136,7 @@ A = { dist = "normal", loc = 0.0, scale = 1.0 }
 c = { dist = "normal", loc = 0.0, scale = 10.0 }
 sigma = 0.5
 [sampler]
+algorithm = "{algorithm}"
 num_warmup = 300
 num_samples = 1500
 num_leapfrog_steps = 8
@@ -144,11 +146,14 @@ chains = 4
 seed = 9
 thin = 1
 chunk_size = 200
-"""
+""".replace("{algorithm}", algorithm)
     config = parse_config(text, base_dir=tmp_path)
     status, _ = run(config, text, tmp_path / "run")
     assert status == "finished"
-    draws = RunReader(tmp_path / "run").param("A")
+    reader = RunReader(tmp_path / "run")
+    draws = reader.param("A")
+    if algorithm == "nuts":   # NUTS chooses its own trajectory lengths
+        assert len(np.unique(reader.stat("n_steps"))) > 1
     spec = im.IntegralModelSpec(series.t, series.y, refine=4,
                                 priors={"A": {"dist": "normal", "loc": 0.0, "scale": 1.0},
                                         "c": {"dist": "normal", "loc": 0.0, "scale": 10.0}, "sigma": 0.5})
@@ -309,3 +314,34 @@ def test_kill_minus_nine_then_resume_loses_nothing_but_the_chunk_in_flight(tmp_p
     assert out.returncode == 0, out.stderr[-2000:]
     run(config, text, tmp_path / "straight")
     assert_same_run(tmp_path / "straight", tmp_path / "killed")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_after_the_chunk_and_the_run_resumes(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=20, samples=100000, chunk=10, shape=(8, 8, 8))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", str(tmp_path / "run.toml"),
+                             "--out", str(tmp_path / "run")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            time.sleep(0.2)
+            try:
+                if RunReader(tmp_path / "run").progress.get("draws", 0) >= 20:
+                    break
+            except Exception:
+                continue
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "fieldscope resume" in out
+    reader = RunReader(tmp_path / "run")
+    assert reader.status == "stopped"
+    n = reader.progress["draws"]
+    cfg, txt = stored_run_config(tmp_path / "run")
+    assert Engine(cfg, txt, tmp_path / "run").resume(num_samples=n + 20) == "finished"
+    assert RunReader(tmp_path / "run").progress["draws"] == n + 20
