@@ -49,6 +49,7 @@ tfd = tfp.distributions
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
 STALL_CHUNKS = 3                # warmup chunks in a row with all-NaN log-density before giving up
+CHECKPOINT_FORMAT = 1
 
 
 class EngineError(RuntimeError):
@@ -333,12 +334,22 @@ class Engine:
         put("mass_mean", st["mass_acc"][1])
         put("mass_m2", st["mass_acc"][2])
         arrays["mom_count"], arrays["mom_sum"], arrays["mom_sumsq"] = (np.asarray(m) for m in st["moments"])
-        meta = {"step": st["step"], "progress": st["progress"], "n_parts": len(st["state"]),
-                "config_digest": _config_digest(self.config_text)}
+        meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
+                "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
         write_checkpoint(self.run_dir, arrays, meta)
 
     def _restore(self):
         arrays, meta = read_checkpoint(self.run_dir)
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            raise EngineError(f"{self.run_dir}: the checkpoint was written by another version of "
+                              "Fieldscope and cannot be resumed by this one")
+        try:
+            return self._restore_arrays(arrays, meta)
+        except (KeyError, TypeError, ValueError) as err:
+            raise EngineError(f"{self.run_dir}: the checkpoint is incomplete or damaged ({err}); "
+                              "the run cannot be resumed") from None
+
+    def _restore_arrays(self, arrays, meta):
         n = meta["n_parts"]
 
         def get(prefix, dtype=None):
@@ -378,7 +389,13 @@ class Engine:
         if meta.get("config_digest") != _config_digest(self.config_text):
             raise EngineError("the run's configuration changed since the checkpoint; resume needs the same config")
         if num_samples is not None:
+            if num_samples < st["progress"]["draws"]:
+                raise EngineError(f"the run already has {st['progress']['draws']} draws; "
+                                  f"--num-samples {num_samples} would not add any")
             self.schedule.num_samples = num_samples
+        if st["step"] >= self.schedule.total:
+            raise EngineError(f"the run is already finished ({st['progress']['draws']} draws); "
+                              "give a larger number of samples to extend it")
         self.store = RunStoreWriter.reopen(self.run_dir, st["progress"])
         if num_samples is not None:
             self.store.root.attrs["num_samples"] = int(num_samples)

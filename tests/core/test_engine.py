@@ -210,6 +210,21 @@ def test_extending_a_finished_run_equals_a_longer_run(tmp_path):
                                   rb.param("index") if rb.param_names else rb.stat("grad_norm"))
 
 
+def test_resume_refuses_a_finished_run_and_a_damaged_checkpoint(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=10, samples=10, shape=(8, 8, 8))
+    run(config, text, tmp_path / "run")
+    cfg, txt = stored_run_config(tmp_path / "run")
+    with pytest.raises(EngineError, match="already finished"):
+        Engine(cfg, txt, tmp_path / "run").resume()
+    with pytest.raises(EngineError, match="would not add any"):
+        Engine(cfg, txt, tmp_path / "run").resume(num_samples=5)
+    with np.load(tmp_path / "run" / "checkpoint.npz") as data:
+        kept = {k: data[k] for k in data.files if k != "state_0"}
+    np.savez(tmp_path / "run" / "checkpoint.npz", **kept)
+    with pytest.raises(EngineError, match="incomplete or damaged"):
+        Engine(cfg, txt, tmp_path / "run").resume(num_samples=20)
+
+
 def test_seed_reproducibility(tmp_path):
     config, text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8))
     run(config, text, tmp_path / "a")
