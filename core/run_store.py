@@ -114,9 +114,12 @@ class RunStoreWriter:
         run_dir = Path(run_dir)
         if (run_dir / STORE_NAME).exists():
             raise RunStoreError(f"{run_dir}: already holds a run; resume it, or choose a new directory")
+        # Built complete under a temporary name, then renamed: a reader never sees half a store.
+        building = run_dir / (STORE_NAME + ".creating")
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            root = _open_root(run_dir / STORE_NAME, "w")
+            shutil.rmtree(building, ignore_errors=True)
+            root = _open_root(building, "w")
         except OSError as err:
             raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
         root.attrs.update({
@@ -128,6 +131,7 @@ class RunStoreWriter:
             **(extra_attrs or {}),
         })
         writer = cls(run_dir, root)
+        writer.store_path = building
         for group in ("posterior", "warmup_posterior"):
             g = root.create_group(group)
             for name in param_names:
@@ -158,7 +162,10 @@ class RunStoreWriter:
             for name in ("mean", "std"):
                 writer._new_array(fm, name, tuple(grid_shape), tuple(grid_shape), "float64", ["x", "y", "z"])
             fm.attrs["count"] = 0
-        _consolidate(writer.store_path)
+        _consolidate(building)
+        os.replace(building, run_dir / STORE_NAME)
+        writer.store_path = run_dir / STORE_NAME
+        writer.root = _open_root(writer.store_path, "r+")
         return writer
 
     @staticmethod
@@ -292,7 +299,10 @@ class RunReader:
             self.attrs = dict(self.root.attrs)
         except Exception as err:
             raise RunStoreError(f"{self.run_dir}: unreadable run store ({err})") from None
-        self.progress = dict(self.attrs.get("progress", {}))
+        if "progress" not in self.attrs:
+            raise RunStoreError(f"{self.run_dir}: the run store has no progress record (not a "
+                                "Fieldscope run, or a damaged one)")
+        self.progress = dict(self.attrs["progress"])
         return self.progress
 
     @property
