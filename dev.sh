@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fieldscope's one-command set-up.
 #
-#   ./dev.sh run    set everything up, then run the main job
+#   ./dev.sh run    set everything up, then open the desktop app on the built-in demo
 #   ./dev.sh test   set everything up, then run the whole test suite
 #   ./dev.sh setup  set everything up only
 #
@@ -91,7 +91,7 @@ run_tests() {
 
 case "${1:-}" in
   setup) system_deps; python_env ;;
-  run) system_deps; python_env; shift; exec "$VENV/bin/fieldscope" check "$@" ;;
+  run) system_deps; python_env; shift; exec "$VENV/bin/fieldscope" gui --demo "$@" ;;
   test) system_deps; python_env; shift; run_tests "$@" ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

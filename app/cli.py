@@ -3,6 +3,8 @@
 Subcommands import what they need lazily, so that ``fieldscope --help`` is instant and a
 command that never samples (``summary``, ``demo``) never loads TensorFlow.
 
+    fieldscope                           the desktop app on the built-in demo
+    fieldscope gui [CONFIG | RUNDIR]     the desktop app (--run, --screenshot PNG --quit-after S)
     fieldscope check                     self-test of the differentiable FFT core
     fieldscope demo OUTDIR               write demo data and configs
     fieldscope run CONFIG --out RUNDIR   sample, with a progress line; Ctrl-C stops after the chunk
@@ -180,6 +182,12 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_gui(args: argparse.Namespace) -> int:
+    from app import gui
+
+    return gui.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fieldscope",
@@ -187,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("gui", help="the desktop app: set up a run, launch it, watch it live")
+    from app.gui import add_arguments   # argparse only; Qt is imported when it runs
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_gui)
     p = sub.add_parser("check", help="self-test of the differentiable FFT core")
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("demo", help="write demo data and configs into a directory")
@@ -215,6 +228,16 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if argv is None and not sys.argv[1:]:
+        # `fieldscope` alone opens the desktop app on the demo (main([]) prints the help)
+        from app import gui
+
+        if gui.display_available():
+            return gui.main([])
+        parser.print_help()
+        print("\n(no display found, so the desktop app was not opened; "
+              "see `fieldscope gui --help`)")
+        return 0
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -1,0 +1,763 @@
+"""The main window: setup panels docked on the left, live views in the middle, run controls.
+
+Data flow (napari / glue shape)::
+
+    ConfigState  <-->  setup panels (bound widgets, inline messages)
+        |  Start: to_toml()
+        v
+    EngineClient  --(signals, GUI thread)-->  RunState.on_chunk / on_status
+        ^                                         |
+        |  pause / resume / stop                  v
+    run controls (toolbar, Run menu)         LiveViews.refresh() at 15 Hz (a timer,
+                                             never per message)
+
+Run controls are enabled only when they make sense: Start needs a ready engine, no run in
+progress and a config that validates; Pause/Resume and Stop need a run. Errors (a bad
+file, an impossible setting, an engine failure, a killed engine, closing during a run)
+are dialogs or inline messages, never tracebacks, and the window stays usable.
+
+Run directories: ``<config folder>/runs/<config name>-<YYYYmmdd-HHMMSS>`` (a per-user
+folder when the config's folder is not writable). The run store keeps the config text,
+every draw recorded and a checkpoint; a stopped or interrupted run can be continued
+(Run > Continue run) with the same engine a terminal's ``fieldscope resume`` uses.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox,
+                               QProgressBar, QToolBar, QWidget)
+
+from app.config_state import ConfigState
+from app.engine_client import EngineClient
+from app.panels import SetupPanel, make_panels
+from core.config import ConfigError
+
+__all__ = ["MainWindow", "default_run_dir", "user_data_dir"]
+
+VIEW_REFRESH_HZ = 15
+PHASE_TEXT = {"loading": "loading the data and building the model…",
+              "compiling": "compiling the sampler (XLA; the first chunk takes longest)…",
+              "warmup": "warmup", "sampling": "sampling", "paused": "paused",
+              "running": "running", "finished": "finished", "stopped": "stopped",
+              "failed": "failed"}
+
+
+def user_data_dir() -> Path:
+    """Fieldscope's per-user data folder ($XDG_DATA_HOME/fieldscope, or
+    ~/.local/share/fieldscope; a temporary folder when neither is writable)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    path = Path(base) / "fieldscope"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    path = Path(tempfile.gettempdir()) / f"fieldscope-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def default_run_dir(state: ConfigState, now: _dt.datetime | None = None) -> Path:
+    """A new run directory for ``state``: <config folder>/runs/<name>-<timestamp>."""
+    now = now or _dt.datetime.now()
+    name = state.path.stem if state.path is not None else "untitled"
+    stamp = now.strftime("%Y%m%d-%H%M%S")
+    base = state.base_dir / "runs"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        writable = os.access(base, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        base = user_data_dir() / "runs"
+        base.mkdir(parents=True, exist_ok=True)
+    run_dir = base / f"{name}-{stamp}"
+    n = 2
+    while run_dir.exists():
+        run_dir = base / f"{name}-{stamp}-{n}"
+        n += 1
+    return run_dir
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds < 0:
+        return "--:--"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60:02d}:{rest % 60:02d}"
+
+
+class MainWindow(QMainWindow):
+    """Fieldscope's window. ``engine``: "spawn" (default: start an engine process when
+    the window opens), an ``EngineClient`` to use, or None (set-up only, e.g. tests)."""
+
+    run_started = Signal(str)       # the run directory
+    run_finished = Signal(str)      # the final status
+    closed = Signal()               # the window closed and its engine exited
+
+    def __init__(self, state: ConfigState | None = None, *, engine="spawn", parent=None):
+        super().__init__(parent)
+        self.state = state if state is not None else ConfigState()
+        self.errors: dict[str, str] = {}
+        self.run_dir: Path | None = None
+        self.run_status = "idle"          # idle | starting | running | paused | stopping
+        self.last_run_status = ""
+        self.last_message: tuple[str, str] | None = None   # (title, text) of the last dialog
+        self.auto_start = False           # press Start as soon as it is enabled (--run)
+        self.confirm_close = True
+        self._closing = False
+        self._close_ok = False
+        self._divergences = 0
+        self._dialogs: list[QMessageBox] = []
+        self._pause_pending = False
+        self._close_question: QMessageBox | None = None
+        self.client: EngineClient | None = None
+
+        self.setWindowTitle("Fieldscope")
+        self.resize(1500, 950)
+        self._make_views()
+        self._make_panels()
+        self._make_actions()
+        self._make_status_bar()
+
+        self.view_timer = QTimer(self)
+        self.view_timer.setInterval(int(1000 / VIEW_REFRESH_HZ))
+        self.view_timer.timeout.connect(self.refresh_views)
+
+        self.state.connect_any(self._on_state_changed)
+        self.validate()
+        self._update_title()
+
+        if engine == "spawn":
+            self.client = EngineClient(self)
+        else:
+            self.client = engine
+        if self.client is not None:
+            self.client.ready.connect(self._on_ready)
+            self.client.status.connect(self._on_status)
+            self.client.chunk.connect(self._on_chunk)
+            self.client.error.connect(self._on_error)
+            self.client.done.connect(self._on_done)
+            self.client.engine_died.connect(self._on_engine_died)
+            self.client.closed.connect(self._on_client_closed)
+            if not self.client.is_running:
+                self.client.start()
+            elif self.client.is_ready:
+                QTimer.singleShot(0, self._on_ready)
+        self._update_actions()
+
+    # -- building --------------------------------------------------------------------------
+
+    def _make_views(self) -> None:
+        """The live views of the other half of the app, imported defensively: a missing or
+        broken views package leaves a message in the middle, and the rest works."""
+        self.run_state = None
+        self.views = None
+        self._on_status_takes_name = False
+        problem = ""
+        try:
+            from app.run_state import RunState
+
+            self.run_state = RunState()
+            params = inspect.signature(self.run_state.on_status).parameters
+            self._on_status_takes_name = len(params) >= 2
+        except Exception as exc:   # any failure of an optional module must not stop the app
+            problem = f"app.run_state: {type(exc).__name__}: {exc}"
+        if self.run_state is not None:
+            try:
+                from app.views import LiveViews
+
+                self.views = LiveViews(self.run_state)
+            except Exception as exc:
+                problem = f"app.views: {type(exc).__name__}: {exc}"
+        if self.views is None:
+            label = QLabel(f"Live views are not available ({problem}).\n"
+                           "Runs still start, stop and are stored.")
+            label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            label.setWordWrap(True)
+            self.setCentralWidget(label)
+        else:
+            self.setCentralWidget(self.views)
+
+    def _make_panels(self) -> None:
+        self.panels: list[SetupPanel] = make_panels(self.state)
+        self.docks: list[QDockWidget] = []
+        for panel in self.panels:
+            dock = QDockWidget(panel.title, self)
+            dock.setObjectName(f"dock_{panel.title.lower()}")
+            dock.setWidget(panel)
+            dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                             | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+            dock.setMinimumWidth(380)
+            self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+            self.docks.append(dock)
+        for dock in self.docks[1:]:
+            self.tabifyDockWidget(self.docks[0], dock)
+        self.docks[0].raise_()
+        self.panel = {p.title.lower(): p for p in self.panels}
+
+    def _action(self, text, slot, shortcut=None, tip="") -> QAction:
+        action = QAction(text, self)
+        action.triggered.connect(lambda _checked=False: slot())   # not the "checked" flag
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        if tip:
+            action.setStatusTip(tip)
+            action.setToolTip(tip)
+        return action
+
+    def _make_actions(self) -> None:
+        self.open_config_action = self._action("&Open config…", self._open_config_dialog,
+                                               QKeySequence.StandardKey.Open)
+        self.save_config_action = self._action("&Save config", self.save_config,
+                                               QKeySequence.StandardKey.Save,
+                                               "write the TOML file the command line runs")
+        self.save_as_action = self._action("Save config &as…", self._save_as_dialog,
+                                           QKeySequence.StandardKey.SaveAs)
+        self.open_data_action = self._action("Open &data file…",
+                                             lambda: self.panel["data"]._browse())
+        self.open_run_action = self._action("Open &run directory…", self._open_run_dialog,
+                                            tip="show a stored run, or continue a stopped one")
+        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        file_menu = self.menuBar().addMenu("&File")
+        for action in (self.open_config_action, self.save_config_action, self.save_as_action):
+            file_menu.addAction(action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.open_data_action)
+        file_menu.addAction(self.open_run_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+
+        self.start_action = self._action("Start", self.start_run, "Ctrl+R",
+                                         "start a new run of this config")
+        self.pause_action = self._action("Pause", self.toggle_pause, "Ctrl+P",
+                                         "pause after the current chunk / resume")
+        self.stop_action = self._action("Stop", self.stop_run, "Ctrl+.",
+                                        "stop after the current chunk; everything so far is kept")
+        self.continue_action = self._action("Continue run", self.continue_run, None,
+                                            "continue the stopped or interrupted run")
+        self.restart_engine_action = self._action("Restart engine", self.restart_engine, None,
+                                                  "start a new engine process")
+        run_menu = self.menuBar().addMenu("&Run")
+        for action in (self.start_action, self.pause_action, self.stop_action):
+            run_menu.addAction(action)
+        run_menu.addSeparator()
+        run_menu.addAction(self.continue_action)
+        run_menu.addAction(self.restart_engine_action)
+
+        view_menu = self.menuBar().addMenu("&View")
+        for dock in self.docks:
+            view_menu.addAction(dock.toggleViewAction())
+
+        toolbar = QToolBar("Run")
+        toolbar.setObjectName("run_toolbar")
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        for action in (self.start_action, self.pause_action, self.stop_action,
+                       self.continue_action):
+            toolbar.addAction(action)
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
+        self.toolbar = toolbar
+
+    def _make_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.message_label = QLabel()
+        self.message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        bar.addWidget(self.message_label, 1)
+        self.phase_label = QLabel()
+        self.progress = QProgressBar()
+        self.progress.setFixedWidth(220)
+        self.progress.setFormat("%v / %m steps")
+        self.progress.setVisible(False)
+        self.rate_label = QLabel()
+        self.eta_label = QLabel()
+        self.engine_label = QLabel("engine getting ready…")
+        for widget in (self.phase_label, self.progress, self.rate_label, self.eta_label,
+                       self.engine_label):
+            bar.addPermanentWidget(widget)
+
+    # -- config --------------------------------------------------------------------------------
+
+    def _on_state_changed(self, _keys) -> None:
+        self.validate()
+        self._update_title()
+
+    def validate(self) -> dict[str, str]:
+        """Check the config, show each message beside its widget, and enable Start."""
+        self.errors = self.state.validate()
+        shown = set()
+        for panel in self.panels:
+            panel.show_errors(self.errors)
+            shown |= {k for k in self.errors if k in panel.messages}
+        if self.errors:
+            first_key = next(iter(self.errors))
+            rest = len(self.errors) - 1
+            text = self.errors[first_key] + (f"  (+{rest} more)" if rest else "")
+            self.message_label.setText(("⚠ " if first_key in shown else "⚠ config: ") + text)
+            self.message_label.setStyleSheet("color: #d9534f;")
+        else:
+            self.message_label.setStyleSheet("")
+            if self.run_status == "idle":
+                self.message_label.setText("config OK" + (
+                    "" if self.client is None or self.client.is_ready else
+                    "; Start is enabled once the engine is ready"))
+        self._update_actions()
+        return self.errors
+
+    def _update_title(self) -> None:
+        name = self.state.path.name if self.state.path is not None else "untitled"
+        self.setWindowTitle(f"Fieldscope — {name}{' *' if self.state.modified else ''}")
+
+    def open_config(self, path) -> bool:
+        """Load a config file into the panels. A file that is not TOML gives a dialog; a
+        TOML file with bad values is loaded and its problems shown beside the widgets."""
+        try:
+            self.state.load_file(path)
+        except ConfigError as exc:
+            self.show_message("Cannot open the config", str(exc))
+            return False
+        self.state.notify_all()
+        if self.state.ignored:
+            self.show_message("Config opened with unknown settings",
+                              f"{path}: these settings are not part of a Fieldscope config "
+                              f"and were left out: {', '.join(self.state.ignored)}",
+                              QMessageBox.Icon.Information)
+        self._update_title()
+        return True
+
+    def _open_config_dialog(self) -> None:
+        start = str(self.state.path.parent if self.state.path else self.state.base_dir)
+        path, _ = QFileDialog.getOpenFileName(self, "Open config", start,
+                                              "Fieldscope config (*.toml);;All files (*)")
+        if path:
+            self.open_config(path)
+
+    def save_config(self, path=None) -> bool:
+        """Save (to ``path``, or the config's own file); refuses an invalid config."""
+        target = path or self.state.path
+        if target is None:
+            return self._save_as_dialog()
+        try:
+            self.state.save(target)
+        except ConfigError as exc:
+            self.validate()
+            self.show_message("Config not saved", f"The config was not saved: {exc}")
+            return False
+        except OSError as exc:
+            self.show_message("Config not saved", f"{target}: {exc.strerror or exc}")
+            return False
+        self._update_title()
+        self.message_label.setText(f"saved {self.state.path}")
+        return True
+
+    def _save_as_dialog(self) -> bool:
+        start = str(self.state.path or self.state.base_dir / "config.toml")
+        path, _ = QFileDialog.getSaveFileName(self, "Save config", start,
+                                              "Fieldscope config (*.toml)")
+        return self.save_config(path) if path else False
+
+    # -- engine -------------------------------------------------------------------------------
+
+    def _on_ready(self) -> None:
+        seconds = self.client.ready_seconds if self.client is not None else None
+        self.engine_label.setText("engine ready" + (f" ({seconds:.1f} s)" if seconds else ""))
+        self.validate()
+        if self.auto_start and self.start_action.isEnabled():
+            self.auto_start = False
+            self.start_run()
+
+    def restart_engine(self) -> None:
+        if self.client is None or self.run_status != "idle" and self.client.is_ready:
+            return
+        self.engine_label.setText("engine getting ready…")
+        self.client.respawn()
+        self._update_actions()
+
+    def _on_engine_died(self, message: str) -> None:
+        was = self.run_status
+        self.engine_label.setText("engine stopped")
+        if was != "idle" and self.run_state is not None:
+            event = {"type": "status", "status": "failed",
+                     "error": f"the engine process ended ({message})"}
+            try:
+                if self._on_status_takes_name:
+                    self.run_state.on_status("failed", event)
+                else:
+                    self.run_state.on_status(event)
+            except Exception:
+                pass
+        self._end_run("failed" if was != "idle" else self.last_run_status)
+        if self._closing:
+            return
+        where = (f" Everything up to the last completed chunk is kept in {self.run_dir}; "
+                 "after restarting the engine, Run > Continue run resumes it."
+                 if was != "idle" and self.run_dir else "")
+        box = self.show_message("The engine stopped",
+                                f"The engine process ended unexpectedly ({message}).{where}",
+                                buttons=QMessageBox.StandardButton.Close)
+        restart = box.addButton("Restart engine", QMessageBox.ButtonRole.AcceptRole)
+        restart.clicked.connect(self.restart_engine)
+        self._update_actions()
+
+    def _on_client_closed(self) -> None:
+        if self._closing:
+            self._close_ok = True
+            self.close()
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def can_start(self) -> bool:
+        return (self.client is not None and self.client.is_ready and self.run_status == "idle"
+                and not self.errors and not self._closing)
+
+    def start_run(self, run_dir=None) -> bool:
+        """Start a new run of the current config (in ``run_dir`` or a new default one)."""
+        if not self.can_start():
+            return False
+        try:
+            text = self.state.to_toml()
+        except ConfigError as exc:
+            self.show_message("Cannot start", str(exc))
+            return False
+        try:
+            run_dir = Path(run_dir) if run_dir is not None else default_run_dir(self.state)
+        except OSError as exc:
+            self.show_message("Cannot start", f"no folder for the run: {exc}")
+            return False
+        return self._launch(text, self.state.base_dir, run_dir, resume=False)
+
+    def _launch(self, text: str, base_dir, run_dir: Path, resume: bool) -> bool:
+        self.run_dir = Path(run_dir)
+        self._divergences = 0
+        if self.run_state is not None:
+            try:
+                meta = self._run_meta(run_dir)
+                if resume:
+                    self.run_state.load_from_store(run_dir)
+                else:
+                    self.run_state.reset(meta)
+            except Exception as exc:    # a views problem must not stop the run
+                self.message_label.setText(f"live views: {exc}")
+        if not self.client.start_run(text, base_dir, run_dir, resume=resume):
+            self.show_message("Cannot start", "The engine is not ready.")
+            return False
+        self.run_status = "starting"
+        self.phase_label.setText("starting…")
+        self.progress.setVisible(True)
+        self.progress.setRange(0, max(1, self._steps_total()))
+        self.progress.setValue(0)
+        self.rate_label.setText("")
+        self.eta_label.setText("")
+        self.message_label.setStyleSheet("")
+        self.message_label.setText(f"run: {run_dir}")
+        self.view_timer.start()
+        self._update_actions()
+        self.run_started.emit(str(run_dir))
+        return True
+
+    def _steps_total(self) -> int:
+        w, n = self.state["sampler.num_warmup"], self.state["sampler.num_samples"]
+        return int(w) + int(n) if isinstance(w, int) and isinstance(n, int) else 0
+
+    def _run_meta(self, run_dir) -> dict:
+        s = self.state
+        meta = {"chains": s["sampler.chains"], "num_warmup": s["sampler.num_warmup"],
+                "num_samples": s["sampler.num_samples"], "thin": s["sampler.thin"],
+                "steps_total": self._steps_total(), "model_kind": s["model.kind"],
+                "run_dir": str(run_dir), "status": "created"}
+        if s["model.kind"] == "field":
+            meta["grid_shape"] = s.data_shape()
+        return meta
+
+    def toggle_pause(self) -> None:
+        if self.client is None:
+            return
+        if self.run_status == "running":
+            self.client.pause()
+            self.phase_label.setText("pausing after the current chunk…")
+        elif self.run_status == "paused":
+            self.client.resume()
+            self.phase_label.setText("resuming…")
+        else:
+            return
+        self._pause_pending = True
+        self._update_actions()
+
+    def stop_run(self) -> None:
+        if self.client is None or self.run_status not in ("starting", "running", "paused"):
+            return
+        self.client.stop()
+        self.run_status = "stopping"
+        self.phase_label.setText("stopping after the current chunk…")
+        self._update_actions()
+
+    def resumable_run(self) -> Path | None:
+        """The current run directory if it can be continued (stopped, paused or
+        interrupted, with a checkpoint)."""
+        from core.run_store import CHECKPOINT_NAME, RunReader, RunStoreError
+
+        if self.run_dir is None or not (self.run_dir / CHECKPOINT_NAME).exists():
+            return None
+        try:
+            reader = RunReader(self.run_dir)
+        except RunStoreError:
+            return None
+        if reader.status == "finished":
+            return None
+        return self.run_dir
+
+    def continue_run(self) -> bool:
+        """Resume the current run directory with its stored config (as ``fieldscope
+        resume`` does)."""
+        from core.run_store import RunReader, RunStoreError
+
+        run_dir = self.resumable_run()
+        if run_dir is None or self.client is None or not self.client.is_ready \
+                or self.run_status != "idle":
+            return False
+        try:
+            reader = RunReader(run_dir)
+        except RunStoreError as exc:
+            self.show_message("Cannot continue", str(exc))
+            return False
+        text = reader.config_text
+        base = reader.attrs.get("config_dir", str(run_dir))
+        return self._launch(text, base, run_dir, resume=True)
+
+    def open_run_dir(self, path) -> bool:
+        """Show a stored run (its config in the panels, its draws in the views)."""
+        from core.run_store import RunReader, RunStoreError
+
+        try:
+            reader = RunReader(path)
+        except RunStoreError as exc:
+            self.show_message("Cannot open the run", str(exc))
+            return False
+        base = reader.attrs.get("config_dir") or str(path)
+        try:
+            self.state.load_text(reader.config_text, base_dir=base,
+                                 source=f"{path} (stored config)")
+        except ConfigError as exc:
+            self.show_message("The run's config cannot be read", str(exc))
+        self.state.notify_all()
+        self.run_dir = Path(path)
+        if self.run_state is not None and hasattr(self.run_state, "load_from_store"):
+            try:
+                self.run_state.load_from_store(path)
+                self.refresh_views()
+            except Exception as exc:
+                self.message_label.setText(f"live views: {exc}")
+        progress = reader.progress
+        self.last_run_status = reader.status
+        self.message_label.setStyleSheet("")
+        self.message_label.setText(
+            f"run {path}: {reader.status}, {progress.get('warmup_draws', 0)} warmup and "
+            f"{progress.get('draws', 0)} draws per chain recorded")
+        self._update_actions()
+        return True
+
+    def _open_run_dialog(self) -> None:
+        start = str(self.state.base_dir / "runs")
+        path = QFileDialog.getExistingDirectory(self, "Open run directory", start)
+        if path:
+            self.open_run_dir(path)
+
+    # -- engine events ----------------------------------------------------------------------------
+
+    def _on_status(self, status: str, event) -> None:
+        if self.run_state is not None:
+            try:
+                if self._on_status_takes_name:
+                    self.run_state.on_status(status, event)
+                else:
+                    self.run_state.on_status(event)
+            except Exception as exc:
+                self.message_label.setText(f"live views: {exc}")
+        if status == "paused":
+            if self.run_status != "stopping":
+                self.run_status = "paused"
+            self._pause_pending = False
+        elif status in ("warmup", "sampling", "running") and self.run_status in ("starting",
+                                                                                   "paused"):
+            self.run_status = "running"
+            self._pause_pending = False
+        if self.run_status != "stopping" or status in ("stopped", "finished", "failed"):
+            text = PHASE_TEXT.get(status, status)
+            if status == "failed" and event.get("error"):
+                text = "failed"
+            self.phase_label.setText(text)
+        self._update_actions()
+
+    def _on_chunk(self, event) -> None:
+        if self.run_state is not None:
+            try:
+                self.run_state.on_chunk(event)
+            except Exception as exc:
+                self.message_label.setText(f"live views: {exc}")
+        if self.run_status == "starting":
+            self.run_status = "running"
+        done = int(event.get("first_step", 0)) + int(event.get("n_steps", 0))
+        total = int(event.get("steps_total", self.progress.maximum()))
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        rate = float(event.get("steps_per_second", 0.0))
+        stats = event.get("stats") or {}
+        try:
+            self._divergences += int(stats["diverging"].sum())
+        except (KeyError, AttributeError, TypeError):
+            pass
+        self.rate_label.setText(f"{rate:.1f} draws/s" if rate > 0 else "")
+        eta = (total - done) / rate if rate > 0 else float("nan")
+        self.eta_label.setText(f"ETA {_clock(eta)}" + (
+            f"  ·  {self._divergences} divergent" if self._divergences else ""))
+        if self.run_status not in ("stopping", "paused"):
+            self.phase_label.setText(str(event.get("phase", "")))
+        self._update_actions()
+
+    def _on_error(self, message: str) -> None:
+        if self._closing:
+            return
+        where = f" (run directory {self.run_dir})" if self.run_dir else ""
+        self.show_message("The run failed", f"{message}{where}")
+
+    def _on_done(self, status: str) -> None:
+        self._end_run(status)
+        texts = {"finished": "finished", "stopped": "stopped; Run > Continue run resumes it",
+                 "failed": "failed"}
+        self.message_label.setStyleSheet("")
+        self.message_label.setText(f"run {texts.get(status, status)}: {self.run_dir}")
+        self.run_finished.emit(status)
+
+    def _end_run(self, status: str) -> None:
+        self.run_status = "idle"
+        self._pause_pending = False
+        self.last_run_status = status
+        self.view_timer.stop()
+        self.refresh_views()
+        self.phase_label.setText(PHASE_TEXT.get(status, status) if status else "")
+        self.rate_label.setText(self.rate_label.text() if status == "finished" else "")
+        self.eta_label.setText("")
+        self._update_actions()
+
+    def refresh_views(self) -> None:
+        if self.views is not None:
+            try:
+                self.views.refresh()
+            except Exception as exc:   # a drawing bug must not stop the run or the app
+                self.message_label.setText(f"live views: {type(exc).__name__}: {exc}")
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def _update_actions(self) -> None:
+        if not hasattr(self, "start_action"):
+            return
+        active = self.run_status in ("starting", "running", "paused")
+        engine = self.client is not None and self.client.is_ready
+        self.start_action.setEnabled(self.can_start())
+        if self.client is None:
+            tip = "no engine"
+        elif not engine:
+            tip = "the engine is getting ready" if self.client.is_running else \
+                "the engine stopped: Run > Restart engine"
+        elif self.errors:
+            tip = "fix the config first: " + next(iter(self.errors.values()))
+        elif self.run_status != "idle":
+            tip = "a run is in progress"
+        else:
+            tip = "start a new run of this config"
+        self.start_action.setToolTip(tip)
+        self.start_action.setStatusTip(tip)
+        self.pause_action.setText("Resume" if self.run_status == "paused" else "Pause")
+        self.pause_action.setEnabled(self.run_status in ("running", "paused")
+                                     and not self._pause_pending)
+        self.stop_action.setEnabled(active)
+        self.continue_action.setEnabled(engine and self.run_status == "idle"
+                                        and self.resumable_run() is not None)
+        self.open_run_action.setEnabled(not active and self.run_status != "stopping")
+        self.restart_engine_action.setEnabled(self.client is not None
+                                              and (not self.client.is_running
+                                                   or self.run_status == "idle"))
+        if self.client is not None and not self.client.is_running and not self._closing:
+            self.engine_label.setText("engine stopped")
+
+    # -- messages ----------------------------------------------------------------------------------
+
+    def show_message(self, title: str, text: str, icon=QMessageBox.Icon.Warning,
+                     buttons=QMessageBox.StandardButton.Ok) -> QMessageBox:
+        """A window-modal message that does not block the event loop (runs go on)."""
+        self.last_message = (title, text)
+        box = QMessageBox(icon, title, text, buttons, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.open()
+        self._dialogs = [d for d in self._dialogs if _alive(d)] + [box]
+        return box
+
+    # -- closing -------------------------------------------------------------------------------------
+
+    def closeEvent(self, event) -> None:
+        if self._close_ok or self.client is None:
+            self._finish_close()
+            event.accept()
+            self.closed.emit()
+            return
+        event.ignore()
+        if self._closing:
+            return
+        if self.run_status != "idle" and self.confirm_close:
+            if _alive(self._close_question):
+                self._close_question.raise_()
+                return
+            box = self._close_question = self.show_message(
+                "A run is in progress",
+                f"Stop the run after its current chunk and close? Everything recorded so far "
+                f"stays in {self.run_dir}, and it can be continued later.",
+                QMessageBox.Icon.Question,
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+            box.button(QMessageBox.StandardButton.Yes).clicked.connect(self.begin_close)
+            return
+        self.begin_close()
+
+    def begin_close(self) -> None:
+        """Stop the run after its chunk, let the engine exit, then close (asynchronous)."""
+        if self._closing:
+            return
+        self._closing = True
+        self.auto_start = False
+        if self.run_status != "idle":
+            self.phase_label.setText("stopping after the current chunk, then closing…")
+        for action in (self.start_action, self.pause_action, self.stop_action,
+                       self.continue_action):
+            action.setEnabled(False)
+        if self.client is not None and self.client.is_running:
+            if self.run_status == "idle":
+                self.hide()       # nothing to wait for but the engine's exit
+            self.client.shutdown()
+        else:
+            self._close_ok = True
+            self.close()
+
+    def _finish_close(self) -> None:
+        self.view_timer.stop()
+        for box in self._dialogs:
+            if _alive(box):
+                box.close()
+        if self.client is not None:
+            self.client.shutdown()
+            self.client.wait(10_000)
+
+
+def _alive(widget: QWidget) -> bool:
+    import shiboken6
+
+    return widget is not None and shiboken6.isValid(widget)

@@ -1,0 +1,100 @@
+"""Sampler health: gradient norm (log scale), acceptance rate and step size per chain.
+
+Divergent transitions are red points on the gradient-norm and acceptance plots, at the
+step where they happened. The warmup steps are shaded: step sizes move there by design.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.Qt import QtWidgets
+
+from app.run_state import RunState
+from app.views.style import (DIVERGENCE_COLOUR, add_empty_hint, add_legend, add_warmup_marker, chain_pen,
+                             configure_live_plot)
+
+#: (stat name, axis label, log y)
+HEALTH_PLOTS = (("grad_norm", "gradient norm", True),
+                ("acceptance_rate", "acceptance rate", False),
+                ("step_size", "step size", True))
+#: the plots that also show divergences
+DIVERGENCE_PLOTS = ("grad_norm", "acceptance_rate")
+
+
+class HealthView(QtWidgets.QWidget):
+    """Per-chain gradient norm, acceptance rate and step size against the step index."""
+
+    def __init__(self, run_state: RunState, parent=None):
+        super().__init__(parent)
+        self.state = run_state
+        self.graphics = pg.GraphicsLayoutWidget()
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.graphics)
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, list[pg.PlotDataItem]] = {}
+        self.divergences: dict[str, pg.PlotDataItem] = {}
+        self._seen = (-1, -1)
+        self._layout_seen = -1
+        self._divergences_seen = None
+
+    def _build(self) -> None:
+        st = self.state
+        self.graphics.clear()
+        self.plots.clear()
+        self.curves.clear()
+        self.divergences.clear()
+        self._divergences_seen = None
+        chains = st.chains or 0
+        first = None
+        for row, (name, label, log_y) in enumerate(HEALTH_PLOTS):
+            plot = self.graphics.addPlot(row=row, col=0)
+            configure_live_plot(plot, ylabel=label, log_y=log_y)
+            add_warmup_marker(plot, st.num_warmup, label=row == 0)
+            if first is None:
+                first = plot
+                self.empty_hint = add_empty_hint(plot, "waiting for the first chunk of draws")
+                add_legend(plot, min(chains + 1, 5))
+            else:
+                plot.setXLink(first)
+            self.curves[name] = [plot.plot(pen=chain_pen(c), name=f"chain {c}", connect="finite")
+                                 for c in range(chains)]
+            if name in DIVERGENCE_PLOTS:
+                dots = plot.plot(pen=None, symbol="o", symbolSize=6, symbolPen=None,
+                                 symbolBrush=DIVERGENCE_COLOUR, name="divergent" if row == 0 else None)
+                dots.setZValue(10)
+                self.divergences[name] = dots
+            last = row == len(HEALTH_PLOTS) - 1
+            plot.setLabel("bottom", "step" if last else None)
+            plot.getAxis("bottom").setStyle(showValues=last)
+            self.plots[name] = plot
+        self.plots["acceptance_rate"].setYRange(0, 1.02, padding=0)
+        self.plots["acceptance_rate"].enableAutoRange(y=False)
+        self._layout_seen = st.layout_version
+
+    def refresh(self, force: bool = False) -> bool:
+        """Feed the curves when the state's traces changed. Returns whether it redrew."""
+        st = self.state
+        if st.layout_version != self._layout_seen:
+            self._build()
+        key = (st.layout_version, st.trace_version)
+        if key == self._seen and not force:
+            return False
+        self._seen = key
+        self.empty_hint.setVisible(st.n_steps == 0)
+        steps = st.steps
+        for name, curves in self.curves.items():
+            values = st.stat(name)
+            for c, curve in enumerate(curves):
+                curve.setData(steps, values[c])
+        # divergences only accumulate, and a scatter of thousands of points is slow to
+        # rebuild: set it again only when they changed
+        diverging = st.stat("diverging").astype(bool)
+        chain_idx, step_idx = np.nonzero(diverging)
+        div_key = (st.layout_version, len(step_idx), int(steps[step_idx].max()) if len(step_idx) else -1)
+        if div_key != self._divergences_seen or force:
+            self._divergences_seen = div_key
+            for name, dots in self.divergences.items():
+                dots.setData(steps[step_idx], st.stat(name)[chain_idx, step_idx])
+        return True

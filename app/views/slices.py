@@ -1,0 +1,517 @@
+"""Three orthogonal slices (xy, xz, yz) through one field-shaped array of a run.
+
+Conventions. A field is indexed ``a[i, j, k]`` = (x, y, z). The xy view shows
+``a[:, :, k].T`` (x across, y up), xz shows ``a[:, j, :].T`` (x across, z up), yz shows
+``a[i, :, :].T`` (y across, z up): images are row-major (``imageAxisOrder='row-major'``),
+so row r of an image is the vertical axis. Voxel (i, j, k) covers [i, i+1) x [j, j+1) x
+[k, k+1) in view coordinates; the crosshairs sit at voxel centres.
+
+The cursor (i, j, k) links the views: each view draws two of its coordinates as a
+crosshair and is the slice at the third, which its slider sets. Dragging a crosshair in
+one view moves the slices of the others. A left click on a voxel moves the cursor there
+and pins the voxel (``voxel_pinned``): the traces view then follows its value.
+
+Levels are fixed (a live image must not flicker): they are computed once, from the 1st and
+99th percentiles, when an array is first shown, and again only when "Auto levels" is
+pressed or the user types them. Data, draws, mean and truth share one set of levels so
+that they can be compared by eye; std, residual (symmetric about 0) and mask have their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.Qt import QtCore, QtWidgets
+
+from app.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.views.style import pin_colour
+
+#: (name, (horizontal axis, vertical axis), normal axis) of each view, axes of a[i, j, k]
+PLANES = (("xy", (0, 1), 2), ("xz", (0, 2), 1), ("yz", (1, 2), 0))
+AXIS_NAMES = "xyz"
+COLOUR_MAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-D1")
+COLOUR_MAP_LABELS = {"CET-L1": "grey", "CET-D1": "diverging (blue-red)"}
+#: which kinds share levels (and the colour map they start with)
+LEVEL_GROUPS = {"data": "field", "latest": "field", "mean": "field", "truth": "field",
+                "std": "std", "residual": "residual", "mask": "mask"}
+DEFAULT_COLOUR_MAPS = {"field": "viridis", "std": "magma", "residual": "CET-D1", "mask": "CET-L1"}
+
+
+def slice_of(volume: np.ndarray, plane: int, index: int) -> np.ndarray:
+    """The image a view shows: rows = the plane's vertical axis, columns = its horizontal one."""
+    _, _, normal = PLANES[plane]
+    return np.ascontiguousarray(np.take(volume, index, axis=normal).T)
+
+
+def robust_levels(values: np.ndarray, group: str) -> tuple[float, float]:
+    """1st / 99th percentile of the finite values; symmetric about 0 for residuals."""
+    if group == "mask":
+        return 0.0, 1.0
+    finite = np.asarray(values, np.float64)
+    finite = finite[np.isfinite(finite)]
+    if not finite.size:
+        return 0.0, 1.0
+    lo, hi = np.percentile(finite, [1.0, 99.0])
+    if group == "residual":
+        hi = max(abs(lo), abs(hi))
+        lo = -hi
+    if not hi > lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    return float(lo), float(hi)
+
+
+@dataclass
+class SliceViewState:
+    """The settings of the slice views (glue style: the widgets show these, hold none).
+
+    kind        what is shown (``app.run_state.VOLUME_KINDS``)
+    chain       the chain whose draw "latest" shows
+    cursor      the linked voxel (i, j, k)
+    levels      level group -> (low, high), fixed once set
+    colour_maps level group -> pyqtgraph colour map name
+    """
+
+    kind: str = "mean"
+    chain: int = 0
+    cursor: tuple = (0, 0, 0)
+    levels: dict = field(default_factory=dict)
+    colour_maps: dict = field(default_factory=lambda: dict(DEFAULT_COLOUR_MAPS))
+
+    @property
+    def group(self) -> str:
+        return LEVEL_GROUPS[self.kind]
+
+
+class _ClickableImage(pg.ImageItem):
+    """An ImageItem that reports left clicks in image coordinates (column, row)."""
+
+    def __init__(self, on_click):
+        super().__init__()
+        self._on_click = on_click
+
+    def mouseClickEvent(self, ev):
+        if ev.button() == QtCore.Qt.MouseButton.LeftButton and self.image is not None:
+            ev.accept()
+            pos = ev.pos()
+            self._on_click(int(np.floor(pos.x())), int(np.floor(pos.y())))
+            return
+        super().mouseClickEvent(ev)
+
+
+class SlicesView(QtWidgets.QWidget):
+    """xy / xz / yz slices with linked crosshairs, a selector of what they show, and pinning."""
+
+    voxel_pinned = QtCore.Signal(tuple)
+    voxel_unpinned = QtCore.Signal(tuple)
+    cursor_moved = QtCore.Signal(tuple)
+
+    def __init__(self, run_state: RunState, parent=None):
+        super().__init__(parent)
+        self.state = run_state
+        self.settings = SliceViewState()
+        self._syncing = False
+        self._layout_seen = -1
+        self._drawn = None            # per plane: (field_version, kind, chain, levels, slice index) shown
+        self._cmap_drawn = None
+        self._pins_seen = -1
+        self.plots: list[pg.PlotWidget] = []
+        self.images: list[_ClickableImage] = []
+        self.vlines: list[pg.InfiniteLine] = []
+        self.hlines: list[pg.InfiniteLine] = []
+        self.pin_markers: list[pg.ScatterPlotItem] = []
+        self.outlines: list[QtWidgets.QGraphicsRectItem] = []
+        self.sliders: list[QtWidgets.QSlider] = []
+        self.slider_labels: list[QtWidgets.QLabel] = []
+        self._build_widgets()
+
+    # -- widgets (made once) -------------------------------------------------------------
+
+    def _build_widgets(self) -> None:
+        grid = QtWidgets.QGridLayout(self)
+        grid.setContentsMargins(2, 2, 2, 2)
+        grid.setSpacing(4)
+        for p, (name, (h, v), normal) in enumerate(PLANES):
+            box = QtWidgets.QWidget()
+            col = QtWidgets.QVBoxLayout(box)
+            col.setContentsMargins(0, 0, 0, 0)
+            col.setSpacing(1)
+            plot = pg.PlotWidget()
+            plot.setMinimumSize(140, 140)
+            item = plot.getPlotItem()
+            item.setTitle(f"{name} slice", size="9pt")
+            item.setLabel("bottom", AXIS_NAMES[h])
+            item.setLabel("left", AXIS_NAMES[v])
+            item.setAspectLocked(True)
+            item.setMenuEnabled(False)
+            # grey, not black: masked voxels (NaN) are transparent and must not read as low values
+            item.getViewBox().setBackgroundColor("#2b2b2b")
+            outline = QtWidgets.QGraphicsRectItem(0, 0, 1, 1)
+            outline.setPen(pg.mkPen((150, 150, 150), width=1))
+            outline.setZValue(-1)
+            item.addItem(outline, ignoreBounds=True)
+            self.outlines.append(outline)
+            image = _ClickableImage(lambda c, r, p=p: self._image_clicked(p, c, r))
+            item.addItem(image)
+            pen = pg.mkPen((255, 255, 255, 160), width=1)
+            vline = pg.InfiniteLine(angle=90, movable=True, pen=pen, hoverPen=pg.mkPen("y", width=2))
+            hline = pg.InfiniteLine(angle=0, movable=True, pen=pen, hoverPen=pg.mkPen("y", width=2))
+            vline.sigPositionChanged.connect(lambda line, p=p: self._line_moved(p, 0, line))
+            hline.sigPositionChanged.connect(lambda line, p=p: self._line_moved(p, 1, line))
+            item.addItem(vline, ignoreBounds=True)
+            item.addItem(hline, ignoreBounds=True)
+            markers = pg.ScatterPlotItem(symbol="s", size=9, brush=None)
+            markers.setZValue(5)
+            item.addItem(markers)
+            slider_row = QtWidgets.QHBoxLayout()
+            label = QtWidgets.QLabel(f"{AXIS_NAMES[normal]} = 0")
+            label.setMinimumWidth(52)
+            slider = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
+            slider.setToolTip(f"the {name} slice: position along {AXIS_NAMES[normal]}")
+            slider.valueChanged.connect(lambda value, p=p: self._slider_moved(p, value))
+            slider_row.addWidget(label)
+            slider_row.addWidget(slider, 1)
+            col.addWidget(plot, 1)
+            col.addLayout(slider_row)
+            grid.addWidget(box, p // 2, p % 2)
+            self.plots.append(plot)
+            self.images.append(image)
+            self.vlines.append(vline)
+            self.hlines.append(hline)
+            self.pin_markers.append(markers)
+            self.sliders.append(slider)
+            self.slider_labels.append(label)
+        grid.addWidget(self._build_controls(), 1, 1)
+        grid.setRowStretch(0, 1)
+        grid.setRowStretch(1, 1)
+        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1)
+
+    def _build_controls(self) -> QtWidgets.QWidget:
+        box = QtWidgets.QWidget()
+        outer = QtWidgets.QVBoxLayout(box)
+        outer.setContentsMargins(6, 2, 2, 2)
+        form = QtWidgets.QFormLayout()
+        outer.addLayout(form)
+        self.kind_combo = QtWidgets.QComboBox()
+        for kind in VOLUME_KINDS:
+            self.kind_combo.addItem(VOLUME_LABELS[kind], kind)
+        self.kind_combo.setCurrentIndex(VOLUME_KINDS.index(self.settings.kind))
+        self.kind_combo.currentIndexChanged.connect(self._kind_chosen)
+        form.addRow("Show", self.kind_combo)
+        self.chain_spin = QtWidgets.QSpinBox()
+        self.chain_spin.setToolTip("the chain whose latest draw is shown")
+        self.chain_spin.valueChanged.connect(self._chain_chosen)
+        form.addRow("Chain", self.chain_spin)
+        self.cmap_combo = QtWidgets.QComboBox()
+        for name in COLOUR_MAPS:
+            self.cmap_combo.addItem(COLOUR_MAP_LABELS.get(name, name), name)
+        self.cmap_combo.currentIndexChanged.connect(self._cmap_chosen)
+        form.addRow("Colours", self.cmap_combo)
+        levels_row = QtWidgets.QHBoxLayout()
+        self.level_spins = []
+        for tip in ("low level", "high level"):
+            # pyqtgraph's SpinBox: 4 significant digits whatever the magnitude of the field
+            spin = pg.SpinBox(value=0.0, dec=True, decimals=4, compactHeight=False)
+            spin.setToolTip(tip)
+            spin.sigValueChanged.connect(self._levels_typed)
+            levels_row.addWidget(spin, 1)
+            self.level_spins.append(spin)
+        self.auto_button = QtWidgets.QPushButton("Auto")
+        self.auto_button.setToolTip("set the levels once to the 1st-99th percentile of what is shown")
+        self.auto_button.clicked.connect(self.auto_levels)
+        levels_row.addWidget(self.auto_button)
+        form.addRow("Levels", levels_row)
+        self.colour_bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", orientation="horizontal",
+                                          interactive=False, width=14)
+        bar_widget = pg.GraphicsLayoutWidget()
+        bar_widget.setFixedHeight(48)
+        bar_widget.addItem(self.colour_bar)
+        form.addRow(bar_widget)
+        self.cursor_label = QtWidgets.QLabel("")
+        self.cursor_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("Cursor", self.cursor_label)
+        self.note_label = QtWidgets.QLabel("")
+        self.note_label.setWordWrap(True)
+        self.note_label.setStyleSheet("color: #c08000")
+        form.addRow(self.note_label)
+        outer.addStretch(1)
+        pin_row = QtWidgets.QHBoxLayout()
+        self.pins_label = QtWidgets.QLabel("click a voxel to pin it")
+        self.pins_label.setWordWrap(True)
+        self.clear_pins_button = QtWidgets.QPushButton("Clear pins")
+        self.clear_pins_button.clicked.connect(self._clear_pins)
+        pin_row.addWidget(self.pins_label, 1)
+        pin_row.addWidget(self.clear_pins_button)
+        outer.addLayout(pin_row)
+        return box
+
+    # -- run layout ------------------------------------------------------------------------
+
+    def _apply_layout(self) -> None:
+        """A new run: slider ranges, cursor at the centre, image extents."""
+        st = self.state
+        self._layout_seen = st.layout_version
+        shape = st.grid_shape
+        self._syncing = True
+        try:
+            chains = max(st.chains or 1, 1)
+            self.chain_spin.setRange(0, chains - 1)
+            for p, (_, (h, v), normal) in enumerate(PLANES):
+                n = shape[normal] if shape else 1
+                self.sliders[p].setRange(0, n - 1)
+                self.sliders[p].setEnabled(bool(shape))
+                for item in (self.vlines[p], self.hlines[p], self.outlines[p]):
+                    item.setVisible(bool(shape))
+                if not shape:
+                    self.plots[p].getPlotItem().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+                else:
+                    self.outlines[p].setRect(0, 0, shape[h], shape[v])
+                    self.vlines[p].setBounds((0, shape[h]))
+                    self.hlines[p].setBounds((0, shape[v]))
+                    self.plots[p].getPlotItem().setRange(xRange=(0, shape[h]), yRange=(0, shape[v]),
+                                                         padding=0.02)
+        finally:
+            self._syncing = False
+        self.settings.levels.clear()
+        self._drawn = None
+        self._pins_seen = -1
+        self.set_cursor(tuple(s // 2 for s in shape) if shape else (0, 0, 0))
+
+    # -- the cursor -----------------------------------------------------------------------
+
+    def set_cursor(self, voxel) -> None:
+        """Move the linked cursor (crosshairs and slice sliders of all three views)."""
+        shape = self.state.grid_shape
+        if shape:
+            voxel = tuple(int(min(max(int(v), 0), s - 1)) for v, s in zip(voxel, shape))
+        else:
+            voxel = (0, 0, 0)
+        changed = voxel != self.settings.cursor
+        self.settings.cursor = voxel
+        self._syncing = True
+        try:
+            for p, (_, (h, v), normal) in enumerate(PLANES):
+                self.vlines[p].setValue(voxel[h] + 0.5)
+                self.hlines[p].setValue(voxel[v] + 0.5)
+                self.sliders[p].setValue(voxel[normal])
+                self.slider_labels[p].setText(f"{AXIS_NAMES[normal]} = {voxel[normal]}")
+        finally:
+            self._syncing = False
+        self._draw_images()
+        self._draw_pin_markers(force=True)
+        if changed:
+            self.cursor_moved.emit(voxel)
+
+    def _line_moved(self, plane: int, which: int, line) -> None:
+        if self._syncing:
+            return
+        _, (h, v), _ = PLANES[plane]
+        axis = (h, v)[which]
+        cursor = list(self.settings.cursor)
+        cursor[axis] = int(np.floor(line.value()))
+        self.set_cursor(tuple(cursor))
+
+    def _slider_moved(self, plane: int, value: int) -> None:
+        if self._syncing:
+            return
+        cursor = list(self.settings.cursor)
+        cursor[PLANES[plane][2]] = int(value)
+        self.set_cursor(tuple(cursor))
+
+    def _image_clicked(self, plane: int, column: int, row: int) -> None:
+        shape = self.state.grid_shape
+        if not shape:
+            return
+        _, (h, v), _ = PLANES[plane]
+        if not (0 <= column < shape[h] and 0 <= row < shape[v]):
+            return
+        cursor = list(self.settings.cursor)
+        cursor[h], cursor[v] = column, row
+        self.set_cursor(tuple(cursor))
+        self.pin(tuple(cursor))
+
+    # -- pins -----------------------------------------------------------------------------
+
+    def pin(self, voxel) -> None:
+        """Pin a voxel (as a click does) and emit ``voxel_pinned``."""
+        voxel = tuple(int(v) for v in voxel)
+        try:
+            self.state.pin_voxel(voxel)
+        except ValueError:
+            return
+        self._draw_pin_markers()
+        self.voxel_pinned.emit(voxel)
+
+    def unpin(self, voxel) -> None:
+        voxel = tuple(int(v) for v in voxel)
+        if voxel in self.state.pins:
+            self.state.unpin(voxel)
+            self._draw_pin_markers()
+            self.voxel_unpinned.emit(voxel)
+
+    def _clear_pins(self) -> None:
+        for voxel in list(self.state.pins):
+            self.unpin(voxel)
+
+    def _draw_pin_markers(self, force: bool = False) -> None:
+        st = self.state
+        if not force and self._pins_seen == st.trace_version:
+            return
+        self._pins_seen = st.trace_version
+        cursor = self.settings.cursor
+        for p, (_, (h, v), normal) in enumerate(PLANES):
+            spots = [{"pos": (voxel[h] + 0.5, voxel[v] + 0.5), "pen": pg.mkPen(pin_colour(t.serial), width=2)}
+                     for voxel, t in st.pins.items() if voxel[normal] == cursor[normal]]
+            self.pin_markers[p].setData(spots)
+        if st.pins:
+            self.pins_label.setText("pinned: " + ", ".join(str(v) for v in st.pins))
+        else:
+            self.pins_label.setText("click a voxel to pin it")
+
+    # -- settings -------------------------------------------------------------------------
+
+    def set_kind(self, kind: str) -> None:
+        """Show another array (``VOLUME_KINDS``)."""
+        if kind not in VOLUME_KINDS:
+            raise ValueError(f"unknown kind {kind!r}; one of {', '.join(VOLUME_KINDS)}")
+        self.kind_combo.setCurrentIndex(VOLUME_KINDS.index(kind))
+
+    def _kind_chosen(self, index: int) -> None:
+        self.settings.kind = VOLUME_KINDS[index]
+        self._draw_images()
+
+    def _chain_chosen(self, value: int) -> None:
+        self.settings.chain = int(value)
+        self._draw_images()
+
+    def _cmap_chosen(self, index: int) -> None:
+        if self._syncing:
+            return
+        self.settings.colour_maps[self._group_shown()] = COLOUR_MAPS[index]
+        self._draw_images()
+
+    def _levels_typed(self, _value=None) -> None:
+        if self._syncing:
+            return
+        lo, hi = (s.value() for s in self.level_spins)
+        if hi > lo:
+            self.settings.levels[self._group_shown()] = (lo, hi)
+            self._draw_images()
+
+    def auto_levels(self) -> None:
+        """Set the levels once from the 1st/99th percentile of the array shown now."""
+        kind = self.shown_kind()
+        volume = self.state.volume(kind, self.settings.chain) if kind else None
+        if volume is None:
+            return
+        self.settings.levels[LEVEL_GROUPS[kind]] = robust_levels(volume, LEVEL_GROUPS[kind])
+        self._draw_images()
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    def shown_kind(self) -> str | None:
+        """The kind drawn: the chosen one, or the data while the chosen one does not exist yet."""
+        st = self.state
+        if st.has_volume(self.settings.kind):
+            return self.settings.kind
+        return "data" if st.has_volume("data") else None
+
+    def _group_shown(self) -> str:
+        kind = self.shown_kind() or self.settings.kind
+        return LEVEL_GROUPS[kind]
+
+    def refresh(self, force: bool = False) -> bool:
+        """Redraw what changed in the state. Returns whether the images were redrawn."""
+        st = self.state
+        if st.layout_version != self._layout_seen:
+            self._apply_layout()
+        self._update_kind_items()
+        self._draw_pin_markers()
+        return self._draw_images(force=force)
+
+    def _update_kind_items(self) -> None:
+        available = set(self.state.available_volumes())
+        model = self.kind_combo.model()
+        for index, kind in enumerate(VOLUME_KINDS):
+            model.item(index).setEnabled(kind in available or kind in ("latest", "mean", "std", "residual"))
+        self.chain_spin.setEnabled(self.settings.kind == "latest")
+        has_field = self.state.has_field
+        for widget in (self.kind_combo, self.cmap_combo, self.auto_button, *self.level_spins):
+            widget.setEnabled(has_field)
+
+    def _draw_images(self, force: bool = False) -> bool:
+        """Set the images whose content changed (each plane separately). Returns whether any was."""
+        st = self.state
+        settings = self.settings
+        kind = self.shown_kind()
+        if kind is None:
+            if self._drawn == [None] * 3 and not force:
+                return False
+            for image in self.images:
+                image.clear()
+            self._drawn = [None] * 3
+            if st.model_kind == "integral" or (st.chains and not st.has_field and st.n_steps):
+                note = "this run has no field"
+            elif not st.has_field:
+                note = "no run yet: start one or open a run directory"
+            else:
+                note = "no data yet"
+            self.note_label.setText(note)
+            self.cursor_label.setText("")
+            return True
+        group = LEVEL_GROUPS[kind]
+        volume = None           # computed only when something is drawn (a residual costs a subtraction)
+        if group not in settings.levels:
+            volume = st.volume(kind, settings.chain)
+            settings.levels[group] = robust_levels(volume, group)
+        levels = settings.levels[group]
+        cmap_name = settings.colour_maps.get(group, "viridis")
+        if cmap_name != self._cmap_drawn:
+            cmap = pg.colormap.get(cmap_name)
+            for image in self.images:
+                image.setColorMap(cmap)
+            self.colour_bar.setColorMap(cmap)
+            self._cmap_drawn = cmap_name
+        drawn = list(self._drawn) if self._drawn else [None] * 3
+        redrew = False
+        for p in range(3):
+            index = settings.cursor[PLANES[p][2]]
+            key = (st.field_version, kind, settings.chain, levels, index)
+            if key == drawn[p] and not force:
+                continue
+            drawn[p] = key
+            if volume is None:
+                volume = st.volume(kind, settings.chain)
+            self.images[p].setImage(slice_of(volume, p, index).astype(np.float32, copy=False),
+                                    autoLevels=False, levels=levels)
+            redrew = True
+        self._drawn = drawn
+        if not redrew:
+            return False
+        self.colour_bar.setLevels(levels)
+        self._show_settings(kind, group, levels, cmap_name)
+        value = volume[settings.cursor]
+        self.cursor_label.setText(f"{settings.cursor}  {VOLUME_LABELS[kind]} = {value:.4g}")
+        if kind != settings.kind:
+            self.note_label.setText(f"{VOLUME_LABELS[settings.kind]}: none yet, showing the data")
+        elif kind == "latest" and st.latest_field_step >= 0:
+            self.note_label.setText(f"chain {settings.chain}, draw {st.latest_field_step - st.num_warmup}")
+        elif kind in ("mean", "std", "residual"):
+            masked = "; masked voxels are grey" if kind == "residual" else ""
+            self.note_label.setText(f"over {st.moment_count} post-warmup draws{masked}")
+        elif kind == "data":
+            self.note_label.setText("masked voxels are grey")
+        else:
+            self.note_label.setText("")
+        return True
+
+    def _show_settings(self, kind, group, levels, cmap_name) -> None:
+        self._syncing = True
+        try:
+            for spin, value in zip(self.level_spins, levels):
+                spin.setValue(value, update=True, delaySignal=False)
+            self.cmap_combo.setCurrentIndex(COLOUR_MAPS.index(cmap_name))
+        finally:
+            self._syncing = False

@@ -1,0 +1,80 @@
+"""Colours, pens and the plot set-up every live view shares.
+
+Chains get one colour each from a qualitative palette without red (red marks divergences);
+pinned voxels get colours from a second palette so they never look like a chain.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+
+CHAIN_COLOURS = ("#4fa3ff", "#ffa640", "#5fd35f", "#c58cff", "#e0c060", "#ff7fd0", "#40e0e0", "#b0b0b0")
+PIN_COLOURS = ("#ffe119", "#42d4f4", "#f032e6", "#bfef45", "#fabed4", "#ffffff", "#f58231", "#9a6324")
+DIVERGENCE_COLOUR = "#ff2020"
+WARMUP_BRUSH = (255, 255, 255, 22)
+#: line styles for the chains of one pinned voxel (its colour is the voxel's)
+CHAIN_STYLES = (pg.QtCore.Qt.PenStyle.SolidLine, pg.QtCore.Qt.PenStyle.DashLine,
+                pg.QtCore.Qt.PenStyle.DotLine, pg.QtCore.Qt.PenStyle.DashDotLine)
+
+
+def chain_colour(chain: int) -> str:
+    return CHAIN_COLOURS[chain % len(CHAIN_COLOURS)]
+
+
+def pin_colour(index: int) -> str:
+    return PIN_COLOURS[index % len(PIN_COLOURS)]
+
+
+def chain_pen(chain: int, width: float = 1.0):
+    return pg.mkPen(chain_colour(chain), width=width)
+
+
+def configure_live_plot(plot: pg.PlotItem, *, ylabel: str = "", log_y: bool = False) -> pg.PlotItem:
+    """The pyqtgraph settings of a plot fed with growing series (see examples/scrollingPlots.py)."""
+    plot.setDownsampling(auto=True, mode="peak")
+    plot.setClipToView(True)
+    plot.showGrid(x=True, y=True, alpha=0.15)
+    if ylabel:
+        plot.setLabel("left", ylabel)
+    if log_y:
+        plot.setLogMode(y=True)
+    # y follows what is visible, so zooming into late draws is not squashed by early warmup
+    plot.getViewBox().setAutoVisible(y=True)
+    return plot
+
+
+def add_warmup_marker(plot: pg.PlotItem, num_warmup: int, *, label: bool = False) -> list:
+    """Shade steps [0, num_warmup) and draw a dashed line where sampling starts."""
+    if num_warmup <= 0:
+        return []
+    region = pg.LinearRegionItem(values=(0, num_warmup), movable=False, brush=WARMUP_BRUSH,
+                                 pen=pg.mkPen(None))
+    region.setZValue(-20)
+    for line in region.lines:
+        line.setPen(pg.mkPen(None))
+    opts = {}
+    if label:
+        opts = dict(label="warmup | sampling", labelOpts={"position": 0.06, "color": (200, 200, 200),
+                                                           "anchors": [(0.5, 1), (0.5, 1)]})
+    dashed = pg.mkPen((200, 200, 200, 150), style=pg.QtCore.Qt.PenStyle.DashLine)
+    boundary = pg.InfiniteLine(pos=num_warmup, angle=90, movable=False, pen=dashed, **opts)
+    plot.addItem(region, ignoreBounds=True)
+    plot.addItem(boundary, ignoreBounds=True)
+    return [region, boundary]
+
+
+def add_legend(plot: pg.PlotItem, columns: int = 1):
+    """A compact legend in the top right corner, on a dark translucent background."""
+    legend = plot.addLegend(offset=(-10, 5), labelTextSize="8pt", brush=(0, 0, 0, 170),
+                            pen=pg.mkPen((120, 120, 120)))
+    legend.setColumnCount(max(1, columns))
+    return legend
+
+
+def add_empty_hint(plot: pg.PlotItem, text: str) -> pg.TextItem:
+    """A grey note in the plot's top left corner (in the view box's own coordinates, so it
+    stays put whatever the data range); hide it once there is data."""
+    hint = pg.TextItem(text, color=(170, 170, 170), anchor=(0, 0))
+    hint.setParentItem(plot.getViewBox())
+    hint.setPos(8, 4)
+    return hint

@@ -1,0 +1,130 @@
+"""End to end in the window: Start, watch, pause, a killed engine, continue, close mid-run.
+
+Each test drives a real engine process (TensorFlow loads there, never here) on an 8^3
+data set with chunks of 5 steps.
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtWidgets import QMessageBox
+
+from core.run_store import RunReader
+from test_gui_support import TF_BEFORE, make_window, tf_modules, tiny_case, xla_cache  # noqa: F401
+
+READY_MS = 90_000       # TensorFlow's import in the engine, on a busy 2-core machine
+RUN_MS = 120_000        # XLA compilation of the first chunk included
+
+
+def test_a_run_from_start_to_finish(make_window, qtbot, tmp_path):
+    config = tiny_case(tmp_path)
+    t0 = time.perf_counter()
+    window = make_window(config)
+    assert time.perf_counter() - t0 < 5.0             # the engine loads in the background
+    assert not window.start_action.isEnabled()
+    assert window.engine_label.text() == "engine getting ready…"
+    assert "engine" in window.start_action.toolTip()
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
+    assert window.engine_label.text().startswith("engine ready")
+    assert not window.pause_action.isEnabled() and not window.stop_action.isEnabled()
+
+    # the views are refreshed by a 15 Hz timer, never per message
+    refreshes, messages = [], []
+    real_refresh = window.views.refresh
+    window.views.refresh = lambda *a, **k: (refreshes.append(time.perf_counter()),
+                                            real_refresh(*a, **k))[1]
+    window.client.chunk.connect(lambda event: messages.append(event))
+    window.client.status.connect(lambda status, event: messages.append(event))
+    started = time.perf_counter()
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_MS) as blocker:
+        window.start_action.trigger()
+        assert not window.start_action.isEnabled() and window.stop_action.isEnabled()
+        assert window.view_timer.isActive()
+    elapsed = time.perf_counter() - started
+    assert blocker.args == ["finished"]
+    # 66 ms; Qt's coarse timers may fire up to 5 % early
+    assert window.view_timer.interval() == 66 and not window.view_timer.isActive()
+    assert len(refreshes) <= elapsed * 1000 / (0.9 * 66) + 3
+    assert len([m for m in messages if m["type"] == "chunk"]) == 6
+
+    run_dir = window.run_dir
+    assert run_dir.parent == config.parent / "runs" and run_dir.name.startswith("tiny-")
+    reader = RunReader(run_dir)
+    assert reader.status == "finished" and reader.progress["draws"] == 20
+    assert reader.param("index").shape == (2, 20)
+    assert window.progress.value() == window.progress.maximum() == 30
+    assert window.run_state.n_steps == 30 and window.run_state.status == "finished"
+    assert window.start_action.isEnabled()             # ready for the next run
+    assert not window.continue_action.isEnabled()      # finished: nothing to continue
+
+    # an engine-side failure is a dialog with the engine's message; the app goes on
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_MS) as blocker:
+        assert window.start_run(run_dir=run_dir)       # a directory that holds a run
+    assert blocker.args == ["failed"]
+    title, text = window.last_message
+    assert title == "The run failed" and "already holds a run" in text
+    assert window.start_action.isEnabled() and window.isVisible()
+
+    # a stored run opens into the panels and the views
+    window.state["sampler.num_warmup"] = 99
+    assert window.open_run_dir(run_dir)
+    assert window.state["sampler.num_warmup"] == 10
+    assert window.run_state.n_steps == 30 and "finished" in window.message_label.text()
+    assert not window.open_run_dir(tmp_path)
+    assert "not a Fieldscope run directory" in window.last_message[1]
+    if not TF_BEFORE:
+        assert tf_modules() == []                       # the GUI process never loads TF
+
+
+def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbot, tmp_path):
+    config = tiny_case(tmp_path, samples=100_000, name="long.toml")
+    window = make_window(config)
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
+    chunks = []
+    window.client.chunk.connect(chunks.append)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=RUN_MS)
+
+    # pause and resume from the toolbar
+    window.pause_action.trigger()
+    qtbot.waitUntil(lambda: window.run_status == "paused", timeout=30_000)
+    assert window.pause_action.text() == "Resume" and window.stop_action.isEnabled()
+    n = len(chunks)
+    window.pause_action.trigger()
+    qtbot.waitUntil(lambda: len(chunks) > n, timeout=30_000)
+    assert window.pause_action.text() == "Pause"
+
+    # the engine is killed mid-run: a dialog, the window stays usable, the run is kept
+    window.client.proc.kill()
+    qtbot.waitUntil(lambda: window.last_message is not None, timeout=10_000)
+    title, text = window.last_message
+    assert title == "The engine stopped" and str(window.run_dir) in text
+    assert window.isVisible() and window.run_status == "idle"
+    assert not window.start_action.isEnabled() and window.restart_engine_action.isEnabled()
+    assert window.engine_label.text() == "engine stopped"
+    before = RunReader(window.run_dir).progress["draws"]
+
+    # a new engine, then Continue run resumes the same run directory
+    window.restart_engine_action.trigger()
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
+    assert window.continue_action.isEnabled()
+    run_dir = window.run_dir
+    n = len(chunks)
+    window.continue_action.trigger()
+    qtbot.waitUntil(lambda: len(chunks) > n + 1, timeout=RUN_MS)
+    assert window.run_dir == run_dir
+    assert RunReader(run_dir).progress["draws"] > before
+
+    # closing during a run asks first, then stops after the chunk and closes
+    window.confirm_close = True
+    window.close()
+    assert window.isVisible()
+    assert window.last_message[0] == "A run is in progress"
+    box = window._dialogs[-1]
+    box.button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=60_000)
+    reader = RunReader(run_dir)
+    assert reader.status == "stopped" and reader.progress["draws"] > before
+    if not TF_BEFORE:
+        assert tf_modules() == []
