@@ -8,7 +8,7 @@ Data flow (napari / glue shape)::
     EngineClient  --(signals, GUI thread)-->  RunState.on_chunk / on_status
         ^                                         |
         |  pause / resume / stop                  v
-    run controls (toolbar, Run menu)         LiveViews.refresh() at 15 Hz (a timer,
+    run controls (toolbar, Run menu)         LiveViews.refresh() at 10 Hz (a timer,
                                              never per message)
 
 Run controls are enabled only when they make sense: Start needs a ready engine, no run in
@@ -43,7 +43,7 @@ from core.config import ConfigError
 
 __all__ = ["MainWindow", "default_run_dir", "user_data_dir"]
 
-VIEW_REFRESH_HZ = 15
+VIEW_REFRESH_HZ = 10
 PHASE_TEXT = {"loading": "loading the data and building the model…",
               "compiling": "compiling the sampler (XLA; the first chunk takes longest)…",
               "warmup": "warmup", "sampling": "sampling", "paused": "paused",
