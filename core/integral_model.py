@@ -395,8 +395,22 @@ class NormalPrior:
         return {"dist": self.dist, "loc": self.loc, "scale": self.scale}
 
 
+class _LogCoordinate:
+    """Positive parameters sampled in u = log x: x = exp(u), log x = u."""
+
+    def forward(self, u):
+        with np.errstate(over="ignore"):
+            return np.exp(np.asarray(u, dtype=np.float64))
+
+    def log_forward(self, u):
+        return np.asarray(u, dtype=np.float64)
+
+    def inverse(self, x):
+        return np.log(np.asarray(x, dtype=np.float64))
+
+
 @dataclass(frozen=True)
-class LogNormalPrior:
+class LogNormalPrior(_LogCoordinate):
     """log x ~ Normal(loc, scale); unconstrained u = log x, so log p(u) = log N(u; loc, scale)."""
 
     loc: float
@@ -411,16 +425,6 @@ class LogNormalPrior:
 
     def unconstrained_range(self) -> tuple[float, float]:
         return self.loc - 10.0 * self.scale, self.loc + 10.0 * self.scale
-
-    def forward(self, u):
-        with np.errstate(over="ignore"):
-            return np.exp(np.asarray(u, dtype=np.float64))
-
-    def log_forward(self, u):
-        return np.asarray(u, dtype=np.float64)
-
-    def inverse(self, x):
-        return np.log(np.asarray(x, dtype=np.float64))
 
     def logpdf(self, x):
         x = np.asarray(x, dtype=np.float64)
@@ -440,7 +444,7 @@ class LogNormalPrior:
 
 
 @dataclass(frozen=True)
-class HalfNormalPrior:
+class HalfNormalPrior(_LogCoordinate):
     """x ~ HalfNormal(scale), density 2 N(x; 0, scale) on x > 0; unconstrained u = log x.
 
     log p(u) = log 2 - log(scale) - log(2 pi)/2 - exp(2 (u - log scale)) / 2 + u, the
@@ -458,16 +462,6 @@ class HalfNormalPrior:
     def unconstrained_range(self) -> tuple[float, float]:
         # P(x < scale * e^-30) ~ 1e-13: the lower tail in u decays only like e^u.
         return math.log(self.scale) - 30.0, math.log(self.scale) + math.log(10.0)
-
-    def forward(self, u):
-        with np.errstate(over="ignore"):
-            return np.exp(np.asarray(u, dtype=np.float64))
-
-    def log_forward(self, u):
-        return np.asarray(u, dtype=np.float64)
-
-    def inverse(self, x):
-        return np.log(np.asarray(x, dtype=np.float64))
 
     def logpdf(self, x):
         x = np.asarray(x, dtype=np.float64)
