@@ -475,6 +475,11 @@ class MainWindow(QMainWindow):
                 "num_samples": s["sampler.num_samples"], "thin": s["sampler.thin"],
                 "steps_total": self._steps_total(), "model_kind": s["model.kind"],
                 "run_dir": str(run_dir), "status": "created"}
+        try:
+            meta["config_text"] = s.to_toml()
+            meta["config_dir"] = str(s.base_dir)
+        except ConfigError:
+            pass
         if s["model.kind"] == "field":
             meta["grid_shape"] = s.data_shape()
         return meta

@@ -178,6 +178,9 @@ class RunState:
         self.run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
         self.observed: dict[str, np.ndarray] = {name: np.asarray(v) for name, v in
                                                 (meta.get("observed") or {}).items()}
+        self.config_text = str(meta.get("config_text") or "")
+        self.config_dir = str(meta.get("config_dir") or "")
+        self._config = None
         self.progress = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0}
         self.source = "events"          # "events": fed by the engine; "store": read from the store
         self.steps_per_second = 0.0
@@ -220,7 +223,9 @@ class RunState:
         meta = {"chains": a.get("chains"), "param_names": reader.param_names,
                 "num_warmup": a.get("num_warmup", 0), "num_samples": a.get("num_samples", 0),
                 "thin": a.get("thin", 1), "model_kind": a.get("model_kind", ""),
-                "status": a.get("status", ""), "run_dir": reader.run_dir, "grid_shape": None}
+                "status": a.get("status", ""), "run_dir": reader.run_dir, "grid_shape": None,
+                "config_text": reader.config_text,
+                "config_dir": a.get("config_dir") or str(reader.run_dir)}
         if reader.has_field:
             pf = reader.root["posterior_field"]
             meta["grid_shape"] = tuple(pf["field"].shape[2:])
@@ -256,8 +261,26 @@ class RunState:
         for name in meta["param_names"]:
             self._ensure_param(name)
         self.model_kind = self.model_kind or meta["model_kind"]
+        if not self.config_text and meta.get("config_text"):
+            self.config_text, self.config_dir = meta["config_text"], meta["config_dir"]
+            self._config = None
         self._changed(field=True)
         return True
+
+    @property
+    def config(self):
+        """The run's ``core.config.RunConfig`` (parsed from the config text the run was
+        started with, or the one stored in its run store), or None when unknown or
+        unreadable. Views read the grid's box size, the prior and the likelihood from it."""
+        if self._config is None and self.config_text:
+            from core.config import ConfigError, parse_config
+
+            try:
+                self._config = parse_config(self.config_text, base_dir=self.config_dir or ".",
+                                            source="the run's config")
+            except ConfigError:
+                self._config = False
+        return self._config or None
 
     # -- the series -----------------------------------------------------------------------
 
