@@ -106,6 +106,8 @@ class SlicesView(QtWidgets.QWidget):
     voxel_pinned = QtCore.Signal(tuple)
     voxel_unpinned = QtCore.Signal(tuple)
     cursor_moved = QtCore.Signal(tuple)
+    #: the shown kind, the chain, the levels or the colour map changed (after the images)
+    settings_changed = QtCore.Signal()
 
     def __init__(self, run_state: RunState, parent=None):
         super().__init__(parent)
@@ -116,6 +118,7 @@ class SlicesView(QtWidgets.QWidget):
         self._drawn = None            # per plane: (field_version, kind, chain, levels, slice index) shown
         self._cmap_drawn = None
         self._pins_seen = -1
+        self._settings_seen = None    # (shown kind, chain, levels, colour map) last announced
         self.plots: list[pg.PlotWidget] = []
         self.images: list[_ClickableImage] = []
         self.vlines: list[pg.InfiniteLine] = []
@@ -442,6 +445,18 @@ class SlicesView(QtWidgets.QWidget):
             widget.setEnabled(has_field)
 
     def _draw_images(self, force: bool = False) -> bool:
+        """Set the images whose content changed; announce changed settings (``settings_changed``)."""
+        redrew = self._draw_changed_images(force=force)
+        kind = self.shown_kind()
+        group = LEVEL_GROUPS[kind] if kind else None
+        seen = (kind, self.settings.chain, self.settings.levels.get(group),
+                self.settings.colour_maps.get(group))
+        if seen != self._settings_seen:
+            self._settings_seen = seen
+            self.settings_changed.emit()
+        return redrew
+
+    def _draw_changed_images(self, force: bool = False) -> bool:
         """Set the images whose content changed (each plane separately). Returns whether any was."""
         st = self.state
         settings = self.settings

@@ -1,0 +1,669 @@
+"""The 3D view: a vispy volume rendering of what the slice views show, with their three planes.
+
+Conventions. A field is indexed ``a[i, j, k]`` = (x, y, z), as in ``app.views.slices``. The
+scene is in voxel units: voxel (i, j, k) covers [i, i+1) x [j, j+1) x [k, k+1), so the grid's
+box is [0, nx] x [0, ny] x [0, nz] and z points up. vispy's Volume visual takes a (z, y, x)
+array whose voxel centres sit at integer visual coordinates; the texture is ``a.transpose(2,
+1, 0)`` and an ``STTransform`` (scale s, translate s / 2) places its voxel m at
+s * (m + 1/2). The slice planes sit at the cursor's voxel centres, ``cursor + 1/2``.
+
+Downsampling. A 3D texture holds at most ``GL_MAX_3D_TEXTURE_SIZE`` voxels per axis (queried
+once per process) and software GL ray-casts every voxel a ray crosses, so an axis longer
+than ``max_texture_size`` (that limit, and at most ``VOXELS_PER_AXIS``: 128 on software
+OpenGL, 512 on a GPU) is reduced by block
+means of f = ceil(n / max) voxels; the last block of an axis may be partial, and the
+texture's m = ceil(n / f) voxels are stretched to fill the whole box (s = n / m).
+
+Masked voxels (NaN) are the mean of the finite voxels of their block, and NaN where a whole
+block is masked; the texture stores NaN as a value far below the low level (above the high
+level for the minimum projection), so a projection never picks it, no NaN reaches the
+shader, and a ray that crosses masked voxels only is discarded (``mip_cutoff``): masked
+regions are see-through, showing the background.
+
+Levels and colours are the slice views' (``SliceViewState``: one set of levels per level
+group, fixed once set); the vispy colour map is built from pyqtgraph's lookup table of the
+same name so the colours match exactly. The texture holds float32 values and the GPU scales
+them (``texture_format="r32f"``). Voxels are drawn as the slices draw them, constant over
+their cube (nearest-neighbour sampling; "smooth" switches to trilinear interpolation, about
+twice the drawing time on software OpenGL). Visuals are created once; ``refresh`` feeds them with
+``set_data`` only when what they show changed (field_version, kind, chain, levels, render
+method), and moves the planes when the cursor moved.
+
+The GUI process never imports TensorFlow, and vispy is imported only when a view is built:
+where vispy or OpenGL is missing, the view shows the reason instead of the canvas.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
+
+from app.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, robust_levels
+
+#: vispy's ray-casting projections offered, with their labels
+RENDER_METHODS = {"mip": "maximum", "attenuated_mip": "attenuated maximum", "minip": "minimum"}
+#: the most voxels per axis rendered, on software OpenGL (Mesa llvmpipe ray-casts on the CPU:
+#: 128^3 draws in about 0.1 s, 256^3 in about 0.3 s plus a 64 MB upload) and on a GPU; the
+#: GL limit may be lower still
+VOXELS_PER_AXIS = {"software": 128, "gpu": 512}
+_SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software")
+#: what every OpenGL 3 implementation accepts (used until the real limit is known)
+SAFE_TEXTURE_SIZE = 256
+#: volumes with more voxels are prepared (block means, transposition) in a worker thread
+ASYNC_VOXELS = 128 ** 3
+_GL_MAX_3D_TEXTURE_SIZE = 0x8073
+BACKGROUND = "#1e1e1e"
+#: colours of the axes x, y, z (a plane takes the colour of its normal)
+AXIS_COLOURS = ((0.95, 0.35, 0.35), (0.4, 0.85, 0.4), (0.45, 0.6, 1.0))
+
+
+# -- numbers (no GL) ------------------------------------------------------------------------
+
+def texture_factors(shape, max_size: int) -> tuple[int, ...]:
+    """Block size per axis that brings every axis to at most ``max_size`` voxels."""
+    max_size = max(int(max_size), 1)
+    return tuple(max(1, math.ceil(int(n) / max_size)) for n in shape)
+
+
+def block_mean(volume: np.ndarray, factors) -> np.ndarray:
+    """Means of the finite values over blocks of ``factors`` voxels (partial at the far ends).
+
+    Block m of an axis with factor f covers voxels [m f, min((m + 1) f, n)); a block with no
+    finite value is NaN. Returns float32 of shape ceil(n / f) per axis.
+    """
+    volume = np.asarray(volume)
+    factors = tuple(int(f) for f in factors)
+    if all(f == 1 for f in factors):
+        return volume.astype(np.float32, copy=False)
+    out_shape = tuple(math.ceil(n / f) for n, f in zip(volume.shape, factors))
+    blocks = (out_shape[0], factors[0], out_shape[1], factors[1], out_shape[2], factors[2])
+    finite = np.isfinite(volume)
+    if all(m * f == n for m, f, n in zip(out_shape, factors, volume.shape)) and finite.all():
+        return volume.reshape(blocks).mean(axis=(1, 3, 5), dtype=np.float64).astype(np.float32)
+    padded = np.zeros(tuple(m * f for m, f in zip(out_shape, factors)), np.float64)
+    count = np.zeros(padded.shape, np.float64)
+    region = tuple(slice(0, n) for n in volume.shape)
+    padded[region] = np.where(finite, volume, 0.0)
+    count[region] = finite
+    sums = padded.reshape(blocks).sum(axis=(1, 3, 5))
+    counts = count.reshape(blocks).sum(axis=(1, 3, 5))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = sums / counts
+    return mean.astype(np.float32)
+
+
+#: masked voxels are stored MASK_RANGES colour ranges beyond the levels; rays whose extreme
+#: is beyond CUTOFF_RANGES ranges (they crossed masked voxels only) are not drawn
+MASK_RANGES = 1000.0
+CUTOFF_RANGES = 100.0
+
+
+def masked_value(levels, method: str = "mip") -> float:
+    """What a masked (NaN) voxel is stored as: far outside the levels, on the side the
+    projection never picks (below for the maxima, above for the minimum)."""
+    lo, hi = float(levels[0]), float(levels[1])
+    width = max(hi - lo, 1e-12)
+    return hi + MASK_RANGES * width if method == "minip" else lo - MASK_RANGES * width
+
+
+def projection_cutoffs(levels) -> tuple[float, float]:
+    """(mip_cutoff, minip_cutoff): a ray whose maximum (minimum) is beyond it is discarded,
+    so a ray through masked voxels only shows the background."""
+    lo, hi = float(levels[0]), float(levels[1])
+    width = max(hi - lo, 1e-12)
+    return lo - CUTOFF_RANGES * width, hi + CUTOFF_RANGES * width
+
+
+def prepare_volume(volume: np.ndarray, levels, max_size: int, method: str = "mip"):
+    """The texture of a field-shaped array: (z, y, x) float32, block means, no NaN.
+
+    Returns (texture, scale) with scale (3,) the size of a texture voxel along x, y, z in
+    grid voxels (n / m). Pure numpy: runs in a worker thread for big volumes.
+    """
+    volume = np.asarray(volume)
+    factors = texture_factors(volume.shape, max_size)
+    reduced = block_mean(volume, factors)
+    texture = np.ascontiguousarray(reduced.transpose(2, 1, 0), dtype=np.float32)
+    bad = ~np.isfinite(texture)
+    if bad.any():
+        # a new array: the texture may still share memory with the run's own
+        texture = np.where(bad, np.float32(masked_value(levels, method)), texture).astype(np.float32)
+    scale = np.array([n / m for n, m in zip(volume.shape, reduced.shape)], float)
+    return texture, scale
+
+
+@functools.lru_cache(maxsize=None)
+def vispy_colormap(name: str):
+    """A vispy Colormap with pyqtgraph's colours of the same name (256 entries)."""
+    from vispy.color import Colormap
+
+    table = pg.colormap.get(name).getLookupTable(0.0, 1.0, 256, alpha=False)
+    return Colormap(np.asarray(table, np.float32) / 255.0)
+
+
+_GL_PROBE: dict = {}
+
+
+def gl_problem() -> str:
+    """Why OpenGL cannot serve the 3D view ('' when it can). Probed once per process, in a
+    throw-away context, which also reads GL_MAX_3D_TEXTURE_SIZE (see :func:`gl_texture_limit`)."""
+    if "problem" in _GL_PROBE:
+        return _GL_PROBE["problem"]
+    problem, limit, renderer = "", 0, ""
+    context = QtGui.QOpenGLContext()
+    surface = QtGui.QOffscreenSurface()
+    try:
+        if not context.create():
+            problem = "no OpenGL context could be created on this display"
+        else:
+            surface.setFormat(context.format())
+            surface.create()
+            if not surface.isValid() or not context.makeCurrent(surface):
+                problem = "an OpenGL context was created but could not be made current"
+            else:
+                fmt = context.format()
+                version = (fmt.majorVersion(), fmt.minorVersion())
+                if version < (2, 1):
+                    problem = f"OpenGL {version[0]}.{version[1]} is too old (3D textures need 2.1)"
+                else:
+                    try:
+                        from vispy.gloo import gl
+
+                        limit = int(gl.glGetParameter(_GL_MAX_3D_TEXTURE_SIZE))
+                        renderer = str(gl.glGetParameter(gl.GL_RENDERER))
+                    except Exception:            # noqa: BLE001 - the safe limit serves then
+                        limit = 0
+                context.doneCurrent()
+    except Exception as err:                     # noqa: BLE001 - a GL failure must not stop the app
+        problem = f"OpenGL failed: {err}"
+    finally:
+        surface.destroy()
+    _GL_PROBE["problem"], _GL_PROBE["limit"], _GL_PROBE["renderer"] = problem, limit, renderer
+    return problem
+
+
+def gl_texture_limit() -> int:
+    """GL_MAX_3D_TEXTURE_SIZE of this display's OpenGL (``SAFE_TEXTURE_SIZE`` when unknown)."""
+    gl_problem()
+    return _GL_PROBE.get("limit") or SAFE_TEXTURE_SIZE
+
+
+def gl_renderer() -> str:
+    """GL_RENDERER of this display's OpenGL ('' when unknown)."""
+    gl_problem()
+    return _GL_PROBE.get("renderer", "")
+
+
+def default_voxels_per_axis() -> int:
+    """``VOXELS_PER_AXIS`` for this display: software OpenGL, or a GPU."""
+    renderer = gl_renderer().lower()
+    software = not renderer or any(name in renderer for name in _SOFTWARE_RENDERERS)
+    return VOXELS_PER_AXIS["software" if software else "gpu"]
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    if "executor" not in _GL_PROBE:
+        _GL_PROBE["executor"] = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="volume")
+    return _GL_PROBE["executor"]
+
+
+def _hint(state: RunState) -> str:
+    """The slice views' note for a state that has nothing to show (same wording)."""
+    if state.model_kind == "integral" or (state.chains and not state.has_field and state.n_steps):
+        return "this run has no field"
+    if not state.has_field:
+        return "no run yet: start one or open a run directory"
+    return "no data yet"
+
+
+# -- the view -------------------------------------------------------------------------------
+
+class VolumeView(QtWidgets.QWidget):
+    """Volume rendering of the array the slices show, with the grid's box and the three planes.
+
+    ``VolumeView(run_state, slices=None, parent=None)``. With ``slices`` (a SlicesView) it
+    shows that view's kind, chain, levels, colour map and cursor, and follows its
+    ``cursor_moved`` and ``settings_changed`` signals; without, it has its own kind selector
+    and its planes sit at the grid's centre (``set_cursor`` moves them).
+
+    Mouse: drag to rotate, wheel to zoom, shift-drag to pan; "Reset view" restores the view.
+    """
+
+    #: (key, prepared) from the worker thread: key of the request, a Future of prepare_volume
+    _prepared = QtCore.Signal(object, object)
+
+    def __init__(self, run_state: RunState, slices=None, parent=None):
+        super().__init__(parent)
+        self.state = run_state
+        self.slices = slices
+        self.settings: SliceViewState = slices.settings if slices is not None else SliceViewState()
+        self.method = "mip"
+        self.voxels_per_axis = 0           # 0: default_voxels_per_axis()
+        self.async_voxels = ASYNC_VOXELS
+        self.canvas = None
+        self.problem = ""
+        self.texture_shape = None         # (z, y, x) of the texture uploaded last
+        self.texture_scale = None         # (3,) grid voxels per texture voxel along x, y, z
+        self.uploads = 0                  # set_data calls (the benchmark and the tests read it)
+        self._layout_seen = -1
+        self._volume_key = None           # what the volume visual holds
+        self._pending_key = None          # what a worker is preparing
+        self._cmap_shown = None
+        self._cursor_shown = None
+        self._hint_shown = None
+        self._dirty = False
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.setSpacing(2)
+        layout.addLayout(self._build_controls())
+        self.problem = gl_problem()
+        if not self.problem:
+            try:
+                self._build_scene()
+            except Exception as err:     # noqa: BLE001 - no vispy / PyOpenGL / GL: say so, go on
+                self._drop_partial_canvas()
+                self.problem = f"{type(err).__name__}: {err}"
+        if self.canvas is None:
+            self.problem_label = QtWidgets.QLabel(f"The 3D view is unavailable: {self.problem}")
+            self.problem_label.setWordWrap(True)
+            self.problem_label.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
+            layout.addWidget(self.problem_label, 1)
+            for widget in (self.kind_combo, self.method_combo, self.smooth_check, self.planes_check,
+                           self.reset_button):
+                widget.setEnabled(False)
+            self.hint_label.setText("")
+        else:
+            layout.addWidget(self.canvas.native, 1)
+            self._prepared.connect(self._on_prepared)
+        if slices is not None:
+            slices.cursor_moved.connect(self._cursor_moved)
+            slices.settings_changed.connect(self._slices_changed)
+
+    # -- building (once) ------------------------------------------------------------------
+
+    def _build_controls(self) -> QtWidgets.QHBoxLayout:
+        row = QtWidgets.QHBoxLayout()
+        row.setContentsMargins(2, 0, 2, 0)
+        self.kind_combo = QtWidgets.QComboBox()
+        for kind in VOLUME_KINDS:
+            self.kind_combo.addItem(VOLUME_LABELS[kind], kind)
+        self.kind_combo.setCurrentIndex(VOLUME_KINDS.index(self.settings.kind))
+        self.kind_combo.currentIndexChanged.connect(self._kind_chosen)
+        self.kind_combo.setVisible(self.slices is None)
+        self.method_combo = QtWidgets.QComboBox()
+        for method, label in RENDER_METHODS.items():
+            self.method_combo.addItem(label, method)
+        self.method_combo.setToolTip("the projection along each ray: maximum (MIP), maximum "
+                                     "attenuated with depth, or minimum")
+        self.method_combo.currentIndexChanged.connect(self._method_chosen)
+        self.smooth_check = QtWidgets.QCheckBox("smooth")
+        self.smooth_check.setToolTip("interpolate between voxel centres (trilinear); costs about "
+                                     "twice the drawing time on software OpenGL")
+        self.smooth_check.toggled.connect(self._smooth_toggled)
+        self.planes_check = QtWidgets.QCheckBox("planes")
+        self.planes_check.setChecked(True)
+        self.planes_check.setToolTip("draw the three slice planes through the cursor")
+        self.planes_check.toggled.connect(self._planes_toggled)
+        self.reset_button = QtWidgets.QPushButton("Reset view")
+        self.reset_button.clicked.connect(self.reset_camera)
+        self.hint_label = QtWidgets.QLabel("")
+        self.hint_label.setWordWrap(True)
+        self.hint_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        if self.slices is None:
+            row.addWidget(QtWidgets.QLabel("Show"))
+            row.addWidget(self.kind_combo)
+        row.addWidget(QtWidgets.QLabel("Projection"))
+        row.addWidget(self.method_combo)
+        row.addWidget(self.smooth_check)
+        row.addWidget(self.planes_check)
+        row.addWidget(self.reset_button)
+        row.addWidget(self.hint_label, 1)
+        return row
+
+    def _build_scene(self) -> None:
+        from vispy import scene
+        from vispy.visuals.transforms import STTransform
+
+        canvas = scene.SceneCanvas(keys=None, app="pyside6", bgcolor=BACKGROUND, show=False,
+                                   parent=self)
+        self._canvas_built = canvas
+        canvas.native.setMinimumSize(160, 140)
+        view = canvas.central_widget.add_view()
+        view.camera = scene.TurntableCamera(fov=30.0, elevation=25.0, azimuth=-55.0)
+        # the volume: a placeholder until there is data, then only set_data
+        self.volume = scene.visuals.Volume(np.zeros((2, 2, 2), np.float32), parent=view.scene,
+                                           clim=(0.0, 1.0), method=self.method,
+                                           texture_format="r32f", interpolation="nearest",
+                                           cmap=vispy_colormap("viridis"))
+        self.volume.transform = STTransform()
+        self.volume.visible = False
+        self.volume.order = 0
+        # the grid's box: 12 edges of the unit cube scaled to the grid, x/y/z edges in colour
+        corners = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)], np.float32)
+        edges = [(a, b) for a in range(8) for b in range(a + 1, 8)
+                 if np.abs(corners[a] - corners[b]).sum() == 1]
+        edge_colours = []
+        for a, b in edges:
+            axis = int(np.argmax(np.abs(corners[a] - corners[b])))
+            at_origin = not corners[a].any()
+            edge_colours += [(*AXIS_COLOURS[axis], 1.0) if at_origin else (0.6, 0.6, 0.6, 0.8)] * 2
+        self.box = scene.visuals.Line(pos=corners[np.array(edges).ravel()], connect="segments",
+                                      color=np.array(edge_colours, np.float32), parent=view.scene,
+                                      antialias=False)
+        self.box.transform = STTransform()
+        self.axis_labels = []
+        for axis, name in enumerate("xyz"):
+            label = scene.visuals.Text(name, color=AXIS_COLOURS[axis], font_size=10, bold=True,
+                                       parent=view.scene)
+            self.axis_labels.append(label)
+        # the three slice planes: a translucent quad and its outline each, in a node that
+        # the cursor moves along the plane's normal
+        self.planes = []
+        self.plane_fills = []
+        self.plane_outlines = []
+        for _name, (h, v), normal in PLANES:
+            node = scene.Node(parent=view.scene)
+            node.transform = STTransform()
+            quad = np.zeros((4, 3), np.float32)
+            quad[[1, 2], h] = 1.0
+            quad[[2, 3], v] = 1.0
+            colour = AXIS_COLOURS[normal]
+            fill = scene.visuals.Mesh(vertices=quad, faces=np.array([[0, 1, 2], [0, 2, 3]], np.uint32),
+                                      color=(*colour, 0.16), parent=node)
+            outline = scene.visuals.Line(pos=quad[[0, 1, 2, 3, 0]], color=(*colour, 0.95),
+                                         connect="strip", parent=node, antialias=False)
+            self.planes.append(node)
+            self.plane_fills.append(fill)
+            self.plane_outlines.append(outline)
+        for visual in (self.box, *self.axis_labels, *self.plane_fills, *self.plane_outlines):
+            # drawn over the volume (whose depth is that of the voxel a ray picked), blended
+            visual.set_gl_state("translucent", depth_test=False, cull_face=False)
+            visual.order = 1
+        for item in (self.box, *self.axis_labels, *self.planes):
+            item.visible = False
+        self.canvas = canvas
+        self.view = view
+
+    def _drop_partial_canvas(self) -> None:
+        """After a failed build: no stray GL widget left behind."""
+        canvas, self._canvas_built, self.canvas = getattr(self, "_canvas_built", None), None, None
+        if canvas is not None:
+            try:
+                canvas.native.hide()
+                canvas.native.setParent(None)
+                canvas.close()
+            except Exception:                    # noqa: BLE001 - best effort
+                pass
+
+    # -- camera, cursor, settings ---------------------------------------------------------
+
+    def reset_camera(self) -> None:
+        """Look at the whole grid from the default direction."""
+        if self.canvas is None:
+            return
+        shape = self.state.grid_shape or (1, 1, 1)
+        camera = self.view.camera
+        camera.elevation, camera.azimuth, camera.roll = 25.0, -55.0, 0.0
+        camera.set_range(x=(0, shape[0]), y=(0, shape[1]), z=(0, shape[2]), margin=0.08)
+        camera.center = tuple(n / 2 for n in shape)
+
+    def set_cursor(self, voxel) -> None:
+        """Move the planes (without slices; with slices the slices' cursor is followed)."""
+        if self.slices is not None:
+            self.slices.set_cursor(voxel)
+            return
+        shape = self.state.grid_shape
+        self.settings.cursor = (tuple(int(min(max(int(c), 0), n - 1)) for c, n in zip(voxel, shape))
+                                if shape else (0, 0, 0))
+        if self._move_planes():
+            self._update_canvas()
+
+    def set_method(self, method: str) -> None:
+        """Choose the projection (a key of ``RENDER_METHODS``)."""
+        if method not in RENDER_METHODS:
+            raise ValueError(f"unknown projection {method!r}; one of {', '.join(RENDER_METHODS)}")
+        self.method_combo.setCurrentIndex(list(RENDER_METHODS).index(method))
+
+    def _kind_chosen(self, index: int) -> None:
+        self.settings.kind = VOLUME_KINDS[index]
+        self.refresh()
+
+    def _method_chosen(self, index: int) -> None:
+        self.method = list(RENDER_METHODS)[index]
+        if self.canvas is not None:
+            self.volume.method = self.method
+        self.refresh()
+
+    def _smooth_toggled(self, on: bool) -> None:
+        if self.canvas is None:
+            return
+        self.volume.interpolation = "linear" if on else "nearest"
+        self._update_canvas()
+
+    def _planes_toggled(self, on: bool) -> None:
+        if self.canvas is None:
+            return
+        for node in self.planes:
+            node.visible = bool(on) and self._hint_shown == ""
+        self._update_canvas()
+
+    def _cursor_moved(self, _voxel) -> None:
+        if self._move_planes():
+            self._update_canvas()
+
+    def _slices_changed(self) -> None:
+        self.refresh()
+
+    @property
+    def max_texture_size(self) -> int:
+        """The most voxels per axis uploaded: the GL limit, and at most ``voxels_per_axis``
+        (set it to trade resolution for drawing time; 0 is the default for this OpenGL)."""
+        budget = int(self.voxels_per_axis) or default_voxels_per_axis()
+        return max(1, min(gl_texture_limit(), budget))
+
+    def shown_kind(self) -> str | None:
+        """The kind drawn: the slices' (when given), else the chosen one or the data."""
+        if self.slices is not None:
+            return self.slices.shown_kind()
+        st = self.state
+        if st.has_volume(self.settings.kind):
+            return self.settings.kind
+        return "data" if st.has_volume("data") else None
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> bool:
+        """Update the visuals whose content changed. Returns whether anything was redrawn.
+
+        While the view is hidden nothing is uploaded (a queued texture would be a copy of
+        the field each time); it catches up when shown.
+        """
+        if self.canvas is None:
+            return False
+        st = self.state
+        changed = False
+        if st.layout_version != self._layout_seen:
+            self._apply_layout()
+            changed = True
+        kind = self.shown_kind()
+        hint = "" if kind is not None else _hint(st)
+        if hint != self._hint_shown or force:
+            self._show_hint(hint)
+            changed = True
+        if kind is None:
+            if changed:
+                self._update_canvas()
+            return changed
+        if not self.isVisible():
+            self._dirty = True
+            return changed
+        self._dirty = False
+        settings = self.settings
+        group = LEVEL_GROUPS[kind]
+        volume = None
+        if group not in settings.levels:
+            volume = st.volume(kind, settings.chain)
+            settings.levels[group] = robust_levels(volume, group)
+        levels = tuple(float(v) for v in settings.levels[group])
+        key = (st.layout_version, st.field_version, kind, settings.chain if kind == "latest" else 0,
+               levels, self.method, self.max_texture_size)
+        if (key != self._volume_key and key != self._pending_key) or force:
+            if volume is None:
+                volume = st.volume(kind, settings.chain)
+            changed |= self._request_volume(key, volume, levels)
+        cmap_name = settings.colour_maps.get(group, "viridis")
+        if cmap_name != self._cmap_shown or force:
+            self.volume.cmap = vispy_colormap(cmap_name)
+            self._cmap_shown = cmap_name
+            changed = True
+        changed |= self._move_planes(force=force)
+        self._describe(kind, levels)
+        if changed:
+            self._update_canvas()
+        return changed
+
+    def _apply_layout(self) -> None:
+        st = self.state
+        self._layout_seen = st.layout_version
+        shape = st.grid_shape
+        self._volume_key = self._pending_key = None
+        self._cursor_shown = None
+        if self.slices is None:
+            self.settings.levels.clear()
+            self.settings.cursor = tuple(n // 2 for n in shape) if shape else (0, 0, 0)
+        if shape:
+            self.box.transform.scale = tuple(float(n) for n in shape)
+            pad = 0.05 * max(shape) + 1.0
+            # x and y beyond the ends of their edges at the origin; z beside the top of the
+            # vertical edge at (0, ny), which the default view shows on the box's outline
+            # (the origin's own vertical edge is in front of the volume there)
+            self.axis_labels[0].pos = [[shape[0] + pad, 0.0, 0.0]]
+            self.axis_labels[1].pos = [[0.0, shape[1] + pad, 0.0]]
+            self.axis_labels[2].pos = [[0.0, shape[1] + pad, shape[2]]]
+            for node, (_, (h, v), normal) in zip(self.planes, PLANES):
+                scale = [1.0, 1.0, 1.0]
+                scale[h], scale[v] = shape[h], shape[v]
+                node.transform.scale = scale
+        self.reset_camera()
+
+    def _show_hint(self, hint: str) -> None:
+        self._hint_shown = hint
+        has = hint == ""
+        self.volume.visible = has and self._volume_key is not None
+        self.box.visible = has
+        for label in self.axis_labels:
+            label.visible = has
+        for node in self.planes:
+            node.visible = has and self.planes_check.isChecked()
+        if hint:
+            self.hint_label.setText(hint)
+            self._volume_key = self._pending_key = None
+
+    def _request_volume(self, key, volume, levels) -> bool:
+        """Upload the texture now (small volumes) or once a worker prepared it (big ones)."""
+        max_size = self.max_texture_size
+        if volume.size > self.async_voxels:
+            self._pending_key = key
+            future = _executor().submit(prepare_volume, volume, levels, max_size, self.method)
+            future.add_done_callback(lambda f, key=key: self._emit_prepared(key, f))
+            return False
+        self._upload(key, *prepare_volume(volume, levels, max_size, self.method), levels)
+        return True
+
+    def _emit_prepared(self, key, future) -> None:
+        try:
+            self._prepared.emit(key, future)     # queued to the GUI thread
+        except RuntimeError:                     # the view was deleted meanwhile
+            pass
+
+    def _on_prepared(self, key, future) -> None:
+        if key != self._pending_key:
+            return                               # stale: an older run, field or setting
+        self._pending_key = None
+        try:
+            texture, scale = future.result()
+        except Exception as err:                 # noqa: BLE001 - shown, the app goes on
+            self.hint_label.setText(f"could not prepare the volume: {err}")
+            return
+        self._upload(key, texture, scale, key[4])
+        self._update_canvas()
+
+    def _upload(self, key, texture, scale, levels) -> None:
+        self.volume.set_data(texture, clim=levels)
+        self.volume.mip_cutoff, self.volume.minip_cutoff = projection_cutoffs(levels)
+        self.uploads += 1
+        self.volume.transform.scale = tuple(scale)
+        self.volume.transform.translate = tuple(scale / 2.0)
+        self.volume.visible = self._hint_shown == ""
+        self.texture_shape = texture.shape
+        self.texture_scale = scale
+        self._volume_key = key
+
+    def _move_planes(self, force: bool = False) -> bool:
+        if self.canvas is None or not self.state.grid_shape:
+            return False
+        cursor = tuple(self.settings.cursor)
+        if cursor == self._cursor_shown and not force:
+            return False
+        self._cursor_shown = cursor
+        for node, (_, _, normal) in zip(self.planes, PLANES):
+            translate = [0.0, 0.0, 0.0]
+            translate[normal] = cursor[normal] + 0.5
+            node.transform.translate = translate
+        return True
+
+    def _describe(self, kind: str, levels) -> None:
+        shape = self.state.grid_shape
+        text = f"{VOLUME_LABELS[kind]}, levels {levels[0]:.4g} to {levels[1]:.4g}"
+        if self.texture_shape is not None and shape and self.texture_shape[::-1] != tuple(shape):
+            m = self.texture_shape[::-1]
+            text += f"; shown at {m[0]}x{m[1]}x{m[2]} (block means)"
+        if self._pending_key is not None:
+            text += "; preparing..."
+        if self.hint_label.text() != text:
+            self.hint_label.setText(text)
+
+    def _update_canvas(self) -> None:
+        if self.canvas is not None and self.isVisible():
+            self.canvas.update()
+
+    # -- Qt -------------------------------------------------------------------------------
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._dirty:
+            QtCore.QTimer.singleShot(0, self.refresh)
+
+    def closeEvent(self, event) -> None:
+        if self.canvas is not None:
+            self._pending_key = None
+        super().closeEvent(event)
+
+    # -- export ---------------------------------------------------------------------------
+
+    def render_image(self) -> np.ndarray:
+        """The view as an (h, w, 4) uint8 RGBA array (an offscreen render of the scene).
+
+        Raises RuntimeError with the reason when there is no OpenGL or the view was never shown.
+        """
+        if self.canvas is None:
+            raise RuntimeError(f"the 3D view is unavailable: {self.problem}")
+        if not self.canvas.native.isValid():
+            raise RuntimeError("the 3D view has not been shown yet: show it, then export")
+        return self.canvas.render(alpha=False)
+
+    def export_png(self, path) -> str:
+        """Write the view to ``path`` as PNG. Returns the path; raises RuntimeError / OSError
+        with a message naming the reason or the file."""
+        image = np.ascontiguousarray(self.render_image())
+        h, w = image.shape[:2]
+        qimage = QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888)
+        if not qimage.save(str(path), "PNG"):
+            raise OSError(f"could not write {path}")
+        return str(path)
