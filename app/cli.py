@@ -166,7 +166,6 @@ def _report(status: str, run_dir) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from core import diagnostics as dg
     from core.run_store import RunStoreError
     from core.run_summary import summarize_run
 
@@ -176,8 +175,11 @@ def _cmd_summary(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from None
     print(summary.text())
     if args.csv:
-        with open(args.csv, "w", encoding="utf-8") as fh:
-            fh.write(dg.summary_csv(summary.rows))
+        try:
+            with open(args.csv, "w", encoding="utf-8") as fh:
+                fh.write(summary.table_csv())
+        except OSError as err:
+            raise UserError(f"{args.csv}: cannot write the table: {err.strerror or err}") from None
         print(f"table written to {args.csv}")
     return 0
 
@@ -215,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("summary", help="print the diagnostics table of a run")
     p.add_argument("rundir")
-    p.add_argument("--csv", help="also write the table as CSV")
+    p.add_argument("--csv", help="also write the diagnostics table (pooled and per chain) as CSV")
     p.set_defaults(func=_cmd_summary)
     return parser
 

@@ -6,7 +6,8 @@ numpy + zarr only (the GUI process reads stores; no TensorFlow). Layout::
       run.zarr/                         xarray.open_datatree(RUNDIR/run.zarr, engine="zarr")
         .zattrs                         config (TOML text), fieldscope_version, status, error,
                                         model_kind, progress {warmup_draws, draws, field_draws,
-                                        chunks}, chains, num_warmup, num_samples, thin, ...
+                                        chunks}, timing {warmup_seconds, sampling_seconds},
+                                        chains, num_warmup, num_samples, thin, ...
         posterior/<param>               (chain, draw)       every post-warmup draw
         warmup_posterior/<param>        (chain, draw)       every warmup draw
         sample_stats/<stat>             (chain, draw)       lp, acceptance_rate, step_size,
@@ -212,8 +213,10 @@ class RunStoreWriter:
 
     # -- appending ---------------------------------------------------------------
 
-    def append(self, record: ChunkRecord, progress: dict) -> None:
-        """Append one chunk, then publish ``progress`` (readers trust only that)."""
+    def append(self, record: ChunkRecord, progress: dict, timing: dict | None = None) -> None:
+        """Append one chunk, then publish ``progress`` (readers trust only that) and, when
+        given, ``timing`` (root attribute: warmup_seconds, sampling_seconds, the wall time
+        of the chunks so far, for ESS per second)."""
         r = self.root
         for group, values in (("warmup_sample_stats", record.warmup_stats), ("sample_stats", record.stats),
                               ("warmup_posterior", record.warmup_params), ("posterior", record.params)):
@@ -231,7 +234,10 @@ class RunStoreWriter:
             fm["mean"][...] = mean
             fm["std"][...] = std
             fm.attrs["count"] = int(count)
-        r.attrs.update({"progress": dict(progress), "updated": _now()})
+        attrs = {"progress": dict(progress), "updated": _now()}
+        if timing is not None:
+            attrs["timing"] = {key: float(value) for key, value in timing.items()}
+        r.attrs.update(attrs)
         _consolidate(self.store_path)
 
     def set_status(self, status: str, error: str = "") -> None:

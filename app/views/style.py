@@ -78,3 +78,24 @@ def add_empty_hint(plot: pg.PlotItem, text: str) -> pg.TextItem:
     hint.setParentItem(plot.getViewBox())
     hint.setPos(8, 4)
     return hint
+
+
+def sparse_log_ticks(axis: pg.AxisItem) -> pg.AxisItem:
+    """Label a log-mode axis only at 1, 2 and 5 times powers of ten (plus every power of
+    ten): pyqtgraph labels every minor tick when the range spans about one decade, and in
+    a narrow panel the labels run into each other. The ticks themselves stay."""
+    plain = axis.logTickStrings
+
+    def tick_strings(values, scale, spacing):
+        strings = plain(values, scale, spacing)
+        if len(values) <= 4:
+            return strings
+        keep = []
+        for value, text in zip(values, strings):
+            mantissa = 10 ** (float(value) % 1.0)
+            keep.append(text if min(abs(mantissa - m) for m in (1.0, 2.0, 5.0, 10.0)) < 0.05
+                        else "")
+        return keep
+
+    axis.logTickStrings = tick_strings
+    return axis

@@ -1,0 +1,280 @@
+"""The diagnostics panel: the summary table of a run (pooled and per chain) and the
+convergence of P(k) shell by shell.
+
+The numbers are ``core.run_summary``'s, read from the run store (``RunState.run_dir``):
+the table is ``RunSummary.table()`` -- exactly what ``fieldscope summary`` prints and
+``summary --csv`` writes -- with the cells formatted by ``run_summary.format_cell``. So the
+panel works alike for a run this window drives (the engine writes the store), a store
+another process is writing, and a finished run.
+
+Columns: scope (pooled, chain c), quantity (each sampled parameter, lp), mean, sd, R-hat,
+bulk and tail ESS, ESS per second, ESS per gradient evaluation, divergences, acceptance,
+step size (definitions in ``core.run_summary``). Cells that need attention are coloured:
+R-hat > 1.01 and divergences > 0 red, an ESS below 100 orange. The scope's health columns
+(divergences, acceptance, step size) span its rows.
+
+Below the table, bulk and tail ESS and R-hat of the stored P(k) draws per k-shell
+(``core.diagnostics.shell_diagnostics``), against the shell centre k.
+
+Threading. Reading the store and computing the diagnostics run in a worker thread
+(``app.views.power.BackgroundJob``): at most one computation is in flight, and
+``refresh`` asks for a new one only when the run's progress (draws, chunks) or status
+moved since the last request; requests made while one runs collapse into one that
+starts when it ends. A result for another run (``layout_version`` or run directory
+changed) is dropped; a result of the same run that is one chunk old is shown and the
+newer one follows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
+
+from app.run_state import RunState
+from app.views.power import BackgroundJob
+from app.views.style import add_empty_hint, add_legend, sparse_log_ticks
+from core import run_summary
+from core.run_store import STORE_NAME, RunStoreError
+from core.run_summary import TEXT_COLUMNS, format_cell, needs_attention
+
+__all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS"]
+
+#: background of cells that need attention
+ATTENTION_COLOURS = {"r_hat": "#b3261e", "divergences": "#b3261e", "ess_bulk": "#c26a00",
+                     "ess_tail": "#c26a00"}
+ATTENTION_TIPS = {"r_hat": "R-hat above 1.01: the chains have not mixed (run longer, check the model)",
+                  "divergences": "divergent transitions: the sampler missed part of the posterior "
+                                 "(smaller step size, higher target acceptance, reparameterise)",
+                  "ess_bulk": "bulk ESS below 100: too few effective draws for reliable estimates",
+                  "ess_tail": "tail ESS below 100: quantiles and intervals are unreliable"}
+HEADER_TIPS = {
+    "r_hat": "rank-normalised split R-hat; for one chain, its two halves compared",
+    "ess_bulk": "bulk effective sample size (rank-normalised)",
+    "ess_tail": "tail effective sample size (5% and 95% quantiles)",
+    "ess_bulk_per_second": "bulk ESS per second of post-warmup sampling wall time",
+    "ess_bulk_per_gradient": "bulk ESS per gradient evaluation (post-warmup leapfrog steps)",
+    "divergences": "divergent post-warmup transitions",
+    "acceptance": "mean acceptance rate of the post-warmup draws",
+    "step_size": "final adapted step size (pooled: mean over chains)",
+}
+#: columns that describe a whole scope (a chain, or all): one cell spans the scope's rows
+SCOPE_COLUMNS = ("scope", "divergences", "acceptance", "step_size")
+
+
+def compute_summary(run_dir) -> run_summary.RunSummary:
+    """The panel's worker: ``summarize_run`` without the voxel-wise field ESS (which reads
+    whole fields and is not shown here)."""
+    return run_summary.summarize_run(run_dir, field_diagnostics=False)
+
+
+class DiagnosticsView(QtWidgets.QWidget):
+    """Table of R-hat / ESS / health per chain and pooled, and P(k)-shell diagnostics.
+
+    ``table`` is the QTableWidget (each item also holds its raw value in
+    ``Qt.UserRole``); ``shell_curves`` maps "ess_bulk", "ess_tail", "rhat" to their curves;
+    ``summary`` is the RunSummary on show (None before the first). ``computed`` is
+    emitted after a result was shown (or an error reported).
+    """
+
+    computed = QtCore.Signal()
+
+    def __init__(self, run_state: RunState, parent=None):
+        super().__init__(parent)
+        self.state = run_state
+        self.summary: run_summary.RunSummary | None = None
+        self.message = QtWidgets.QLabel("")
+        self.message.setWordWrap(True)
+        self.table = QtWidgets.QTableWidget(0, len(TEXT_COLUMNS))
+        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(False)
+        for col, (name, header) in enumerate(TEXT_COLUMNS):
+            item = QtWidgets.QTableWidgetItem(header)
+            item.setToolTip(HEADER_TIPS.get(name, ""))
+            self.table.setHorizontalHeaderItem(col, item)
+        self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.ess_plot = self.graphics.addPlot(row=0, col=0)
+        self.rhat_plot = self.graphics.addPlot(row=0, col=1)
+        for plot, label in ((self.ess_plot, "ESS per k-shell"), (self.rhat_plot, "R-hat per k-shell")):
+            plot.setLogMode(x=True)
+            plot.showGrid(x=True, y=True, alpha=0.15)
+            plot.setLabel("left", label)
+            plot.setLabel("bottom", "k")
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+            sparse_log_ticks(plot.getAxis("bottom"))
+        add_legend(self.ess_plot)
+        self.shell_curves = {
+            "ess_bulk": self.ess_plot.plot(pen=pg.mkPen("#4fa3ff", width=1.5), symbol="o", symbolSize=4,
+                                           symbolPen=None, symbolBrush="#4fa3ff", name="bulk ESS",
+                                           connect="finite"),
+            "ess_tail": self.ess_plot.plot(pen=pg.mkPen("#ffa640", width=1.5), symbol="o", symbolSize=4,
+                                           symbolPen=None, symbolBrush="#ffa640", name="tail ESS",
+                                           connect="finite"),
+            "rhat": self.rhat_plot.plot(pen=pg.mkPen("#5fd35f", width=1.5), symbol="o", symbolSize=4,
+                                        symbolPen=None, symbolBrush="#5fd35f", connect="finite"),
+        }
+        dashed = QtCore.Qt.PenStyle.DashLine
+        self.ess_plot.addItem(pg.InfiniteLine(pos=run_summary.ESS_ATTENTION, angle=0, movable=False,
+                                              pen=pg.mkPen(ATTENTION_COLOURS["ess_bulk"], style=dashed)))
+        self.rhat_plot.addItem(pg.InfiniteLine(pos=run_summary.RHAT_ATTENTION, angle=0, movable=False,
+                                               pen=pg.mkPen(ATTENTION_COLOURS["r_hat"], style=dashed)))
+        self.shell_hint = add_empty_hint(self.ess_plot, "")
+        splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        splitter.addWidget(self.table)
+        splitter.addWidget(self.graphics)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.message)
+        layout.addWidget(splitter, 1)
+        self.job = BackgroundJob(self)
+        self.job.finished.connect(self._on_computed)
+        self.destroyed.connect(self.job.close)
+        self._requested = None
+        self._run_seen = None
+        self._error = ""
+        self._show_hint()
+
+    # -- refreshing -----------------------------------------------------------------------
+
+    def _run_key(self):
+        st = self.state
+        return (st.layout_version, str(st.run_dir) if st.run_dir is not None else None)
+
+    def refresh(self, force: bool = False) -> bool:
+        """Ask for a new summary when the run's progress or status moved (or ``force``).
+        Returns whether a computation was asked for; the table changes when it lands."""
+        st = self.state
+        run = self._run_key()
+        if run != self._run_seen:              # another run: forget the one on show
+            self._run_seen = run
+            self.job.cancel_pending()
+            self._requested = None
+            self._error = ""
+            self._show(None)
+        if st.run_dir is None or not (st.run_dir / STORE_NAME).exists():
+            self._show_hint()
+            return False
+        key = (run, tuple(sorted(st.progress.items())), st.status)
+        if key == self._requested and not force:
+            return False
+        self._requested = key
+        self.job.request(run, compute_summary, st.run_dir)
+        return True
+
+    @property
+    def busy(self) -> bool:
+        """Whether a computation runs or waits."""
+        return self.job.busy
+
+    @QtCore.Slot(object, object, object)
+    def _on_computed(self, run, summary, error) -> None:
+        if run != self._run_key():
+            return                               # another run's: dropped
+        if error is not None:
+            if isinstance(error, (RunStoreError, KeyError, OSError, ValueError)):
+                self._error = f"the run store could not be read: {error}"
+            else:
+                self._error = f"the diagnostics failed: {type(error).__name__}: {error}"
+            self._show_hint()
+        else:
+            self._error = ""
+            self._show(summary)
+        self.computed.emit()
+
+    # -- drawing ------------------------------------------------------------------------
+
+    def _show(self, summary) -> None:
+        self.summary = summary
+        self._fill_table(summary.table() if summary is not None else [])
+        shells = summary.shells if summary is not None else None
+        if shells is not None and summary.shell_k is not None:
+            k = np.asarray(summary.shell_k, float)
+            for name, curve in self.shell_curves.items():
+                curve.setData(k, np.asarray(getattr(shells, name), float))
+        else:
+            for curve in self.shell_curves.values():
+                curve.setData([], [])
+        self._show_hint()
+
+    def _fill_table(self, rows) -> None:
+        table = self.table
+        table.setUpdatesEnabled(False)
+        table.clearSpans()
+        table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for col, (name, _) in enumerate(TEXT_COLUMNS):
+                value = getattr(row, name)
+                item = QtWidgets.QTableWidgetItem(format_cell(name, value))
+                item.setData(QtCore.Qt.ItemDataRole.UserRole, value)
+                if name not in ("scope", "quantity"):
+                    item.setTextAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
+                if needs_attention(name, value):
+                    item.setBackground(QtGui.QBrush(QtGui.QColor(ATTENTION_COLOURS[name])))
+                    item.setForeground(QtGui.QBrush(QtGui.QColor("#ffffff")))
+                    item.setToolTip(ATTENTION_TIPS[name])
+                table.setItem(r, col, item)
+        # one cell per scope for what describes the scope, not the quantity
+        start = 0
+        for r in range(1, len(rows) + 1):
+            if r == len(rows) or rows[r].scope != rows[start].scope:
+                if r - start > 1:
+                    for name in SCOPE_COLUMNS:
+                        table.setSpan(start, _column(name), r - start, 1)
+                start = r
+        table.setUpdatesEnabled(True)
+
+    def _show_hint(self) -> None:
+        st, s = self.state, self.summary
+        if self._error:
+            text = self._error
+        elif st.run_dir is None:
+            text = "no run store: the diagnostics appear once a run writes one (or open a run)"
+        elif not (st.run_dir / STORE_NAME).exists():
+            text = f"waiting for the run store in {st.run_dir}"
+        elif s is None:
+            text = "reading the run store..."
+        elif not s.rows:
+            text = (f"{s.status}: no post-warmup draws yet; the table fills in once sampling has "
+                    "begun (R-hat and ESS need at least 4 draws per chain)")
+        else:
+            p = s.progress
+            parts = [s.status, f"{p.get('draws', 0)} draws per chain",
+                     f"{s.sampling_gradient_evaluations} gradient evaluations"]
+            parts.append("sampling time not recorded (ESS/s is nan)" if math.isnan(s.sampling_seconds)
+                         else f"sampling time {s.sampling_seconds:.3g} s")
+            text = "  |  ".join(parts)
+        self.message.setText(text)
+        if s is None or s.shells is None:
+            self.shell_hint.setText("P(k) shells: need at least 4 stored field draws"
+                                    if st.has_field or st.chains is None else "no field in this run")
+            self.shell_hint.setVisible(True)
+        else:
+            self.shell_hint.setVisible(False)
+
+    # -- export -----------------------------------------------------------------------------
+
+    def export_csv(self, path) -> None:
+        """Write the table as ``fieldscope summary --csv`` does. Raises ValueError when there
+        is nothing to write yet, OSError (with the path and reason) when it cannot be written."""
+        if self.summary is None:
+            raise ValueError("no diagnostics to export yet (the run store has not been read)")
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(self.summary.table_csv())
+        except OSError as err:
+            raise OSError(f"{path}: cannot write the diagnostics table: {err.strerror or err}") from None
+
+    def export_png(self, path) -> None:
+        """Save the panel as it is shown as PNG. Raises OSError when it cannot be written."""
+        if not self.grab().save(str(path), "PNG"):
+            raise OSError(f"{path}: cannot write the PNG image")
+
+
+def _column(name: str) -> int:
+    return [c for c, _ in TEXT_COLUMNS].index(name)

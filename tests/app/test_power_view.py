@@ -1,0 +1,255 @@
+"""The power-spectrum panel: its curves against core.power_estimator on the same fields, the
+prior against the spectrum, the cosmic-variance band against a Monte Carlo of real fields,
+live updates, stale results, and the fallbacks (no config, no field)."""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+
+import numpy as np
+import pytest
+from pyqtgraph.Qt import QtGui
+
+from app.run_state import RunState
+from app.views import power as pview
+from app.views.power import PowerView, cosmic_variance, masked_data_field
+from core.grid import Grid
+from core.power_estimator import measure_power
+from core.power_spectrum import PowerLaw
+from test_run_state import fake_run, feed, meta_for
+
+GRID = (8, 6, 5)
+BOX = (32.0, 30.0, 20.0)
+CONFIG = """\
+[model]
+kind = "field"
+[data]
+path = "data.npz"
+noise_sigma = 0.5
+mask = "mask"
+[grid]
+box_size = [32.0, 30.0, 20.0]
+unit = "Mpc"
+[prior]
+kind = "power_law"
+k_pivot = 0.2
+amplitude = 3.0
+index = { dist = "normal", loc = -1.5, scale = 0.3 }
+"""
+RTOL = 1e-6
+
+
+def observed(seed=5):
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(size=GRID)
+    mask = np.ones(GRID, bool)
+    mask[2:4, :, 1] = False
+    data = truth + 0.5 * rng.normal(size=GRID) + 0.7       # an offset the panel subtracts
+    data[~mask] = np.nan
+    data[0, 0, 0] = np.nan                                 # a NaN value counts as masked
+    return {"data": data, "mask": mask, "truth": truth, "noise": np.full(GRID, 0.5)}
+
+
+def make_state(config_text=CONFIG, **kwargs):
+    events, _ = fake_run(num_warmup=20, num_samples=40, chunk_size=12, thin=2, grid=GRID,
+                         param_names=("index",), **kwargs)
+    state = RunState()
+    state.reset(meta_for(num_warmup=20, num_samples=40, thin=2, grid=GRID, param_names=("index",),
+                         observed=observed(), config_text=config_text))
+    return state, events
+
+
+def shown(view, qtbot):
+    qtbot.addWidget(view)
+    view.resize(700, 600)
+    view.show()
+    qtbot.waitExposed(view)
+    return view
+
+
+def wait_measured(qtbot, view, field_version):
+    qtbot.waitUntil(lambda: view.measured is not None and view.measured.field_version == field_version
+                    and not view.job.busy, timeout=20000)
+
+
+def data_of(curve):
+    x, y = curve.getOriginalDataset()
+    return np.asarray(x), np.asarray(y)
+
+
+def test_curves_equal_core_estimator_and_prior(qtbot, tmp_path):
+    state, events = make_state()
+    feed(state, events)
+    view = shown(PowerView(state), qtbot)
+    assert view.refresh()
+    wait_measured(qtbot, view, state.field_version)
+    grid = Grid(GRID, BOX)
+    ref = measure_power(np.zeros(GRID), grid)
+    k = ref.k
+    # the latest draw of every chain, the running mean, the truth: core's estimator
+    for c in range(2):
+        x, y = data_of(view.curves["latest"][c])
+        np.testing.assert_allclose(x, k, rtol=RTOL)
+        np.testing.assert_allclose(y, measure_power(state.latest_field[c].astype(np.float64), grid).power,
+                                   rtol=RTOL)
+    np.testing.assert_allclose(data_of(view.curves["mean"])[1], measure_power(state.mean, grid).power, rtol=RTOL)
+    obs = observed()
+    np.testing.assert_allclose(data_of(view.curves["truth"])[1], measure_power(obs["truth"], grid).power,
+                               rtol=RTOL)
+    # the data: observed voxels minus their mean, zero elsewhere, divided by the observed fraction
+    seen = obs["mask"] & np.isfinite(obs["data"])
+    filled = np.zeros(GRID)
+    filled[seen] = obs["data"][seen] - obs["data"][seen].mean()
+    fraction = seen.sum() / seen.size
+    np.testing.assert_allclose(data_of(view.curves["data"])[1],
+                               measure_power(filled, grid).power / fraction, rtol=RTOL)
+    assert f"f = {fraction:.3f}" in view.note.text()
+    got_filled, got_fraction = masked_data_field(obs["data"], obs["mask"])
+    np.testing.assert_allclose(got_filled, filled, atol=1e-12)
+    # the noise level: <sigma^2> V / N
+    np.testing.assert_allclose(data_of(view.curves["noise"])[1], 0.25 * grid.volume / grid.n_cells, rtol=1e-12)
+    # the prior at each chain's latest index, the fixed amplitude from the config
+    for c in range(2):
+        index = state.param("index")[c, -1]
+        expected = PowerLaw(amplitude=3.0, index=float(index), k_pivot=0.2).evaluate(k)
+        np.testing.assert_allclose(data_of(view.curves["prior"][c])[1], expected, rtol=1e-12)
+        np.testing.assert_allclose(view.prior_values[c], expected, rtol=1e-12)
+        ratio = measure_power(state.latest_field[c].astype(np.float64), grid).power / expected
+        np.testing.assert_allclose(data_of(view.ratio_curves[c])[1], ratio, rtol=RTOL)
+    prior0 = view.prior_values[0]
+    rel = np.sqrt(2.0 / ref.counts)
+    np.testing.assert_allclose(data_of(view.curves["band_high"])[1], prior0 * (1 + rel), rtol=1e-12)
+    np.testing.assert_allclose(data_of(view.curves["band_low"])[1],
+                               prior0 * np.maximum(1 - rel, pview.BAND_FLOOR), rtol=1e-12)
+    np.testing.assert_allclose(data_of(view.ratio_band_high)[1], 1 + rel, rtol=1e-12)
+    assert not view.empty_hint.isVisible()
+    # export: every curve as a column, the same numbers
+    view.export_csv(tmp_path / "pk.csv")
+    rows = list(csv.DictReader((tmp_path / "pk.csv").open()))
+    assert len(rows) == len(k)
+    np.testing.assert_allclose([float(r["k"]) for r in rows], k, rtol=1e-15)
+    np.testing.assert_allclose([float(r["latest_chain_1"]) for r in rows], data_of(view.curves["latest"][1])[1],
+                               rtol=1e-15)
+    np.testing.assert_allclose([float(r["prior_chain_0"]) for r in rows], prior0, rtol=1e-15)
+    np.testing.assert_allclose([float(r["data"]) for r in rows], data_of(view.curves["data"])[1], rtol=1e-15)
+    assert [int(float(r["mode_count"])) for r in rows] == list(ref.counts)
+    view.export_png(tmp_path / "pk.png")
+    assert QtGui.QImage(str(tmp_path / "pk.png")).width() == view.width()
+    with pytest.raises(OSError, match="cannot write"):
+        view.export_csv(tmp_path / "missing" / "pk.csv")
+
+
+def test_cosmic_variance_band_is_the_spread_of_real_gaussian_fields():
+    """1 / sqrt(N_ind) = sqrt(2 / c), self-conjugate modes included, against 4000 white fields
+    on an even/odd grid (every shell mixes conjugate pairs and self-conjugate modes)."""
+    grid = Grid((6, 4, 5), (6.0, 4.0, 5.0))
+    fields = np.random.default_rng(1).normal(size=(4000, 6, 4, 5))
+    m = measure_power(fields, grid)
+    spread = m.power.std(axis=0, ddof=1) / m.power.mean(axis=0)
+    expected = cosmic_variance(m.counts)
+    # the sd of a sample sd of 4000 draws is about 1.2 % (chi-square-ish shell powers)
+    np.testing.assert_allclose(spread, expected, rtol=0.06)
+    # counting the modes as c independent real ones (1 / sqrt(c)) would be 30 % off
+    assert np.all(np.abs(spread * np.sqrt(m.counts) - 1) > 0.2)
+
+
+def test_live_updates_only_when_the_fields_move(qtbot, monkeypatch):
+    state, events = make_state()
+    feed(state, events[:4])
+    view = shown(PowerView(state), qtbot)
+    view.refresh()
+    wait_measured(qtbot, view, state.field_version)
+    calls = []
+    real = pview.measure_curves
+    monkeypatch.setattr(pview, "measure_curves", lambda *a: calls.append(1) or real(*a))
+    assert not view.refresh() and not view.job.busy and not calls
+    first = data_of(view.curves["latest"][0])[1]
+    feed(state, events[4:])
+    assert view.refresh()
+    wait_measured(qtbot, view, state.field_version)
+    assert len(calls) == 1
+    grid = Grid(GRID, BOX)
+    latest = data_of(view.curves["latest"][0])[1]
+    assert not np.allclose(latest, first)
+    np.testing.assert_allclose(latest, measure_power(state.latest_field[0].astype(np.float64), grid).power,
+                               rtol=RTOL)
+    expected = PowerLaw(amplitude=3.0, index=float(state.param("index")[0, -1]), k_pivot=0.2)
+    np.testing.assert_allclose(view.prior_values[0], expected.evaluate(view.measured.k), rtol=1e-12)
+
+
+def test_a_stale_result_is_dropped_and_the_gui_thread_keeps_running(qtbot, monkeypatch):
+    state, events = make_state()
+    feed(state, events)
+    release = threading.Event()
+    real = pview.measure_curves
+    threads = []
+
+    def slow(*args):
+        threads.append(threading.current_thread())
+        if not release.is_set():
+            release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(pview, "measure_curves", slow)
+    view = shown(PowerView(state), qtbot)
+    t0 = time.perf_counter()
+    view.refresh()
+    assert time.perf_counter() - t0 < 0.1 and view.job.busy
+    qtbot.wait(100)                                   # the event loop turns while it computes
+    old_layout = state.layout_version
+    other, other_events = make_state(seed=7)
+    state.reset(meta_for(num_warmup=20, num_samples=40, thin=2, grid=GRID, param_names=("index",),
+                         observed=observed(), config_text=CONFIG))
+    feed(state, other_events)
+    view.refresh()
+    results = []
+    view.computed.connect(lambda: results.append(view.measured.layout))
+    release.set()
+    wait_measured(qtbot, view, state.field_version)
+    assert threading.main_thread() not in threads
+    assert results and all(layout == state.layout_version != old_layout for layout in results)
+    grid = Grid(GRID, BOX)
+    np.testing.assert_allclose(data_of(view.curves["latest"][1])[1],
+                               measure_power(state.latest_field[1].astype(np.float64), grid).power, rtol=RTOL)
+
+
+def test_without_config_the_engine_power_is_shown(qtbot):
+    state, events = make_state(config_text="")
+    state.k_centres = np.array([0.1, 0.2, 0.3])
+    feed(state, events)
+    view = shown(PowerView(state), qtbot)
+    view.refresh()
+    qtbot.wait(50)
+    assert view.measured is None and not view.job.busy
+    for c in range(2):
+        x, y = data_of(view.curves["latest"][c])
+        np.testing.assert_array_equal(x, state.k_centres)
+        np.testing.assert_array_equal(y, state.latest_power[c])
+    assert "box size unknown" in view.note.text()
+    assert not view.curves["prior"][0].isVisible()
+
+
+def test_hints_before_draws_and_without_a_field(qtbot, tmp_path):
+    state, events = make_state()
+    view = shown(PowerView(state), qtbot)
+    view.refresh()
+    wait_measured(qtbot, view, state.field_version)      # the data and truth, no draw yet
+    assert view.empty_hint.isVisible()
+    assert "waiting for the first field draw" in view.empty_hint.textItem.toPlainText()
+    assert "waiting for the first draw of the hyperparameters" in view.note.text()
+    assert view.curves["data"].isVisible() and not view.curves["prior"][0].isVisible()
+    integral = RunState()
+    integral.reset({"chains": 2, "param_names": ["A"], "model_kind": "integral"})
+    iview = shown(PowerView(integral), qtbot)
+    iview.refresh()
+    assert "no field" in iview.empty_hint.textItem.toPlainText()
+    # a prior table that is not there: said in the note, the rest still drawn
+    table_config = CONFIG.split("[prior]")[0] + '[prior]\nkind = "table"\ntable = "nope.txt"\n'
+    bad = RunState()
+    bad.reset(meta_for(grid=GRID, param_names=(), config_text=table_config, config_dir=str(tmp_path)))
+    assert bad.config is not None and bad.config.prior.kind == "table"
+    bview = shown(PowerView(bad), qtbot)
+    bview.refresh()
+    assert "nope.txt" in bview.note.text() and "prior table" in bview.note.text()
