@@ -43,7 +43,9 @@ import tensorflow_probability as tfp
 from core import config as cfgmod
 from core.hmc_kernel import MAX_UNROLL, UnrolledHamiltonianMonteCarlo
 from core.models import build_model
-from core.run_store import ChunkRecord, RunStoreWriter, read_checkpoint, write_checkpoint
+from core import run_lock
+from core.run_store import (STORE_NAME, ChunkRecord, RunStoreError, RunStoreWriter, read_checkpoint,
+                            write_checkpoint)
 
 tfd = tfp.distributions
 
@@ -368,9 +370,30 @@ class Engine:
 
     # -- running ------------------------------------------------------------------------
 
+    def _take_lock(self) -> None:
+        """Become the run directory's only writer (core.run_lock); released when the run
+        ends. A live writer elsewhere (another terminal, the GUI) is refused by name."""
+        try:
+            run_lock.acquire(self.run_dir)
+        except run_lock.LockHeld as err:
+            raise EngineError(str(err)) from None
+        except OSError as err:
+            raise EngineError(f"{self.run_dir}: cannot write the run directory: "
+                              f"{err.strerror or err}") from None
+
     def start(self) -> str:
         """A new run in an empty run directory. Returns the final status."""
         self._build()
+        if (self.run_dir / STORE_NAME).exists():
+            raise RunStoreError(f"{self.run_dir}: already holds a run; resume it, or choose a "
+                                "new directory")
+        self._take_lock()
+        try:
+            return self._start()
+        finally:
+            run_lock.release(self.run_dir)
+
+    def _start(self) -> str:
         model, s = self.model, self.sampler
         extra = {}
         if model.has_field:
@@ -384,6 +407,15 @@ class Engine:
 
     def resume(self, num_samples: int | None = None) -> str:
         """Continue the chains of a stopped (or finished, with more ``num_samples``) run."""
+        if not (self.run_dir / STORE_NAME).exists():
+            raise RunStoreError(f"{self.run_dir}: not a Fieldscope run directory (no {STORE_NAME})")
+        self._take_lock()
+        try:
+            return self._resume(num_samples)
+        finally:
+            run_lock.release(self.run_dir)
+
+    def _resume(self, num_samples: int | None) -> str:
         self._build()
         st, meta = self._restore()
         if meta.get("config_digest") != _config_digest(self.config_text):
@@ -405,6 +437,10 @@ class Engine:
         sched, s, model = self.schedule, self.sampler, self.model
         self.store.set_status("running")
         started = time.perf_counter()
+        # wall time of the warmup and post-warmup chunks, over every session of the run (a
+        # resumed run goes on from what the store holds); chunks never straddle num_warmup
+        stored = self.store.root.attrs.get("timing") or {}
+        timing = {key: float(stored.get(key, 0.0)) for key in ("warmup_seconds", "sampling_seconds")}
         steps_done_here = 0
         nan_chunks = 0
         try:
@@ -436,7 +472,8 @@ class Engine:
                 self._adapt_at_boundary(st)
                 record, event = self._record(first, n, traces, params, field_buf, power_buf,
                                              int(n_fields), st)
-                self.store.append(record, st["progress"])
+                timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
+                self.store.append(record, st["progress"], timing)
                 self._checkpoint(st)
                 steps_done_here += n
                 event.update(elapsed=elapsed, steps_per_second=n / max(elapsed, 1e-9),
