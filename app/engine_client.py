@@ -227,6 +227,15 @@ class EngineClient(QObject):
         return self._reader.proc if self._reader is not None else None
 
     @property
+    def engine_pid(self) -> int | None:
+        """The engine process's id (None when there is none)."""
+        proc = self.proc
+        try:
+            return proc.process.pid if proc is not None else None
+        except AttributeError:
+            return None
+
+    @property
     def is_ready(self) -> bool:
         r = self._reader
         return bool(r is not None and r.isRunning() and r.is_ready and not r.ended)

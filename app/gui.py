@@ -7,6 +7,7 @@
     --demo                          the built-in demo (written once into the per-user data
                                     folder, ~/.local/share/fieldscope/demo)
     --run                           press Start as soon as the engine is ready
+    --show TAB[,TAB]                bring these views to the front (e.g. "3D volume,P(k)")
     --screenshot PNG --quit-after S save the window S seconds after the run's first chunk
                                     (with --run; else after the window appeared) and quit:
                                     for docs and CI. Exit status 0 when the PNG was written
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true", help="open the built-in demo")
     parser.add_argument("--run", action="store_true",
                         help="start the run as soon as the engine is ready")
+    parser.add_argument("--show", metavar="TAB[,TAB]",
+                        help="views to bring to the front, by tab name, e.g. "
+                             "\"3D volume,Diagnostics\"")
     parser.add_argument("--screenshot", metavar="PNG",
                         help="save a picture of the window, then quit (needs --quit-after)")
     parser.add_argument("--quit-after", type=float, metavar="S",
@@ -59,14 +63,9 @@ def display_available() -> bool:
 
 def demo_config() -> Path:
     """The demo's config, written into the per-user data folder on first use."""
-    from app.main_window import user_data_dir
-    from core.demo import write_demo
+    from app.main_window import demo_path
 
-    folder = user_data_dir() / "demo"
-    config = folder / DEMO_CONFIG
-    if not (config.exists() and (folder / "demo_field.npz").exists()):
-        write_demo(folder)
-    return config
+    return demo_path(DEMO_CONFIG)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +112,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"fieldscope gui: cannot write the demo: {exc}", file=sys.stderr)
         return 2
 
+    show = [name.strip() for name in (args.show or "").split(",") if name.strip()]
+    from app.views.live import LEFT_TABS, RIGHT_TABS
+
+    unknown = [name for name in show if name not in LEFT_TABS + RIGHT_TABS]
+    if unknown:
+        print(f"fieldscope gui: --show {', '.join(unknown)}: no such view; the views are "
+              f"{', '.join(LEFT_TABS + RIGHT_TABS)}", file=sys.stderr)
+        return 2
+
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -130,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
         window.open_config(config)
     elif run_dir is not None:
         window.open_run_dir(run_dir)
+    if window.views is not None:
+        for name in show:
+            window.views.show_tab(name)
     window.show()
     shown_after = time.perf_counter() - t0
     window.shown_after = shown_after
@@ -187,6 +198,7 @@ def _arrange_screenshot(window, app, args, result) -> None:
     from PySide6.QtCore import QTimer
 
     delay_ms = int(args.quit_after * 1000)
+    show_tabs = [name.strip() for name in (args.show or "").split(",") if name.strip()]
     fired = {"armed": False, "done": False}
     failed = {"value": False}
 
@@ -194,7 +206,12 @@ def _arrange_screenshot(window, app, args, result) -> None:
         if fired["done"]:
             return
         fired["done"] = True
+        if window.views is not None:
+            for name in show_tabs:
+                window.views.show_tab(name)
         window.refresh_views()
+        if window.views is not None:
+            window.views.refresh(force=True)
         app.processEvents()
         path = Path(args.screenshot).expanduser()
         try:

@@ -29,6 +29,7 @@ import inspect
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -39,11 +40,18 @@ from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QM
 from app.config_state import ConfigState
 from app.engine_client import EngineClient
 from app.panels import SetupPanel, make_panels
+from core import run_lock
 from core.config import ConfigError
 
 __all__ = ["MainWindow", "default_run_dir", "user_data_dir"]
 
+#: store statuses of a run whose writer may still be appending
+LIVE_STATUSES = ("created", "running", "paused")
+
 VIEW_REFRESH_HZ = 10
+#: how often a run written by another process is polled (reads only the store's
+#: attributes unless it grew; the writer is never slowed down: see bench/watch.py)
+WATCH_INTERVAL_MS = 1000
 PHASE_TEXT = {"loading": "loading the data and building the model…",
               "compiling": "compiling the sampler (XLA; the first chunk takes longest)…",
               "warmup": "warmup", "sampling": "sampling", "paused": "paused",
@@ -66,6 +74,24 @@ def user_data_dir() -> Path:
     path = Path(tempfile.gettempdir()) / f"fieldscope-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+#: the built-in demos (File > Demos): menu text -> config file in the demo folder
+DEMOS = {"Field, P(k) index sampled": "field.toml",
+         "Field, P(k) fixed (exact answer known)": "field_exact.toml",
+         "Integral model (1-D series)": "integral.toml"}
+
+
+def demo_path(name: str) -> Path:
+    """A file of the built-in demo (``core.demo.write_demo``), written into the per-user
+    data folder on first use (and again when one of its files is missing)."""
+    from core.demo import write_demo
+
+    folder = user_data_dir() / "demo"
+    wanted = ("demo_field.npz", "series.csv", *DEMOS.values())
+    if not all((folder / f).exists() for f in wanted):
+        write_demo(folder)
+    return folder / name
 
 
 def default_run_dir(state: ConfigState, now: _dt.datetime | None = None) -> Path:
@@ -134,6 +160,12 @@ class MainWindow(QMainWindow):
         self.view_timer = QTimer(self)
         self.view_timer.setInterval(int(1000 / VIEW_REFRESH_HZ))
         self.view_timer.timeout.connect(self.refresh_views)
+        # following a run store that another process writes (File > Open run directory)
+        self.watching: Path | None = None
+        self.watch_timer = QTimer(self)
+        self.watch_timer.setInterval(WATCH_INTERVAL_MS)
+        self.watch_timer.timeout.connect(self._watch_tick)
+        self._watch_last_change = 0.0
 
         self.state.connect_any(self._on_state_changed)
         self.validate()
@@ -236,6 +268,14 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.open_data_action)
         file_menu.addAction(self.open_run_action)
+        demos = file_menu.addMenu("De&mos")
+        for text, name in DEMOS.items():
+            action = demos.addAction(text)
+            action.triggered.connect(lambda _c=False, n=name: self.open_demo(n))
+        file_menu.addSeparator()
+        self.export_menu = file_menu.addMenu("&Export")
+        self.export_menu.aboutToShow.connect(self._fill_export_menu)
+        self._fill_export_menu()
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
 
@@ -335,6 +375,18 @@ class MainWindow(QMainWindow):
         self._update_title()
         return True
 
+    def open_demo(self, name: str) -> bool:
+        """Open one of the built-in demo configs (``DEMOS``)."""
+        if self.run_status != "idle":
+            self.show_message("A run is in progress", "Stop the run before opening a demo.")
+            return False
+        try:
+            path = demo_path(name)
+        except OSError as exc:
+            self.show_message("Cannot write the demo", f"the demo files could not be written: {exc}")
+            return False
+        return self.open_config(path)
+
     def _open_config_dialog(self) -> None:
         start = str(self.state.path.parent if self.state.path else self.state.base_dir)
         path, _ = QFileDialog.getOpenFileName(self, "Open config", start,
@@ -365,6 +417,83 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, "Save config", start,
                                               "Fieldscope config (*.toml)")
         return self.save_config(path) if path else False
+
+    # -- export ---------------------------------------------------------------------------------
+
+    def _fill_export_menu(self) -> None:
+        menu = self.export_menu
+        menu.clear()
+        names = []
+        if self.views is not None:
+            names = self.views.tab_names("left") + self.views.tab_names("right")
+        for name in names + ["Whole window"]:
+            action = menu.addAction(f"{name} as PNG…")
+            action.triggered.connect(lambda _c=False, n=name: self._export_png_dialog(n))
+        menu.addSeparator()
+        if self.views is not None:
+            csv = menu.addAction("Diagnostics table as CSV…")
+            csv.triggered.connect(lambda _c=False: self._export_csv_dialog("Diagnostics"))
+            if "P(k)" in names:
+                pk = menu.addAction("P(k) curves as CSV…")
+                pk.triggered.connect(lambda _c=False: self._export_csv_dialog("P(k)"))
+
+    def _export_start(self, suffix: str, name: str) -> str:
+        base = self.run_dir if self.run_dir is not None else self.state.base_dir
+        slug = name.lower().replace(" ", "_").replace("(", "").replace(")", "")
+        return str(Path(base) / f"{slug}.{suffix}")
+
+    def _export_png_dialog(self, name: str) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {name} as PNG",
+                                              self._export_start("png", name), "PNG image (*.png)")
+        if path:
+            self.export_png(name, path)
+
+    def _export_csv_dialog(self, name: str) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {name} as CSV",
+                                              self._export_start("csv", name), "CSV (*.csv)")
+        if path:
+            self.export_csv(name, path)
+
+    def export_png(self, name: str, path) -> bool:
+        """Save the view called ``name`` (a tab name, or "Whole window") as a PNG image;
+        the view is brought to the front first, so what is saved is what is seen."""
+        try:
+            if name == "Whole window":
+                ok = self.grab().save(str(path), "PNG")
+            else:
+                if self.views is None:
+                    raise ValueError("the live views are not available")
+                view = self.views.show_tab(name)
+                self.views.refresh(force=True)
+                from PySide6.QtWidgets import QApplication
+
+                QApplication.processEvents()
+                if hasattr(view, "export_png"):
+                    view.export_png(path)
+                    ok = Path(path).exists()
+                else:
+                    ok = view.grab().save(str(path), "PNG")
+            if not ok:
+                raise OSError(f"the image could not be written to {path}")
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            self.show_message("Export failed", f"{name} was not saved: {exc}")
+            return False
+        self.message_label.setText(f"saved {name} to {path}")
+        return True
+
+    def export_csv(self, name: str, path) -> bool:
+        """Save the diagnostics table ("Diagnostics", as ``fieldscope summary --csv``
+        writes it) or the P(k) curves ("P(k)") as CSV."""
+        try:
+            if self.views is None:
+                raise ValueError("the live views are not available")
+            view = {"Diagnostics": self.views.diagnostics, "P(k)": self.views.power}[name]
+            view.export_csv(path)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            self.show_message("Export failed", f"{name} was not saved: {exc}")
+            return False
+        self.message_label.setText(f"saved {name} to {path}")
+        return True
 
     # -- engine -------------------------------------------------------------------------------
 
@@ -437,6 +566,7 @@ class MainWindow(QMainWindow):
         return self._launch(text, self.state.base_dir, run_dir, resume=False)
 
     def _launch(self, text: str, base_dir, run_dir: Path, resume: bool) -> bool:
+        self.stop_watching()
         self.run_dir = Path(run_dir)
         self._divergences = 0
         if self.run_state is not None:
@@ -519,7 +649,15 @@ class MainWindow(QMainWindow):
             return None
         if reader.status == "finished":
             return None
+        writer = run_lock.holder(self.run_dir)
+        if writer is not None and writer.alive is not False and not self._own_writer(writer):
+            return None      # another process is writing it (e.g. a watched terminal run)
         return self.run_dir
+
+    def _own_writer(self, writer) -> bool:
+        """Whether ``writer`` (a lock holder) is this window's engine process."""
+        pid = self.client.engine_pid if self.client is not None else None
+        return pid is not None and writer.pid == pid and writer.alive
 
     def continue_run(self) -> bool:
         """Resume the current run directory with its stored config (as ``fieldscope
@@ -568,8 +706,94 @@ class MainWindow(QMainWindow):
         self.message_label.setText(
             f"run {path}: {reader.status}, {progress.get('warmup_draws', 0)} warmup and "
             f"{progress.get('draws', 0)} draws per chain recorded")
+        self.stop_watching()
+        if reader.status in LIVE_STATUSES and self.run_state is not None:
+            if self._writer_gone(path):
+                self._say_interrupted(path)
+            else:
+                self.start_watching(path)
         self._update_actions()
         return True
+
+    # -- watching a run another process writes ----------------------------------------------
+
+    def start_watching(self, path) -> None:
+        """Follow the run store at ``path`` as its writer (``fieldscope run`` in a terminal,
+        maybe on another machine with a shared disk) appends chunks: poll it every
+        WATCH_INTERVAL_MS, append what landed, redraw. Stops when the run ends."""
+        self.watching = Path(path)
+        self._watch_last_change = time.monotonic()
+        self.watch_timer.start()
+        self.phase_label.setText("watching")
+        self._show_watch_progress()
+
+    def stop_watching(self) -> None:
+        self.watch_timer.stop()
+        if self.watching is not None:
+            self.watching = None
+            self.phase_label.setText(PHASE_TEXT.get(self.last_run_status, self.last_run_status))
+
+    def _watch_tick(self) -> None:
+        st = self.run_state
+        if self.watching is None or st is None:
+            self.watch_timer.stop()
+            return
+        try:
+            changed = st.refresh_from_store()
+        except Exception as exc:       # a store deleted or damaged while watched
+            self.stop_watching()
+            self.message_label.setText(f"stopped watching {self.run_dir}: {exc}")
+            return
+        now = time.monotonic()
+        if st.status in LIVE_STATUSES and self._writer_gone(self.watching):
+            path = self.watching
+            self.stop_watching()
+            self.refresh_views()
+            self._say_interrupted(path)
+            self._update_actions()
+            return
+        if changed:
+            self._watch_last_change = now
+            self.refresh_views()
+        self.last_run_status = st.status
+        self._show_watch_progress(now - self._watch_last_change)
+        if st.status not in LIVE_STATUSES:
+            path = self.watching
+            self.stop_watching()
+            self.message_label.setText(f"run {path}: {st.status}" + (
+                f" ({st.error})" if st.error else "") + " (it was written by another process)")
+            self._update_actions()
+
+    @staticmethod
+    def _writer_gone(path) -> bool:
+        """Whether the process that wrote ``path`` is known to be gone (its lock is held by
+        a dead process on this machine)."""
+        writer = run_lock.holder(path)
+        return writer is not None and writer.alive is False
+
+    def _say_interrupted(self, path) -> None:
+        self.last_run_status = "interrupted"
+        self.phase_label.setText("interrupted")
+        self.message_label.setText(
+            f"run {path}: interrupted (the process writing it is gone); "
+            "Run > Continue run resumes it")
+
+    def _show_watch_progress(self, idle: float = 0.0) -> None:
+        st = self.run_state
+        p = st.progress if st is not None else {}
+        done = int(p.get("warmup_draws", 0)) + int(p.get("draws", 0))
+        total = st.steps_total if st is not None else 0
+        self.progress.setVisible(True)
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(min(done, max(total, 1)))
+        rate = st.steps_per_second if st is not None else 0.0
+        self.rate_label.setText("")
+        quiet = f"  ·  no new chunk for {_clock(idle)}" if idle >= 30 else ""
+        self.eta_label.setText(f"watching {self.watching.name if self.watching else ''}{quiet}")
+        self.message_label.setText(
+            f"watching {self.watching}: {st.status if st else ''}, "
+            f"{p.get('warmup_draws', 0)} warmup and {p.get('draws', 0)} draws per chain "
+            "(written by another process)")
 
     def _open_run_dialog(self) -> None:
         start = str(self.state.base_dir / "runs")
@@ -754,6 +978,7 @@ class MainWindow(QMainWindow):
 
     def _finish_close(self) -> None:
         self.view_timer.stop()
+        self.watch_timer.stop()
         for box in self._dialogs:
             if _alive(box):
                 box.close()

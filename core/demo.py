@@ -7,6 +7,9 @@ numpy only. ``write_demo(outdir)`` writes
                        data, truth, mask, noise and the grid and prior as metadata
     field.toml         a config sampling it (HMC, whitened Fourier modes, the spectral
                        index sampled with a normal prior)
+    field_exact.toml   the same data with every P(k) hyperparameter fixed at its true
+                       value: the posterior is Gaussian and known exactly (the Wiener
+                       filter), so the window's "Exact posterior" tab checks the sampler
     series.csv         the integral-model demo series (t, y)
     integral.toml      a config sampling A, c and sigma
 """
@@ -108,9 +111,18 @@ def write_demo(outdir, seed: int = 2026) -> dict[str, Path]:
     dataset = make_dataset(grid, spectrum, DEMO_NOISE, mask="slab", mask_fraction=0.2,
                            dropout_fraction=0.05, seed=seed)
     save_dataset(out / "demo_field.npz", dataset)
-    (out / "field.toml").write_text(FIELD_TOML.format(noise=DEMO_NOISE, box=DEMO_BOX, **DEMO_SPECTRUM))
+    field_text = FIELD_TOML.format(noise=DEMO_NOISE, box=DEMO_BOX, **DEMO_SPECTRUM)
+    (out / "field.toml").write_text(field_text)
+    sampled = 'index = { dist = "normal", loc = -1.5, scale = 0.3 }'
+    exact_text = field_text.replace(sampled, f"index = {DEMO_SPECTRUM['index']}").replace(
+        "# Fieldscope demo: a 32^3 Gaussian random field seen through noise and a mask.",
+        "# Fieldscope demo: the same field with P(k) fixed: a Gaussian posterior known exactly\n"
+        "# (the Wiener filter; see the window's \"Exact posterior\" tab).")
+    assert exact_text != field_text and sampled not in exact_text
+    (out / "field_exact.toml").write_text(exact_text)
     series = im.make_demo_series(seed)
     im.save_series_csv(out / "series.csv", series.t, series.y)
     (out / "integral.toml").write_text(INTEGRAL_TOML)
     return {"field_data": out / "demo_field.npz", "field_config": out / "field.toml",
+            "exact_config": out / "field_exact.toml",
             "series": out / "series.csv", "integral_config": out / "integral.toml"}

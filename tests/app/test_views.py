@@ -228,13 +228,20 @@ def test_views_of_a_run_without_a_field(qtbot):
     views = LiveViews(state)
     qtbot.addWidget(views)
     views.refresh(force=True)
-    assert "no field" in views.slices.note_label.text()
+    # the field views are hidden: the integral model's own view takes their place
+    assert views.tab_names("left") == ["Integral model"]
+    assert views.left.currentWidget() is views.integral
+    assert views.tab_names("right") == ["Traces", "Health", "Diagnostics"]
     assert set(views.traces.plots) == {"lp", "A", "sigma"}
+    views.slices.refresh(force=True)
+    assert "no field" in views.slices.note_label.text()
 
 
 def test_the_views_import_no_tensorflow():
     code = ("import sys, app.views, app.views.slices, app.views.traces, app.views.health, "
-            "app.views.live, app.views.style, app.run_state; "
+            "app.views.live, app.views.style, app.views.power, app.views.diagnostics, "
+            "app.views.volume, app.views.exact, app.views.integral, app.run_state, "
+            "app.main_window; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'tensorflow_probability', 'tf_keras')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,0 +1,115 @@
+"""Watching a run that another process writes: ``fieldscope run`` in a terminal, the window
+following its store (File > Open run directory), then the finished run browsed.
+
+The window has no engine of its own here (engine=None): everything it shows comes from the
+store the separate process writes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core import run_lock
+from core.run_store import RunReader, STORE_NAME
+from test_gui_support import TF_BEFORE, make_window, tf_modules, tiny_case, xla_cache  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_MS = 240_000
+
+
+def _cli_run(config, run_dir, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "app", "run", str(config), "--out", str(run_dir)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def test_watching_a_store_written_by_a_separate_run_process(make_window, qtbot, tmp_path, xla_cache):
+    config = tiny_case(tmp_path, warmup=10, samples=200, chunk=5, thin=2)
+    run_dir = tmp_path / "cli-run"
+    window = make_window(engine=None)
+    proc = _cli_run(config, run_dir,
+                    {"TF_XLA_FLAGS": f"--tf_xla_persistent_cache_directory={xla_cache}"})
+    try:
+        # open it as soon as the store exists (it may still be "created")
+        qtbot.waitUntil(lambda: (run_dir / STORE_NAME).exists() or proc.poll() is not None,
+                        timeout=RUN_MS)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert window.open_run_dir(run_dir), window.last_message
+        assert window.watching == run_dir and window.watch_timer.isActive()
+        # the separate process holds the writer lock: the window must not offer to continue it
+        writer = run_lock.holder(run_dir)
+        assert writer is not None and writer.pid == proc.pid and writer.alive
+        assert window.resumable_run() is None and not window.continue_action.isEnabled()
+
+        # draws appear in the window as they land in the store, chunk after chunk
+        seen = []
+
+        def grew():
+            n = window.run_state.n_steps
+            if not seen or n > seen[-1]:
+                seen.append(n)
+            return len(seen) >= 3 and seen[-1] > 0
+
+        qtbot.waitUntil(grew, timeout=RUN_MS)
+        assert proc.poll() is None or len(seen) >= 3
+        progress = RunReader(run_dir).progress
+        assert window.run_state.n_steps <= progress["warmup_draws"] + progress["draws"]
+        assert "watching" in window.message_label.text()
+        qtbot.waitUntil(lambda: proc.poll() is not None, timeout=RUN_MS)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+
+    # the watch ends with the run, and the window then holds exactly what the store holds
+    qtbot.waitUntil(lambda: window.watching is None, timeout=10_000)
+    reader = RunReader(run_dir)
+    st = window.run_state
+    assert reader.status == "finished" and st.status == "finished"
+    assert st.n_steps == 10 + 200
+    for name in ("lp", "step_size"):
+        np.testing.assert_array_equal(st.stat(name), np.concatenate(
+            [reader.stat(name, warmup=True), reader.stat(name)], axis=1))
+    mean, std, count = reader.field_moments()
+    np.testing.assert_array_equal(st.mean, mean)
+    assert st.moment_count == count == 200 * 2      # draws x chains
+    assert "finished" in window.message_label.text()
+    assert run_lock.holder(run_dir) is None            # the writer released its lock
+    assert not window.continue_action.isEnabled()      # finished: nothing to continue
+    if not TF_BEFORE:
+        assert tf_modules() == []
+
+
+def test_a_run_whose_writer_was_killed_can_be_continued(make_window, qtbot, tmp_path, xla_cache):
+    """A stale lock (its process is gone) does not block Continue."""
+    config = tiny_case(tmp_path, warmup=10, samples=100_000, chunk=5)
+    run_dir = tmp_path / "killed-run"
+    proc = _cli_run(config, run_dir,
+                    {"TF_XLA_FLAGS": f"--tf_xla_persistent_cache_directory={xla_cache}"})
+    try:
+        deadline = time.monotonic() + RUN_MS / 1000
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if RunReader(run_dir).progress["chunks"] >= 2:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert RunReader(run_dir).status == "running"        # killed: it never said otherwise
+    writer = run_lock.holder(run_dir)
+    assert writer is not None and writer.alive is False
+
+    window = make_window(engine=None)
+    assert window.open_run_dir(run_dir)
+    assert window.resumable_run() == run_dir
