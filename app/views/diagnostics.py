@@ -17,7 +17,7 @@ Below the table, bulk and tail ESS and R-hat of the stored P(k) draws per k-shel
 (``core.diagnostics.shell_diagnostics``), against the shell centre k.
 
 Threading. Reading the store and computing the diagnostics run in a worker thread
-(``app.views.power.BackgroundJob``): at most one computation is in flight, and
+(``app.views.background.LatestJob``): at most one computation is in flight, and
 ``refresh`` asks for a new one only when the run's progress (draws, chunks) or status
 moved since the last request; requests made while one runs collapse into one that
 starts when it ends. A result for another run (``layout_version`` or run directory
@@ -34,7 +34,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
 from app.run_state import RunState
-from app.views.power import BackgroundJob
+from app.views.background import LatestJob
 from app.views.style import add_empty_hint, add_legend, sparse_log_ticks
 from core import run_summary
 from core.run_store import STORE_NAME, RunStoreError
@@ -132,7 +132,7 @@ class DiagnosticsView(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.message)
         layout.addWidget(splitter, 1)
-        self.job = BackgroundJob(self)
+        self.job = LatestJob(self)
         self.job.finished.connect(self._on_computed)
         self.destroyed.connect(self.job.close)
         self._requested = None

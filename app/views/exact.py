@@ -17,23 +17,24 @@ O(1), or a std ratio away from 1, means the chain has not converged to the right
 answer. With a Monte-Carlo Wiener std (masks or noise maps above 4096 cells) z and
 the ratio carry its relative error 1/sqrt(2 n_samples) too; the status line says so.
 
-Threads. ``core.exact`` runs on a daemon ``threading.Thread`` (it never delays the
-application's exit; a superseded computation stops at its next batch of exact draws)
-and hands its results to the GUI thread through a Qt signal (queued, since it is
-emitted on another thread). Results of a run that is no longer shown are discarded.
+Threads. ``core.exact`` runs on a daemon thread (``app.views.background.CancellableJob``:
+it never delays the application's exit; a superseded computation stops at its next batch
+of exact draws) and hands its results to the GUI thread through a Qt signal (queued,
+since it is emitted on another thread). Results of a run that is no longer shown are
+discarded.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.run_state import RunState
+from app.views.background import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
 
 #: (key, title, level group, row, column) of the image panels
@@ -97,73 +98,6 @@ def nice_limit(value: float) -> float:
     return 10.0 ** (exponent + 1)
 
 
-# --------------------------------------------------------------------------- worker
-
-
-class WorkerRelay(QtCore.QObject):
-    """Carries a worker thread's results to the GUI thread (queued signal delivery)."""
-
-    progress = QtCore.Signal(object, object)   # (job, partial result)
-    finished = QtCore.Signal(object, object)   # (job, result)
-    failed = QtCore.Signal(object, str)        # (job, message)
-
-
-class Abandoned(Exception):
-    """Raised inside a job's ``report`` once the job was cancelled: it stops the work."""
-
-
-class BackgroundJob:
-    """``fn(report)`` on a daemon thread; results arrive as ``relay`` signals.
-
-    ``fn`` returns the final result; it may call ``report(partial)`` to deliver partial
-    results, and ``report`` raises ``Abandoned`` after ``cancel()`` so the work stops
-    there. Exceptions become ``failed`` with a one-line message (ValueError and OSError
-    as their text, anything else with its type name).
-    """
-
-    def __init__(self, fn: Callable, relay: WorkerRelay, name: str = "fieldscope-worker"):
-        self.fn = fn
-        self.relay = relay
-        self.cancelled = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        # the relay goes with its view: then nobody wants the result
-        relay.destroyed.connect(self.cancelled.set)
-
-    def start(self) -> "BackgroundJob":
-        self.thread.start()
-        return self
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-    def _emit(self, signal: str, *args) -> None:
-        if self.cancelled.is_set():
-            return
-        try:
-            getattr(self.relay, signal).emit(self, *args)
-        except RuntimeError:      # the view (and its relay) is gone
-            self.cancelled.set()
-
-    def report(self, partial) -> None:
-        if self.cancelled.is_set():
-            raise Abandoned
-        self._emit("progress", partial)
-
-    def _run(self) -> None:
-        try:
-            result = self.fn(self.report)
-        except Abandoned:
-            return
-        except (ValueError, OSError) as exc:
-            self._emit("failed", str(exc) or type(exc).__name__)
-        except MemoryError:
-            self._emit("failed", "not enough memory")
-        except Exception as exc:  # noqa: BLE001 - a worker must report, never die silently
-            self._emit("failed", f"{type(exc).__name__}: {exc}")
-        else:
-            self._emit("finished", result)
-
-
 # --------------------------------------------------------------------------- the view
 
 
@@ -200,7 +134,7 @@ class ExactComparisonView(QtWidgets.QWidget):
         self.levels: dict[str, tuple[float, float]] = {}
         self._key = None
         self._key_refs = None                # keeps the observed arrays alive: their ids stay unique
-        self._job: BackgroundJob | None = None
+        self._job: CancellableJob | None = None
         self._exact_version = 0
         self._layout_seen = None
         self._drawn = None
@@ -333,7 +267,7 @@ class ExactComparisonView(QtWidgets.QWidget):
                                               on_progress=report)
 
         self._set_status("computing", "")
-        self._job = BackgroundJob(compute, self._relay, name="fieldscope-exact-posterior").start()
+        self._job = CancellableJob(compute, self._relay, name="fieldscope-exact-posterior").start()
 
     def _on_progress(self, job, partial) -> None:
         if job is not self._job:

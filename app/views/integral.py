@@ -36,7 +36,7 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from scipy.special import ndtr
 
 from app.run_state import RunState
-from app.views.exact import BackgroundJob, WorkerRelay
+from app.views.background import CancellableJob, WorkerRelay
 from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot
 
 PARAMETERS = ("A", "c", "sigma")
@@ -186,8 +186,8 @@ class IntegralView(QtWidgets.QWidget):
         self._key_refs = None
         self._layout_seen = None
         self._traces_seen = None
-        self._report_job: BackgroundJob | None = None
-        self._band_job: BackgroundJob | None = None
+        self._report_job: CancellableJob | None = None
+        self._band_job: CancellableJob | None = None
         self._band_pending = False
         self._report_relay = WorkerRelay(self)
         self._report_relay.finished.connect(self._report_finished)
@@ -370,8 +370,8 @@ class IntegralView(QtWidgets.QWidget):
         self.data_points.setData(self.spec.t, self.spec.y)
         spec = self.spec
         self._set_report("computing the discretisation report (refine r vs 2r)\u2026")
-        self._report_job = BackgroundJob(lambda report: _report(spec), self._report_relay,
-                                         name="fieldscope-integral-report").start()
+        self._report_job = CancellableJob(lambda report: _report(spec), self._report_relay,
+                                          name="fieldscope-integral-report").start()
 
     def _set_status(self, status: str, reason: str) -> None:
         self.status = status
@@ -544,7 +544,7 @@ class IntegralView(QtWidgets.QWidget):
         def compute(report):
             return predictive_band(spec, inputs["A"], inputs["c"], inputs["sigma"]), inputs
 
-        self._band_job = BackgroundJob(compute, self._band_relay, name="fieldscope-integral-band").start()
+        self._band_job = CancellableJob(compute, self._band_relay, name="fieldscope-integral-band").start()
 
     def _band_finished(self, job, result) -> None:
         if job is not self._band_job:

@@ -35,8 +35,9 @@ The ratio subplot shows each chain's latest draw over its own prior, with the li
 and the band 1 +- 1 / sqrt(N_ind(k)).
 
 Threading. The FFTs (one per chain, the mean, the data and the truth: about 20 ms each at
-64^3) run in a worker thread (``BackgroundJob``): ``refresh`` only hands the state's
-arrays over when ``field_version`` moved, and draws what the last computation returned.
+64^3) run in a worker thread (``app.views.background.LatestJob``: one computation at a
+time, only the newest waiting request kept): ``refresh`` only hands the state's arrays
+over when ``field_version`` moved, and draws what the last computation returned.
 The prior (a few dozen numbers) is evaluated in the GUI thread when ``trace_version``
 moved. A result computed for an older run (``layout_version``) is dropped.
 """
@@ -44,7 +45,6 @@ moved. A result computed for an older run (``layout_version``) is dropped.
 from __future__ import annotations
 
 import csv
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,12 +52,13 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.run_state import RunState
+from app.views.background import LatestJob
 from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks
 from core.grid import Grid
 from core.power_estimator import measure_power
 
-__all__ = ["BackgroundJob", "PowerCurves", "PowerView", "cosmic_variance", "masked_data_field",
-           "measure_curves", "prior_spectrum"]
+__all__ = ["PowerCurves", "PowerView", "cosmic_variance", "masked_data_field", "measure_curves",
+           "prior_spectrum"]
 
 MEAN_COLOUR = "#ffffff"
 PRIOR_COLOUR = "#d0d0d0"
@@ -67,80 +68,6 @@ BAND_BRUSH = (200, 200, 200, 45)
 BAND_PEN = (200, 200, 200, 70)
 #: the band's lower edge is clipped to this fraction of P (a log axis cannot show <= 0)
 BAND_FLOOR = 1e-3
-
-
-class BackgroundJob(QtCore.QObject):
-    """Runs one function at a time in a worker thread; the latest request waits its turn.
-
-    ``request(key, fn, *args)`` starts ``fn(*args)`` in a daemon thread when nothing runs,
-    or else replaces the request that waits (only the newest waits: a burst of requests
-    costs one extra computation). ``finished(key, result, error)`` is emitted in the
-    thread that owns this object (the GUI thread) when a computation ends; ``error`` is
-    the exception it raised, or None. The worker holds no Qt state: results come out as
-    a queued signal (superqt's pattern).
-    """
-
-    finished = QtCore.Signal(object, object, object)
-    _delivered = QtCore.Signal(object, object, object)
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self._lock = threading.Lock()
-        self._running = False
-        self._pending = None
-        self._closed = False
-        self._delivered.connect(self._on_delivered, QtCore.Qt.ConnectionType.QueuedConnection)
-
-    @property
-    def busy(self) -> bool:
-        """Whether a computation runs or waits."""
-        with self._lock:
-            return self._running or self._pending is not None
-
-    def request(self, key, fn, *args) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            if self._running:
-                self._pending = (key, fn, args)
-                return
-            self._running = True
-        self._start(key, fn, args)
-
-    def cancel_pending(self) -> None:
-        with self._lock:
-            self._pending = None
-
-    def close(self) -> None:
-        """No more requests; a running computation finishes and is dropped."""
-        with self._lock:
-            self._closed = True
-            self._pending = None
-
-    def _start(self, key, fn, args) -> None:
-        threading.Thread(target=self._work, args=(key, fn, args), daemon=True,
-                         name="fieldscope-view-worker").start()
-
-    def _work(self, key, fn, args) -> None:
-        try:
-            result, error = fn(*args), None
-        except Exception as err:           # reported through the signal, never lost
-            result, error = None, err
-        try:
-            self._delivered.emit(key, result, error)
-        except RuntimeError:               # the view was deleted meanwhile
-            pass
-
-    @QtCore.Slot(object, object, object)
-    def _on_delivered(self, key, result, error) -> None:
-        with self._lock:
-            nxt, self._pending = self._pending, None
-            self._running = nxt is not None and not self._closed
-            closed = self._closed
-        if nxt is not None and not closed:
-            self._start(*nxt)
-        if not closed:
-            self.finished.emit(key, result, error)
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -295,7 +222,7 @@ class PowerView(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.note)
-        self.job = BackgroundJob(self)
+        self.job = LatestJob(self)
         self.job.finished.connect(self._on_computed)
         self.destroyed.connect(self.job.close)
         self.plot = self.graphics.addPlot(row=0, col=0)

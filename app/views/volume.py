@@ -29,13 +29,19 @@ twice the drawing time on software OpenGL). Visuals are created once; ``refresh`
 ``set_data`` only when what they show changed (field_version, kind, chain, levels, render
 method), and moves the planes when the cursor moved.
 
+Threading. A volume of more than ``async_voxels`` voxels (``ASYNC_VOXELS``) is prepared
+(block means, transposition, NaN replacement: ``prepare_volume``) on a worker thread
+(``app.views.background.LatestJob``, one per view: one preparation at a time, only the
+newest waiting request kept) and uploaded when it arrives, unless a newer request (run,
+field, kind, chain, levels, method or texture size) made it stale; smaller ones are
+prepared in the GUI thread.
+
 The GUI process never imports TensorFlow, and vispy is imported only when a view is built:
 where vispy or OpenGL is missing, the view shows the reason instead of the canvas.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
 
@@ -44,6 +50,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
 from app.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.views.background import LatestJob
 from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, robust_levels
 
 #: vispy's ray-casting projections offered, with their labels
@@ -207,12 +214,6 @@ def default_voxels_per_axis() -> int:
     return VOXELS_PER_AXIS["software" if software else "gpu"]
 
 
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    if "executor" not in _GL_PROBE:
-        _GL_PROBE["executor"] = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="volume")
-    return _GL_PROBE["executor"]
-
-
 def _hint(state: RunState) -> str:
     """The slice views' note for a state that has nothing to show (same wording)."""
     if state.model_kind == "integral" or (state.chains and not state.has_field and state.n_steps):
@@ -235,9 +236,6 @@ class VolumeView(QtWidgets.QWidget):
     Mouse: drag to rotate, wheel to zoom, shift-drag to pan; "Reset view" restores the view.
     """
 
-    #: (key, prepared) from the worker thread: key of the request, a Future of prepare_volume
-    _prepared = QtCore.Signal(object, object)
-
     def __init__(self, run_state: RunState, slices=None, parent=None):
         super().__init__(parent)
         self.state = run_state
@@ -254,6 +252,10 @@ class VolumeView(QtWidgets.QWidget):
         self._layout_seen = -1
         self._volume_key = None           # what the volume visual holds
         self._pending_key = None          # what a worker is preparing
+        # big volumes are prepared off the GUI thread, one at a time, the newest request
+        # waiting; a result whose key is no longer _pending_key is stale and dropped
+        self.prepare_job = LatestJob(self, name="fieldscope-volume")
+        self.destroyed.connect(self.prepare_job.close)
         self._cmap_shown = None
         self._cursor_shown = None
         self._hint_shown = None
@@ -280,7 +282,7 @@ class VolumeView(QtWidgets.QWidget):
             self.hint_label.setText("")
         else:
             layout.addWidget(self.canvas.native, 1)
-            self._prepared.connect(self._on_prepared)
+            self.prepare_job.finished.connect(self._on_prepared)
         if slices is not None:
             slices.cursor_moved.connect(self._cursor_moved)
             slices.settings_changed.connect(self._slices_changed)
@@ -570,27 +572,20 @@ class VolumeView(QtWidgets.QWidget):
         max_size = self.max_texture_size
         if volume.size > self.async_voxels:
             self._pending_key = key
-            future = _executor().submit(prepare_volume, volume, levels, max_size, self.method)
-            future.add_done_callback(lambda f, key=key: self._emit_prepared(key, f))
+            self.prepare_job.request(key, prepare_volume, volume, levels, max_size, self.method)
             return False
         self._upload(key, *prepare_volume(volume, levels, max_size, self.method), levels)
         return True
 
-    def _emit_prepared(self, key, future) -> None:
-        try:
-            self._prepared.emit(key, future)     # queued to the GUI thread
-        except RuntimeError:                     # the view was deleted meanwhile
-            pass
-
-    def _on_prepared(self, key, future) -> None:
+    def _on_prepared(self, key, prepared, error) -> None:
+        """``prepare_job.finished``: upload the texture prepared for ``key`` unless it is stale."""
         if key != self._pending_key:
             return                               # stale: an older run, field or setting
         self._pending_key = None
-        try:
-            texture, scale = future.result()
-        except Exception as err:                 # noqa: BLE001 - shown, the app goes on
-            self.hint_label.setText(f"could not prepare the volume: {err}")
+        if error is not None:                    # shown, the app goes on
+            self.hint_label.setText(f"could not prepare the volume: {error}")
             return
+        texture, scale = prepared
         self._upload(key, texture, scale, key[4])
         self._update_canvas()
 

@@ -239,8 +239,9 @@ def test_views_of_a_run_without_a_field(qtbot):
 
 def test_the_views_import_no_tensorflow():
     code = ("import sys, app.views, app.views.slices, app.views.traces, app.views.health, "
-            "app.views.live, app.views.style, app.views.power, app.views.diagnostics, "
-            "app.views.volume, app.views.exact, app.views.integral, app.run_state, "
+            "app.views.live, app.views.style, app.views.background, app.views.power, "
+            "app.views.diagnostics, app.views.volume, app.views.exact, app.views.integral, "
+            "app.run_state, "
             "app.main_window; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'tensorflow_probability', 'tf_keras')))")

@@ -1,0 +1,211 @@
+"""Work off the GUI thread for the views: two runners with different contracts.
+
+Both run plain Python functions on daemon ``threading.Thread`` s (a computation never
+delays the application's exit) and hand the results to the GUI thread through a queued
+Qt signal. The worker holds no Qt state and touches no widget; results come out as
+signals (superqt's pattern). Neither decides whether a result is stale: the view that
+asked tags each request (a key, or the job object itself) and drops results that no
+longer match what it shows.
+
+``LatestJob``
+    Single flight, latest wins, not cancellable. One QObject per view; ``request(key, fn,
+    *args)`` runs ``fn(*args)`` when nothing runs, or else replaces the one request that
+    waits, so a burst of requests while a computation runs costs one more computation,
+    with the newest arguments. Every request ends in ``finished(key, result, error)``
+    except those replaced while waiting. Use it for a recomputation the view asks for
+    again and again as a run moves on (power spectra, the summary table, the volume
+    texture).
+
+``CancellableJob`` (with ``WorkerRelay`` and ``Abandoned``)
+    One object per computation, which the view keeps to identify its results and to
+    cancel. ``fn(report)`` may deliver partial results with ``report(partial)`` and stops
+    at its next ``report`` once cancelled; the outcome arrives as the relay's
+    ``progress`` / ``finished`` / ``failed`` signals, with errors already turned into a
+    one-line message. Use it for a long computation started once per run that should
+    stop when the run is no longer shown (the exact posterior, the discretisation report,
+    the predictive band).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from pyqtgraph.Qt import QtCore
+
+__all__ = ["Abandoned", "CancellableJob", "LatestJob", "WorkerRelay"]
+
+
+# --------------------------------------------------------------------------- latest wins
+
+
+class LatestJob(QtCore.QObject):
+    """Runs one function at a time on a worker thread; only the newest waiting request is kept.
+
+    ``request(key, fn, *args)`` starts ``fn(*args)`` on a new daemon thread (named
+    ``name``) when nothing runs; while a computation runs it stores the request as the
+    one that waits, replacing (and so dropping) any request that waited before. When a
+    computation ends, the waiting request (if any) starts, then
+    ``finished(key, result, error)`` is emitted in the thread that owns this object (the
+    GUI thread): ``key`` is the request's key, unchanged; ``result`` is what ``fn``
+    returned (None when it raised); ``error`` is the ``Exception`` it raised, or None.
+    Nothing is cancelled once started: a running computation always runs to its end.
+
+    ``cancel_pending()`` drops the waiting request. ``close()`` drops it and refuses
+    further requests; the running computation finishes and its result is dropped (no
+    ``finished``). Connect the owner's ``destroyed`` to ``close``. If this object is
+    deleted while a computation runs, the result is dropped silently.
+
+    ``busy``: whether a computation runs or waits. Thread-safe; ``request``,
+    ``cancel_pending`` and ``close`` are meant for the owning (GUI) thread.
+    """
+
+    #: (key, result, error) of a finished computation, in the owning thread
+    finished = QtCore.Signal(object, object, object)
+    _delivered = QtCore.Signal(object, object, object)
+
+    def __init__(self, parent=None, *, name: str = "fieldscope-view-worker"):
+        super().__init__(parent)
+        self.name = name
+        self._lock = threading.Lock()
+        self._running = False
+        self._pending = None
+        self._closed = False
+        self._delivered.connect(self._on_delivered, QtCore.Qt.ConnectionType.QueuedConnection)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a computation runs or waits."""
+        with self._lock:
+            return self._running or self._pending is not None
+
+    def request(self, key, fn, *args) -> None:
+        """Run ``fn(*args)`` now, or as the one waiting request once the running one ends."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._running:
+                self._pending = (key, fn, args)
+                return
+            self._running = True
+        self._start(key, fn, args)
+
+    def cancel_pending(self) -> None:
+        """Drop the waiting request (the running computation goes on and is delivered)."""
+        with self._lock:
+            self._pending = None
+
+    def close(self) -> None:
+        """No more requests; a running computation finishes and is dropped."""
+        with self._lock:
+            self._closed = True
+            self._pending = None
+
+    def _start(self, key, fn, args) -> None:
+        threading.Thread(target=self._work, args=(key, fn, args), daemon=True,
+                         name=self.name).start()
+
+    def _work(self, key, fn, args) -> None:
+        try:
+            result, error = fn(*args), None
+        except Exception as err:           # reported through the signal, never lost
+            result, error = None, err
+        try:
+            self._delivered.emit(key, result, error)
+        except RuntimeError:               # the view was deleted meanwhile
+            pass
+
+    @QtCore.Slot(object, object, object)
+    def _on_delivered(self, key, result, error) -> None:
+        with self._lock:
+            nxt, self._pending = self._pending, None
+            self._running = nxt is not None and not self._closed
+            closed = self._closed
+        if nxt is not None and not closed:
+            self._start(*nxt)
+        if not closed:
+            self.finished.emit(key, result, error)
+
+
+# --------------------------------------------------------------------------- cancellable
+
+
+class WorkerRelay(QtCore.QObject):
+    """Carries ``CancellableJob`` results to the GUI thread (queued signal delivery).
+
+    Create it in the GUI thread, parented to the view; one relay may serve many jobs in
+    turn (each signal's first argument is the job, so the view can drop results of a job
+    it no longer waits for). When the relay is destroyed, every job bound to it is
+    cancelled.
+    """
+
+    progress = QtCore.Signal(object, object)   # (job, partial result)
+    finished = QtCore.Signal(object, object)   # (job, result)
+    failed = QtCore.Signal(object, str)        # (job, message)
+
+
+class Abandoned(Exception):
+    """Raised inside a ``CancellableJob``'s ``report`` once the job was cancelled: it stops the work."""
+
+
+class CancellableJob:
+    """``fn(report)`` on a daemon thread, cancellable, with partial results; signals via ``relay``.
+
+    ``CancellableJob(fn, relay, name)`` makes the thread (named ``name``); ``start()``
+    starts it and returns the job. ``fn`` returns the final result; it may call
+    ``report(partial)`` to deliver partial results (``relay.progress(job, partial)``).
+    The end is exactly one of ``relay.finished(job, result)``, ``relay.failed(job,
+    message)`` with a one-line message (ValueError and OSError as their text, MemoryError
+    as "not enough memory", anything else prefixed with its type name), or nothing when
+    the job was cancelled.
+
+    ``cancel()`` (any thread) suppresses every later signal, and the next ``report``
+    raises ``Abandoned`` so the work stops there (a function that never reports runs to
+    its end, unheard). Destroying the relay cancels the job. ``cancelled`` is the
+    ``threading.Event`` behind it, ``thread`` the worker thread.
+    """
+
+    def __init__(self, fn: Callable, relay: WorkerRelay, name: str = "fieldscope-worker"):
+        self.fn = fn
+        self.relay = relay
+        self.cancelled = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # the relay goes with its view: then nobody wants the result
+        relay.destroyed.connect(self.cancelled.set)
+
+    def start(self) -> "CancellableJob":
+        """Start the worker thread; returns this job."""
+        self.thread.start()
+        return self
+
+    def cancel(self) -> None:
+        """No more signals from this job; its next ``report`` raises ``Abandoned``."""
+        self.cancelled.set()
+
+    def _emit(self, signal: str, *args) -> None:
+        if self.cancelled.is_set():
+            return
+        try:
+            getattr(self.relay, signal).emit(self, *args)
+        except RuntimeError:      # the view (and its relay) is gone
+            self.cancelled.set()
+
+    def report(self, partial) -> None:
+        """Deliver a partial result (``relay.progress``); raises ``Abandoned`` once cancelled."""
+        if self.cancelled.is_set():
+            raise Abandoned
+        self._emit("progress", partial)
+
+    def _run(self) -> None:
+        try:
+            result = self.fn(self.report)
+        except Abandoned:
+            return
+        except (ValueError, OSError) as exc:
+            self._emit("failed", str(exc) or type(exc).__name__)
+        except MemoryError:
+            self._emit("failed", "not enough memory")
+        except Exception as exc:  # noqa: BLE001 - a worker must report, never die silently
+            self._emit("failed", f"{type(exc).__name__}: {exc}")
+        else:
+            self._emit("finished", result)
