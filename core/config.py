@@ -11,7 +11,7 @@ ints, floats written with ``repr`` so they round-trip exactly, bools, arrays).
 Layout (field model; every key but ``data.path`` has a default, see ``default_config``)::
 
     [model]       kind = "field" | "integral"
-    [data]        path (relative to the config file; .npy .npz .h5 .hdf5), key,
+    [data]        path (relative to the config file; .npy .npz .h5 .hdf5 .fits), key,
                   noise_sigma | noise_map (gaussian only), mask (optional)
     [grid]        box_size (one number or three), unit
     [prior]       kind = "power_law" | "power_law_cutoff" | "table"; k_pivot (fixed),
@@ -86,7 +86,7 @@ MODEL_KINDS = ("field", "integral")
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
 ALGORITHMS = ("hmc", "nuts")
-FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5")
+FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts")
 INTEGRAL_DATA_EXTENSIONS = (".csv", ".txt", ".dat")
 INTEGRAL_PARAMETERS = ("A", "c", "sigma")   # core.integral_model.PARAMETERS
 

@@ -71,20 +71,22 @@ def test_import_pulls_in_neither_tensorflow_nor_qt():
     code = ("import sys, core.loaders; "
             "bad = [m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'PySide6', 'PyQt5', 'PyQt6', 'pyqtgraph', 'vispy', 'scipy', "
-            "'h5py')]; print(bad); sys.exit(1 if bad else 0)")
+            "'h5py', 'astropy')]; print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_registry_keys_and_loader_for(tmp_path):
-    assert set(L.LOADERS) == {".npy", ".npz", ".h5", ".hdf5"}
+    assert set(L.LOADERS) == {".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts"}
     assert set(C.FIELD_DATA_EXTENSIONS) == set(L.LOADERS)
     assert L.SERIES_EXTENSIONS == C.INTEGRAL_DATA_EXTENSIONS
     assert isinstance(L.loader_for("a/B.NPZ"), L.NpzLoader)
     assert isinstance(L.loader_for(tmp_path / "x.hdf5"), L.Hdf5Loader)
+    assert isinstance(L.loader_for("cube.FTS"), L.FitsLoader)
     for name in ("data.txt", "data", "data.npy.gz"):
-        expect_error(name, lambda: L.loader_for(name), "accepted: .npy, .npz, .h5, .hdf5")
+        expect_error(name, lambda: L.loader_for(name),
+                     "accepted: .npy, .npz, .h5, .hdf5, .fits, .fit, .fts")
 
 
 # --------------------------------------------------------------------------- round trips
@@ -158,6 +160,168 @@ def test_hdf5_round_trip_with_attributes(tmp_path):
     copy = tmp_path / "f.hdf5"
     copy.write_bytes(path.read_bytes())
     assert L.loader_for(copy).load(copy, "truth").array.sum() == 24
+
+
+# --------------------------------------------------------------------------- FITS
+
+
+def fits_card(key: str, value) -> bytes:
+    """One 80-byte header card in FITS fixed format, written by hand (no astropy)."""
+    if isinstance(value, bool):
+        text = f"{'T' if value else 'F':>20}"
+    elif isinstance(value, str):
+        text = f"'{value:<8}'"
+    else:
+        text = f"{value!r:>20}"
+    card = f"{key:<8}= {text}" if key != "END" else "END"
+    return card.ljust(80).encode("ascii")
+
+
+def fits_bytes(cards, payload: bytes) -> bytes:
+    """A one-HDU FITS file: header cards, END, data, each padded to 2880 bytes."""
+    header = b"".join(fits_card(k, v) for k, v in cards) + fits_card("END", None)
+    header += b" " * (-len(header) % 2880)
+    return header + payload + b"\0" * (-len(payload) % 2880)
+
+
+def test_fits_axis_order_and_box_from_a_hand_written_file(tmp_path):
+    """FITS axis 1 varies fastest: numpy axis i is FITS axis 3 - i, and CDELT1 scales
+    numpy's last axis. The file is written by hand, pixel by pixel in FITS order."""
+    n1, n2, n3 = 5, 4, 3                           # NAXIS1, NAXIS2, NAXIS3
+    values = [i1 + 10 * i2 + 100 * i3 for i3 in range(n3) for i2 in range(n2)
+              for i1 in range(n1)]                 # axis 1 innermost
+    payload = b"".join(int(v).to_bytes(2, "big", signed=True) for v in values)
+    cards = [("SIMPLE", True), ("BITPIX", 16), ("NAXIS", 3), ("NAXIS1", n1), ("NAXIS2", n2),
+             ("NAXIS3", n3), ("CDELT1", 2.0), ("CDELT2", -3.0), ("CDELT3", 0.5),
+             ("CUNIT1", "Mpc"), ("CUNIT2", "Mpc"), ("CUNIT3", "Mpc"), ("OBJECT", "cube")]
+    path = tmp_path / "hand.fits"
+    path.write_bytes(fits_bytes(cards, payload))
+    loader = L.loader_for(path)
+    assert isinstance(loader, L.FitsLoader)
+    assert loader.list_arrays(path) == [("PRIMARY", (n3, n2, n1), np.dtype(np.int16),
+                                         n1 * n2 * n3 * 2)]
+    loaded = loader.load(path)
+    a = loaded.array
+    assert a.shape == (3, 4, 5) and a.dtype == np.int16 and a.dtype.isnative
+    for i3, i2, i1 in ((0, 0, 0), (0, 0, 4), (0, 3, 0), (2, 0, 0), (2, 3, 4), (1, 2, 3)):
+        assert a[i3, i2, i1] == i1 + 10 * i2 + 100 * i3
+    # box = (|CDELT3| NAXIS3, |CDELT2| NAXIS2, |CDELT1| NAXIS1), numpy axis order
+    assert loaded.box_size == (0.5 * 3, 3.0 * 4, 2.0 * 5) and loaded.unit == "Mpc"
+    assert loaded.attrs["OBJECT"] == "cube" and "NAXIS1" not in loaded.attrs
+    # the same file through a config: the grid the engine would build
+    inputs = L.load_field_inputs(field_config(tmp_path, {"path": "hand.fits"}))
+    assert inputs.box_size_from_file == (1.5, 12.0, 10.0)
+    assert Grid(inputs.data.shape, inputs.box_size_from_file).cell_size == (0.5, 3.0, 2.0)
+
+
+def _box_metadata_files(tmp_path, arr, mask, box, unit):
+    """The same array, mask and box in every format that can state a box size."""
+    from astropy.io import fits
+
+    np.savez(tmp_path / "d.npz", data=arr, mask=mask, box_size=np.array(box),
+             unit=np.array(unit))
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f.create_dataset("data", data=arr)
+        f.create_dataset("mask", data=mask)
+        f["data"].attrs["box_size"] = list(box)
+        f["data"].attrs["unit"] = unit
+    header = fits.Header()
+    for fits_axis, (length, n) in zip((3, 2, 1), zip(box, arr.shape)):
+        header[f"CDELT{fits_axis}"] = length / n
+        header[f"CUNIT{fits_axis}"] = unit
+    fits.HDUList([fits.PrimaryHDU(arr, header=header),
+                  fits.ImageHDU(mask.astype(np.uint8), name="mask")]).writeto(tmp_path / "d.fits")
+    return {"d.npz": "mask", "d.h5": "mask", "d.fits": "MASK"}
+
+
+def test_every_format_with_box_metadata_loads_to_the_same_array_and_grid(tmp_path):
+    rng = np.random.default_rng(4)
+    arr = rng.standard_normal((6, 8, 10)).astype(np.float32)
+    mask = rng.random((6, 8, 10)) < 0.7
+    box, unit = (30.0, 40.0, 50.0), "Mpc"
+    files = _box_metadata_files(tmp_path, arr, mask, box, unit)
+    reference = Grid(arr.shape, box, unit)
+    for name, mask_key in files.items():
+        loaded = L.loader_for(tmp_path / name).load(tmp_path / name, None if name ==
+                                                    "d.fits" else "data")
+        assert loaded.array.dtype == np.float32 and np.array_equal(loaded.array, arr), name
+        assert loaded.box_size == pytest.approx(box, rel=1e-12) and loaded.unit == unit, name
+        inputs = L.load_field_inputs(field_config(tmp_path, {"path": name, "mask": mask_key}))
+        assert np.array_equal(inputs.data, arr) and np.array_equal(inputs.mask, mask), name
+        grid = Grid(inputs.data.shape, inputs.box_size_from_file, inputs.unit)
+        assert grid.shape == reference.shape and grid.unit == unit, name
+        assert grid.box_size == pytest.approx(reference.box_size, rel=1e-12), name
+        np.testing.assert_allclose(grid.k_magnitude_half(), reference.k_magnitude_half(),
+                                   rtol=1e-12)
+    # a FITS mask referenced from another format's data file
+    cfg = field_config(tmp_path, {"path": "d.npz", "mask": "d.fits:MASK"})
+    assert np.array_equal(L.load_field_inputs(cfg).mask, mask)
+
+
+def test_fits_scaling_extensions_tables_and_memory_map(tmp_path):
+    from astropy.io import fits
+
+    ints = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
+    scaled = fits.PrimaryHDU(ints)
+    scaled.header["BSCALE"] = 0.5            # physical = BZERO + BSCALE * stored
+    scaled.header["BZERO"] = 10.0
+    scaled.writeto(tmp_path / "scaled.fits")
+    # astropy's writer would rescale the data; write the stored values untouched
+    raw = (tmp_path / "scaled.fits").read_bytes()
+    header_end = raw.index(b"END" + b" " * 77) + 80
+    header_end += -header_end % 2880
+    stored = ints.astype(">i2").tobytes()
+    (tmp_path / "scaled.fits").write_bytes(raw[:header_end] + stored +
+                                           b"\0" * (-len(stored) % 2880))
+    loaded = L.LOADERS[".fits"].load(tmp_path / "scaled.fits")
+    assert loaded.array.dtype == np.float32
+    np.testing.assert_array_equal(loaded.array, 10.0 + 0.5 * ints)
+    unsigned = np.arange(8, dtype=np.uint16).reshape(2, 2, 2) * 5000
+    fits.PrimaryHDU(unsigned).writeto(tmp_path / "u16.fits")      # BZERO = 32768
+    [info] = L.LOADERS[".fits"].list_arrays(tmp_path / "u16.fits")
+    got = L.LOADERS[".fits"].load(tmp_path / "u16.fits").array
+    assert info.dtype == got.dtype == np.uint16 and np.array_equal(got, unsigned)
+
+    # empty primary HDU, a table and two images: the images are listed, a table refused
+    table = fits.BinTableHDU.from_columns([fits.Column(name="x", format="E",
+                                                       array=np.ones(3))], name="CAT")
+    cube = np.arange(60.0).reshape(3, 4, 5)
+    hdul = fits.HDUList([fits.PrimaryHDU(), table, fits.ImageHDU(cube, name="SCI"),
+                         fits.ImageHDU(cube[0], name="PLANE")])
+    hdul.writeto(tmp_path / "multi.fits")
+    path = tmp_path / "multi.fits"
+    loader = L.LOADERS[".fits"]
+    assert [(i.name, i.shape) for i in loader.list_arrays(path)] == [
+        ("SCI", (3, 4, 5)), ("PLANE", (4, 5))]
+    for key in ("SCI", "sci", "2"):
+        assert np.array_equal(loader.load(path, key).array, cube)
+    expect_error(path, lambda: loader.load(path, "CAT"), "BinTableHDU", "not an image",
+                 "'SCI'")
+    expect_error(path, lambda: loader.load(path, "0"), "holds no data")
+    expect_error(path, lambda: loader.load(path), "holds 2 image HDUs", "'PLANE'")
+    expect_error(path, lambda: L.load_field_inputs(
+        field_config(tmp_path, {"path": "multi.fits", "key": "PLANE"})), "3-D", "(4, 5)")
+    fits.PrimaryHDU(cube[None]).writeto(tmp_path / "stokes.fits")     # NAXIS4 = 1
+    expect_error(tmp_path / "stokes.fits", lambda: L.load_field_inputs(
+        field_config(tmp_path, {"path": "stokes.fits"})), "(1, 3, 4, 5)", "length-1 axes")
+    twins = tmp_path / "twins.fits"      # EXTNAME repeated: told apart by EXTVER
+    fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(cube, name="SCI", ver=1),
+                  fits.ImageHDU(2 * cube, name="SCI", ver=2)]).writeto(twins)
+    assert [i.name for i in loader.list_arrays(twins)] == ["SCI,1", "SCI,2"]
+    assert np.array_equal(loader.load(twins, "sci,2").array, 2 * cube)
+    expect_error(twins, lambda: loader.load(twins, "SCI"), "no image HDU 'SCI'", "'SCI,1'")
+    single = tmp_path / "single.fits"
+    fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(cube, name="SCI")]).writeto(single)
+    inputs = L.load_field_inputs(field_config(tmp_path, {"path": "single.fits"}))
+    assert np.array_equal(inputs.data, cube)       # the default key picks the only image
+
+    big = np.random.default_rng(3).standard_normal((16, 16, 16))
+    fits.PrimaryHDU(big).writeto(tmp_path / "big.fits")
+    mapped = L.FitsLoader(mmap_threshold=1024).load(tmp_path / "big.fits").array
+    assert not mapped.flags.owndata and not mapped.flags.writeable
+    assert np.array_equal(mapped, big)
+    assert np.array_equal(L.load_field_inputs(field_config(tmp_path, {"path": "big.fits"}))
+                          .data, big)
 
 
 def test_demo_dataset_loads_through_the_config(tmp_path):
@@ -383,6 +547,23 @@ def _bad_files(tmp_path):
         f.attrs["box_size"] = [1.0, -2.0, 3.0]
         f.create_dataset("data", data=good)
 
+    fits = L.LOADERS[".fits"]
+    cube_cards = [("SIMPLE", True), ("BITPIX", -64), ("NAXIS", 3), ("NAXIS1", 5),
+                  ("NAXIS2", 4), ("NAXIS3", 3)]
+    cube = good.astype(">f8").tobytes()
+    (t / "good.fits").write_bytes(fits_bytes(cube_cards, cube))
+    (t / "trunc.fits").write_bytes(fits_bytes(cube_cards, cube)[:2880 + 100])
+    (t / "random.fits").write_bytes(noise)
+    (t / "fits.npy").write_bytes(fits_bytes(cube_cards, cube))
+    (t / "bitpix.fits").write_bytes(fits_bytes(
+        [("SIMPLE", True), ("BITPIX", 12), ("NAXIS", 1), ("NAXIS1", 4)], b"\0" * 8))
+    (t / "cdelt.fits").write_bytes(fits_bytes(
+        cube_cards + [("CDELT1", 1.0), ("CDELT2", 0.0), ("CDELT3", 1.0)], cube))
+    (t / "naxis.fits").write_bytes(fits_bytes(        # astropy loops forever on this
+        [("SIMPLE", True), ("BITPIX", 8), ("NAXIS", 10**12)], b""))
+    (t / "nodata.fits").write_bytes(fits_bytes([("SIMPLE", True), ("BITPIX", 8),
+                                                ("NAXIS", 0)], b""))
+
     def cfg(data, likelihood=None):
         return lambda: L.load_field_inputs(field_config(t, data, likelihood))
 
@@ -391,7 +572,7 @@ def _bad_files(tmp_path):
         ("missing via config", t / "nope.npz", cfg({"path": "nope.npz"}), ["no such file"]),
         ("directory", t / "adir.npz", lambda: npz.list_arrays(t / "adir.npz"),
          ["is a directory"]),
-        ("wrong extension", "d.fits", lambda: L.loader_for("d.fits"), ["accepted"]),
+        ("wrong extension", "d.xyz", lambda: L.loader_for("d.xyz"), ["accepted"]),
         ("empty file", t / "empty.npy", lambda: npy.load(t / "empty.npy"), ["empty (0 bytes)"]),
         ("truncated npy", t / "trunc.npy", lambda: npy.load(t / "trunc.npy"), ["truncated"]),
         ("npy header only", t / "header.npy", lambda: npy.list_arrays(t / "header.npy"), []),
@@ -446,6 +627,24 @@ def _bad_files(tmp_path):
          ["(4, 4, 5)", "(3, 4, 5)"]),
         ("noise complex", t / "masks.npz", cfg({"path": "masks.npz", "noise_map": "cnoise"}),
          ["complex"]),
+        ("truncated fits", t / "trunc.fits", lambda: fits.load(t / "trunc.fits"),
+         ["truncated", "(3, 4, 5)", "only 100 bytes follow"]),
+        ("random fits", t / "random.fits", lambda: fits.list_arrays(t / "random.fits"),
+         ["not a readable FITS"]),
+        ("fits named npy", t / "fits.npy", lambda: npy.load(t / "fits.npy"),
+         ["look like a .fits file"]),
+        ("fits bitpix", t / "bitpix.fits", lambda: fits.list_arrays(t / "bitpix.fits"),
+         ["BITPIX = 12"]),
+        ("fits zero cdelt", t / "cdelt.fits", lambda: fits.load(t / "cdelt.fits"),
+         ["CDELT2 = 0.0", "non-zero"]),
+        ("fits NAXIS absurd", t / "naxis.fits", lambda: fits.list_arrays(t / "naxis.fits"),
+         ["NAXIS = 1000000000000", "0 to 999"]),
+        ("fits no image", t / "nodata.fits", lambda: fits.load(t / "nodata.fits"),
+         ["holds no image HDUs"]),
+        ("fits missing key", t / "good.fits", cfg({"path": "good.fits", "key": "SCI"}),
+         ["no image HDU 'SCI'", "'PRIMARY' (3, 4, 5) float64"]),
+        ("fits mask missing", t / "good.fits", cfg({"path": "good.fits", "mask": "MASK"}),
+         ["data.mask = 'MASK'", "no image HDU 'MASK'"]),
         ("integral config", "model.kind", lambda: L.load_field_inputs(
             C.default_config("integral", base_dir=t)), ["load_series_inputs"]),
     ]
@@ -545,6 +744,40 @@ def valid_files(fuzz_dir):
         with h5py.File(fuzz_dir / "source.h5", "a", libver=libver) as f:
             f["mask"] = f["maps/mask"][()]
         out[name] = (".h5", (fuzz_dir / "source.h5").read_bytes())
+    out.update(_valid_fits(grid))
+    return out
+
+
+def _valid_fits(grid):
+    """FITS files: an image with CDELT / CUNIT, mask and noise extensions and a table; a
+    BSCALE / BZERO / BLANK image; tile-compressed images."""
+    from astropy.io import fits
+
+    header = fits.Header()
+    for axis in (1, 2, 3):
+        header[f"CDELT{axis}"] = 2.0
+        header[f"CUNIT{axis}"] = "Mpc"
+    mask = np.ones(grid.shape, np.uint8)
+    table = fits.BinTableHDU.from_columns([fits.Column(name="k", format="E",
+                                                       array=np.ones(3))], name="PK")
+    scaled = fits.PrimaryHDU((grid * 100).astype(np.int16), header=header)
+    scaled.header.update(BSCALE=0.01, BZERO=1.0, BLANK=-32768)
+    files = {
+        "fits": [fits.PrimaryHDU(grid.astype(np.float32), header=header),
+                 fits.ImageHDU(mask, name="MASK"), fits.ImageHDU(np.full(grid.shape, 0.5),
+                                                                 name="NOISE"), table],
+        "fits_scaled": [scaled, fits.ImageHDU(mask, name="MASK")],
+        "fits_compressed": [fits.PrimaryHDU(),
+                            fits.CompImageHDU(grid.astype(np.float32), name="DATA",
+                                              compression_type="RICE_1"),
+                            fits.CompImageHDU(mask.astype(np.int16), name="MASK",
+                                              compression_type="GZIP_1")],
+    }
+    out = {}
+    for name, hdus in files.items():
+        buffer = io.BytesIO()
+        fits.HDUList(hdus).writeto(buffer)
+        out[name] = (".fits", buffer.getvalue())
     return out
 
 
@@ -605,7 +838,10 @@ def _exercise(path, ext, base_dir):
     attempt(lambda: loader.load(path))
     attempt(lambda: loader.load(path, "data"))
     data = {"path": path.name}
-    if ext != ".npy":
+    if isinstance(loader, L.FitsLoader):
+        attempt(lambda: L.FitsLoader(mmap_threshold=0).load(path))   # the memory-map path
+        data.update(mask="MASK", noise_map="NOISE")
+    elif ext != ".npy":
         data.update(mask="mask", noise_map="noise" if ext == ".npz" else "maps/noise")
     attempt(lambda: L.load_field_inputs(field_config(base_dir, data)))
 
@@ -613,18 +849,49 @@ def _exercise(path, ext, base_dir):
 @FUZZ
 @given(ext=st.sampled_from(sorted(L.LOADERS)),
        prefix=st.sampled_from([b"", b"\x93NUMPY", b"\x93NUMPY\x01\x00", b"PK\x03\x04",
-                               b"\x89HDF\r\n\x1a\n"]),
+                               b"\x89HDF\r\n\x1a\n", fits_card("SIMPLE", True),
+                               fits_card("SIMPLE", True) + fits_card("BITPIX", -32)]),
        payload=st.binary(max_size=2048))
 def test_fuzz_random_bytes(fuzz_dir, ext, prefix, payload):
     path = fuzz_dir / f"random{ext}"
     path.write_bytes(prefix + payload)
     _exercise(path, ext, fuzz_dir)
-    FUZZ_COUNTS["random bytes"] += 1
+    FUZZ_COUNTS[f"random bytes {ext}"] += 1
 
 
-@settings(FUZZ, max_examples=1500)
+FITS_KEYWORDS = ["SIMPLE", "BITPIX", "NAXIS", "NAXIS1", "NAXIS2", "NAXIS3", "NAXIS4",
+                 "EXTEND", "XTENSION", "EXTNAME", "EXTVER", "PCOUNT", "GCOUNT", "BSCALE",
+                 "BZERO", "BLANK", "CDELT1", "CDELT2", "CDELT3", "CUNIT1", "CUNIT3",
+                 "ZIMAGE", "ZBITPIX", "ZNAXIS", "ZCMPTYPE", "TFIELDS", "END"]
+FITS_VALUES = st.one_of(st.booleans(), st.integers(-2**63, 2**63), st.sampled_from(
+    [-64, -32, 0, 1, 3, 8, 16, 32, 64, 2880, 2**31]), st.floats(allow_nan=True),
+    st.sampled_from(["IMAGE", "BINTABLE", "Mpc", "", "DATA", "MASK", "RICE_1"]),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=12))
+
+
+@FUZZ
+@given(head=st.lists(st.tuples(st.sampled_from(["SIMPLE", "BITPIX", "NAXIS", "NAXIS1",
+                                                 "NAXIS2", "NAXIS3"]), FITS_VALUES),
+                     max_size=6),
+       cards=st.lists(st.tuples(st.sampled_from(FITS_KEYWORDS), FITS_VALUES), max_size=12),
+       payload=st.binary(max_size=600),
+       extension=st.booleans())
+def test_fuzz_fits_headers(fuzz_dir, head, cards, payload, extension):
+    """Headers built from FITS's own keywords with wrong, missing, repeated or absurd
+    values (and optionally a second HDU after a valid primary one)."""
+    body = fits_bytes(head + cards, payload)
+    if extension:
+        body = fits_bytes([("SIMPLE", True), ("BITPIX", 8), ("NAXIS", 0), ("EXTEND", True)],
+                          b"") + b"XTENSION= 'IMAGE   '" + body[20:]
+    path = fuzz_dir / "header.fits"
+    path.write_bytes(body)
+    _exercise(path, ".fits", fuzz_dir)
+    FUZZ_COUNTS["fits headers"] += 1
+
+
+@settings(FUZZ, max_examples=2000)
 @given(kind=st.sampled_from(["npy", "npy_fortran", "npz", "npz_compressed", "h5",
-                             "h5_latest"]),
+                             "h5_latest", "fits", "fits_scaled", "fits_compressed"]),
        mutate=mutations())
 def test_fuzz_damaged_valid_files(fuzz_dir, valid_files, kind, mutate):
     ext, raw = valid_files[kind]
