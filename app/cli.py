@@ -60,11 +60,23 @@ class ProgressLine:
         kind = event.get("type")
         if kind == "status":
             status = event["status"]
+            estimate = event.get("estimate")
+            if estimate:
+                from core.resources import format_bytes, format_seconds
+
+                free = estimate.get("available")
+                self._write(f"estimate: about {format_bytes(estimate['bytes'])} of memory"
+                            + (f" ({format_bytes(free)} free)" if free else "")
+                            + f", at least {format_seconds(estimate['run_seconds'])} "
+                            "(FFT bound)", final=True)
             if status in ("loading", "compiling"):
                 self._write(f"{status}...", final=not self.interactive)
-            elif status in ("finished", "stopped", "failed", "paused"):
-                extra = f": {event['error']}" if event.get("error") else ""
-                self._write(f"{status}{extra}", final=True)
+            elif status == "failed":
+                # the reason is printed once, as the command's one-line error
+                if self.interactive and self.last:
+                    self._write("", final=True)
+            elif status in ("finished", "stopped", "paused"):
+                self._write(status, final=True)
             return
         if kind != "chunk":
             return

@@ -583,7 +583,7 @@ class ConfigState:
             if self["likelihood.kind"] == "gaussian" and self["data.noise"] == "map":
                 refs.append(("data.noise_map", self["data.noise_map"]))
             for setting, ref in refs:
-                if not ref or re.match(r"^.+\.(npy|npz|h5|hdf5)(:.*)?$", ref, re.IGNORECASE):
+                if not ref or loaders.is_file_reference(ref):
                     continue        # a separate file: read by the engine when the run starts
                 if single:
                     errors[setting] = (f"{setting}: the data file {path.name} is a single .npy "
@@ -595,6 +595,10 @@ class ConfigState:
                 elif shape is not None and by_name[ref].shape not in (shape, ()):
                     errors[setting] = (f"{setting}: array {ref!r} has shape {by_name[ref].shape}, "
                                        f"the data {shape}")
+            if shape is not None and len(shape) == 3 and "data.key" not in errors:
+                problem = _memory_problem(self, shape)
+                if problem:
+                    errors["grid.memory"] = f"grid: {problem}"
         if self["prior.kind"] == "table":
             table = self.resolve(self["prior.table"])
             try:
@@ -654,6 +658,18 @@ class ConfigState:
                                       and math.isfinite(x) and x > 0 for x in items):
             return None
         return tuple(float(x) for x in items)
+
+
+def _memory_problem(state: "ConfigState", shape) -> str | None:
+    """core.resources' refusal of a run this machine cannot hold (the engine process has
+    TensorFlow imported already), or None."""
+    from core import resources
+
+    try:
+        estimate = resources.estimate_for_config(state.config(), shape)
+    except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
+        return None
+    return resources.memory_problem(estimate, include_import=False)
 
 
 def _relocate(p: str, old_base: Path, new_base: Path) -> str:

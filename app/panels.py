@@ -9,26 +9,23 @@ Next to each widget a message label shows what is wrong with that key (the text 
 Numbers are typed into line edits, not spin boxes: a spin box silently clamps what it
 does not accept, where a line edit lets validation say what the key needs.
 
-Time per gradient (Grid panel) is an estimate from FFT work alone:
+The Grid panel shows the run's memory and time estimates of ``core.resources`` (the
+time per gradient is a lower bound from FFT work alone; the memory estimate counts the
+engine's arrays, XLA's buffers and TensorFlow, calibrated against measured runs). A run
+that cannot fit in this machine's free memory is a "grid.memory" error (from
+``ConfigState.check_files``): the Grid panel shows it and Start stays disabled.
 
-    one real 3-D FFT of N cells          ~ 2.5 N log2 N flops
-    one gradient of the log-density      ~ P FFT pairs ~ P * 5 N log2 N flops, with
-                                           P = 1 (whitened, raw_modes: one inverse FFT
-                                           for the density, one forward in the
-                                           gradient) or 2 (white_noise)
-    t_gradient ~ chains * P * 5 N log2 N / R
-
-R (flop/s) is measured once per session by timing numpy's rfftn + irfftn on a 32^3
-grid (median of 7; ``fft_rate``). It leaves out element-wise work and TensorFlow's
-overhead, so it is a lower bound; the status bar shows the measured draws/s of a run.
+The Data panel reads the chosen array to show its statistics and a slice. Arrays above
+``DataPanel.async_bytes`` (16 MiB) are read in a worker thread (a memory-mapped .npy or
+FITS cube of gigabytes takes seconds to scan); the result comes back by a queued
+signal, and a result for a file or array no longer chosen is dropped.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
-from functools import lru_cache
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +41,10 @@ from app.config_state import (FIELD_HYPERPARAMETERS, INTEGRAL_DISTRIBUTIONS,
                               INTEGRAL_PARAMETERS, SAMPLER_KEYS, ConfigState, format_value,
                               parse_number)
 from core import config as cfg
+from core import resources
 from core.grid import Grid
 from core.power_spectrum import DISTRIBUTIONS, spectrum_from_config
+from core.resources import fft_pairs, fft_rate, gradient_seconds
 
 __all__ = ["SetupPanel", "DataPanel", "GridPanel", "PriorPanel", "LikelihoodPanel",
            "SamplerPanel", "make_panels", "fft_rate", "gradient_seconds", "fft_pairs"]
@@ -171,58 +170,8 @@ def _info_label() -> QLabel:
 # --------------------------------------------------------------------------- estimates
 
 
-@lru_cache(maxsize=1)
-def fft_rate() -> float:
-    """Measured flop rate R of numpy's 3-D real FFT pair on this machine (see module doc)."""
-    n = 32
-    x = np.random.default_rng(0).standard_normal((n, n, n))
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        np.fft.irfftn(np.fft.rfftn(x), s=x.shape, axes=(0, 1, 2))
-        times.append(time.perf_counter() - t0)
-    N = n ** 3
-    return 5.0 * N * math.log2(N) / max(float(np.median(times)), 1e-9)
-
-
-def physical_memory() -> int | None:
-    """Bytes of RAM of this machine, or None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def fft_pairs(parameterisation: str) -> int:
-    """FFT pairs per gradient of the log-density (see module docstring)."""
-    return 2 if parameterisation == "white_noise" else 1
-
-
-def gradient_seconds(shape, chains: int, parameterisation: str) -> float:
-    """t_gradient ~ chains * P * 5 N log2 N / R, all chains together (a lower bound)."""
-    N = math.prod(shape)
-    if N < 2:
-        return 0.0
-    return chains * fft_pairs(parameterisation) * 5.0 * N * math.log2(N) / fft_rate()
-
-
-def _si_time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
+_si_time = resources.format_seconds
+_bytes = resources.format_bytes
 
 
 def _g(x, digits=4) -> str:
@@ -356,10 +305,17 @@ class DataPanel(SetupPanel):
     keys = ("model.kind", "data.path", "data.key", "data.noise", "data.noise_sigma",
             "data.noise_map", "data.mask")
     file_chosen = Signal(str)
+    #: (key, LoadedArray | None, ArrayStats | None, error text) from the reading thread
+    array_read = Signal(object, object, object, str)
+    #: arrays larger than this are read in a worker thread
+    async_bytes = 16 * 2**20
 
     def __init__(self, state: ConfigState, parent=None):
         super().__init__(state, parent)
         s = state
+        self.array_read.connect(self._array_read)
+        self._reader_box: dict = {"pool": None}      # the reading thread, made when needed
+        self.destroyed.connect(lambda *_, box=self._reader_box: _stop_reader(box))
         self._choice("model.kind", "Model", [("field (3-D grid)", "field"),
                                              ("integral (1-D series)", "integral")],
                      tip="model.kind: a Gaussian random field on a grid, or the 1-D "
@@ -368,7 +324,7 @@ class DataPanel(SetupPanel):
         h = QHBoxLayout(row)
         h.setContentsMargins(0, 0, 0, 0)
         self.path_edit = bind_text(s, "data.path", QLineEdit(), parse=str)
-        self.path_edit.setPlaceholderText("a .npy / .npz / .h5 file")
+        self.path_edit.setPlaceholderText("a .npy / .npz / .h5 / .fits file")
         self.browse = QToolButton()
         self.browse.setText("Browse…")
         self.browse.clicked.connect(self._browse)
@@ -380,7 +336,8 @@ class DataPanel(SetupPanel):
         self.key_combo = bind_editable_combo(s, "data.key", QComboBox())
         self.edits["data.key"] = self.key_combo
         self._row("Array", self.key_combo, "data.key",
-                  tip="data.key: the array in an .npz / the dataset in an .h5")
+                  tip="data.key: the array in an .npz / the dataset in an .h5 / "
+                      "the image HDU of a FITS file (PRIMARY, an EXTNAME or an index)")
         self.info = _info_label()
         self.form.addRow("", self.info)
         self.preview = _Preview(height=180)
@@ -438,7 +395,8 @@ class DataPanel(SetupPanel):
         if self.state["model.kind"] == "integral":
             filters = "Series (*.csv *.txt *.dat);;All files (*)"
         else:
-            filters = "Gridded data (*.npy *.npz *.h5 *.hdf5);;All files (*)"
+            patterns = " ".join(f"*{ext}" for ext in cfg.FIELD_DATA_EXTENSIONS)
+            filters = f"Gridded data ({patterns});;FITS (*.fits *.fit *.fts);;All files (*)"
         path, _ = QFileDialog.getOpenFileName(self, "Open data file", start, filters)
         if path:
             self.open_file(path)
@@ -470,10 +428,11 @@ class DataPanel(SetupPanel):
             if s["data.key"] not in grids and grids:
                 s["data.key"] = "data" if "data" in grids else grids[0]
                 notes.append(f"array {s['data.key']!r}")
-            if "mask" in names and s["data.mask"] in ("", None) or (
-                    s["data.mask"] and s["data.mask"] not in names and "mask" in names):
-                s["data.mask"] = "mask"
-                notes.append("mask 'mask'")
+            mask = next((n for n in names if n.lower() == "mask"), None)   # FITS: "MASK"
+            if mask is not None and (s["data.mask"] in ("", None) or (
+                    s["data.mask"] and s["data.mask"] not in names)):
+                s["data.mask"] = mask
+                notes.append(f"mask {mask!r}")
             try:
                 loaded = loaders.loader_for(path).load(path, s["data.key"])
             except loaders.LoadError:
@@ -566,12 +525,40 @@ class DataPanel(SetupPanel):
         key = (str(path), info.name, stamp)
         if key == self._loaded_key:
             return
+        name = None if single else info.name
+        if info.size_bytes > self.async_bytes:
+            self._set_volume(None)
+            self._loaded_key = key
+            self.info.setText(f"reading {info.name!r} ({_bytes(info.size_bytes)})…")
+            if self._reader_box["pool"] is None:
+                self._reader_box["pool"] = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="fieldscope-data")
+            future = self._reader_box["pool"].submit(_read_array, str(path), name)
+            future.add_done_callback(lambda f: self._deliver(key, f))
+            return
         self._loaded_key = key
-        try:
-            loaded = loaders.loader_for(path).load(str(path), None if single else info.name)
-            stats = loaders.inspect_array(loaded.array)
-        except loaders.LoadError as exc:
-            self.info.setText(str(exc))
+        self._show_array(*_read_array(str(path), name))
+
+    def _deliver(self, key, future) -> None:
+        """In the reading thread: hand the result to the GUI thread (queued signal)."""
+        if _alive(self):
+            try:
+                self.array_read.emit(key, *future.result())
+            except RuntimeError:     # the panel was deleted meanwhile
+                pass
+
+    def _array_read(self, key, loaded, stats, error: str) -> None:
+        if key != self._loaded_key or not _alive(self.info):
+            return                   # a file or array chosen since: stale
+        self._show_array(loaded, stats, error)
+
+    def shutdown(self) -> None:
+        """Stop the reading thread (also done when the panel is deleted)."""
+        _stop_reader(self._reader_box)
+
+    def _show_array(self, loaded, stats, error: str) -> None:
+        if error:
+            self.info.setText(error)
             self._set_volume(None)
             return
         parts = [f"shape {stats.shape}, {stats.dtype}"]
@@ -582,7 +569,7 @@ class DataPanel(SetupPanel):
             box = loaded.box_size
             unit = f" {loaded.unit}" if loaded.unit else ""
             parts.append("file's box " + (f"{_g(box[0])}{unit}" if box[0] == box[1] == box[2]
-                                          else f"{tuple(_g(b) for b in box)}{unit}"))
+                                          else "(" + ", ".join(_g(b) for b in box) + f"){unit}"))
         self.info.setText("; ".join(parts))
         arr = loaded.array
         self._set_volume(arr if arr.ndim == 3 and arr.dtype.kind in "biuf" else None)
@@ -611,6 +598,23 @@ class DataPanel(SetupPanel):
         self.slice_label.setText(f"{'xyz'[axis]} = {i}")
         plane = np.take(self._volume, i, axis=axis)
         self.preview.show_slice(np.asarray(plane, dtype=np.float32))
+
+
+def _stop_reader(box: dict) -> None:
+    pool, box["pool"] = box["pool"], None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _read_array(path: str, name):
+    """(LoadedArray, ArrayStats, "") or (None, None, message): runs in either thread."""
+    from core import loaders
+
+    try:
+        loaded = loaders.loader_for(path).load(path, name)
+        return loaded, loaders.inspect_array(loaded.array), ""
+    except loaders.LoadError as exc:
+        return None, None, str(exc)
 
 
 class GridPanel(SetupPanel):
@@ -644,13 +648,20 @@ class GridPanel(SetupPanel):
         self.info = _info_label()
         self.info.setTextFormat(Qt.TextFormat.RichText)
         self.body.addWidget(self.info)
+        self.memory_message = _message_label()      # "grid.memory": the run cannot fit
+        self.memory_message.setVisible(False)
+        self.body.addWidget(self.memory_message)
+        self.messages["grid.memory"] = self.memory_message
         self.formula = _info_label()
         self.formula.setStyleSheet(INFO_STYLE)
         self.formula.setText(
             "Time per gradient ≈ chains × P × 5 N log₂N / R, from FFT work alone "
             "(P = FFT pairs per gradient: 1 whitened / raw_modes, 2 white_noise; R = "
             "numpy's FFT rate measured on this machine). A lower bound: the status bar "
-            "shows the measured draws/s once a run starts.")
+            "shows the measured draws/s once a run starts. The run's memory counts the "
+            "engine's arrays, about 24 grid-sized buffers per chain per leapfrog step that "
+            "XLA keeps, and TensorFlow itself (measured on CPU runs); a run that does not "
+            "fit in the free memory cannot be started.")
         self.body.addWidget(self.formula)
         self.body.addStretch(1)
         s.connect("grid.box_size", self._sync_lengths)
@@ -685,6 +696,20 @@ class GridPanel(SetupPanel):
             if parse_number(edit.text()) != v or edit.text() == "":
                 edit.setText(format_value(v))
             edit.setEnabled(i == 0 or not cube)
+
+    def _run_estimate(self, shape, chains, dtype, kept):
+        """core.resources' estimate for the state's sampler settings, None while invalid."""
+        s = self.state
+        values = {k: s[f"sampler.{k}"] for k in ("num_leapfrog_steps", "chunk_size", "thin",
+                                                  "num_warmup", "num_samples")}
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                   for v in values.values()) or min(values["chunk_size"], values["thin"],
+                                                    values["num_leapfrog_steps"]) < 1:
+            return None
+        return resources.estimate_run(
+            shape, chains=chains, dtype=dtype, algorithm=s["sampler.algorithm"],
+            parameterisation=s["field.parameterisation"],
+            noise_map=s["data.noise"] == "map", **values)
 
     def show_errors(self, errors):
         super().show_errors(errors)
@@ -738,11 +763,14 @@ class GridPanel(SetupPanel):
             mem = grid.memory_estimate(chains=chains, dtype=dtype, n_field_draws_kept=kept)
             text = (f"{_bytes(mem.total)} for {chains} chain{'s' if chains > 1 else ''}, "
                     f"{dtype} (state, momentum, gradients, spectra, FFT scratch, running "
-                    f"moments, {kept} field draws per chunk); TensorFlow adds overhead")
-            ram = physical_memory()
-            if ram and mem.total > ram:
-                text += (f"<br><span style='{ERROR_STYLE}'>more than this machine's memory "
-                         f"({_bytes(ram)}): fewer chains, float32 or a smaller grid</span>")
+                    f"moments, {kept} field draws per chunk)")
+            run = self._run_estimate(shape, chains, dtype, kept)
+            if run is not None:
+                free = resources.available_memory()
+                text += (f"; the run ≈ {_bytes(run.needed(include_import=False))} with XLA's "
+                         f"buffers ({_bytes(run.xla_working_set)}) in the engine, which holds "
+                         f"TensorFlow ({_bytes(run.engine_import)})"
+                         + (f"; {_bytes(free)} free" if free else ""))
             rows.append(("memory (estimate)", text))
             param = s["field.parameterisation"]
             t = gradient_seconds(shape, chains, param)

@@ -18,6 +18,14 @@ from the state, log-density and gradient that the previous chunk ended with (the
 bootstrap values are replaced by those), so the draws do not depend on where chunks
 begin: a run stopped and resumed gives the very same draws as one run straight through.
 
+Faults. A field run that cannot fit in the machine's free memory is refused before the
+model loads (``core.resources``). A write that fails during the run (a full disk) raises
+``core.run_store.StoreWriteError``: the run ends as failed with the reason (recorded in the
+store when it can still be written), the chunks already published stay readable, and
+``resume`` continues from the last checkpoint. ``WarmupWatch`` ends a warmup whose
+log-density is NaN everywhere, whose step size collapses or which accepts nothing, with a
+diagnosis naming what to check, after storing the chunk that shows it.
+
 Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps towards
 ``target_accept``. With ``adapt_mass_matrix`` the variance of each state coordinate is
 estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
@@ -44,18 +52,105 @@ from core import config as cfgmod
 from core.hmc_kernel import MAX_UNROLL, UnrolledHamiltonianMonteCarlo
 from core.models import build_model
 from core import run_lock
-from core.run_store import (STORE_NAME, ChunkRecord, RunStoreError, RunStoreWriter, read_checkpoint,
-                            write_checkpoint)
+from core.run_store import (STORE_NAME, ChunkRecord, RunStoreError, RunStoreWriter,
+                            StoreWriteError, read_checkpoint, write_checkpoint)
 
 tfd = tfp.distributions
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
 STALL_CHUNKS = 3                # warmup chunks in a row with all-NaN log-density before giving up
+STEP_COLLAPSE = 1e-8            # warmup ends when a step size falls below this x the initial,
+ACCEPT_FLOOR = 1e-3             # or every chain's acceptance stays below this for STALL_CHUNKS
+STALL_MIN_STEPS = 30            #   chunks and at least this many steps (see WarmupWatch)
+NAN_DOMINATED = 0.9             # share of non-finite proposals that makes NaN the diagnosis
 CHECKPOINT_FORMAT = 1
 
 
 class EngineError(RuntimeError):
     """A run that cannot go on, with a diagnosis a user can act on."""
+
+
+_CHECKS = ("check the priors (a prior amplitude or index far from the data's, a "
+           "hyperparameter prior allowing impossible values), the data scale against the "
+           "noise level (data.noise_sigma / noise_map in the data's units; a noise far "
+           "below the data's scatter makes the posterior needle-thin), and the start "
+           "(sampler.step_size, the data's NaN / masked voxels)")
+
+
+class WarmupWatch:
+    """Ends a warmup that cannot succeed with a diagnosis, instead of an endless run.
+
+    Fed the statistics of each warmup chunk (``update``: name -> (chains, n) arrays of
+    lp, acceptance_rate, step_size, energy_error), it returns a message when
+
+    * the log-density was NaN or infinite at every step, or every proposal was (energy
+      error not finite), for STALL_CHUNKS chunks in a row;
+    * a chain's step size fell below STEP_COLLAPSE x the initial step size (dual
+      averaging shrinks the step without bound when no proposal is ever accepted; with
+      NUTS a tiny step makes each draw take the maximum 1023 leapfrog steps);
+    * every chain's acceptance stayed below ACCEPT_FLOOR for STALL_CHUNKS chunks in a row
+      and at least STALL_MIN_STEPS steps.
+
+    When at least NAN_DOMINATED of the proposals seen had a non-finite log-density, the
+    message says the density is NaN / infinite (a broken model or data) rather than that
+    the posterior is too narrow. Messages name what to check: priors, data scale, start.
+    """
+
+    def __init__(self, initial_step_size: float):
+        self.initial = float(initial_step_size)
+        self.nan_chunks = 0
+        self.stuck_chunks = 0
+        self.stuck_steps = 0
+        self.proposals = 0
+        self.nonfinite = 0
+
+    def update(self, stats: dict, first_step: int) -> str | None:
+        lp = np.asarray(stats["lp"])
+        accept = np.asarray(stats["acceptance_rate"])
+        step = np.asarray(stats["step_size"])
+        energy = np.asarray(stats["energy_error"])
+        n = lp.shape[-1]
+        if n == 0:
+            return None
+        bad = ~np.isfinite(energy)
+        self.proposals += bad.size
+        self.nonfinite += int(bad.sum())
+        nan_share = self.nonfinite / max(self.proposals, 1)
+        steps = f"steps {first_step}-{first_step + n - 1}"
+        if not np.isfinite(lp).any() or bad.all():
+            self.nan_chunks += 1
+            if self.nan_chunks >= STALL_CHUNKS:
+                return ("warmup stopped: the log-density was NaN or infinite at every step "
+                        f"and every proposal of {STALL_CHUNKS} chunks in a row (up to {steps}); "
+                        "the model or the data are broken: " + _CHECKS)
+        else:
+            self.nan_chunks = 0
+        finite_step = np.where(np.isfinite(step), step, 0.0)
+        smallest = float(finite_step.min())
+        if smallest < STEP_COLLAPSE * self.initial:
+            chain, index = np.unravel_index(int(np.argmin(finite_step)), finite_step.shape)
+            where = (f"chain {int(chain)}'s step size fell to {smallest:.3g} at step "
+                     f"{first_step + int(index)}, below {STEP_COLLAPSE:g} x the initial "
+                     f"{self.initial:g}")
+            if nan_share >= NAN_DOMINATED:
+                return (f"warmup stopped: the log-density was NaN or infinite at "
+                        f"{100 * nan_share:.0f}% of the proposals, and {where} trying to avoid "
+                        "them; the model or the data are broken: " + _CHECKS)
+            return (f"warmup stopped: {where} ({100 * nan_share:.0f}% of the proposals had a "
+                    "NaN or infinite log-density): the posterior is far narrower than the "
+                    "sampler can move in: " + _CHECKS)
+        if (accept < ACCEPT_FLOOR).all():
+            self.stuck_chunks += 1
+            self.stuck_steps += n
+            if self.stuck_chunks >= STALL_CHUNKS and self.stuck_steps >= STALL_MIN_STEPS:
+                cause = ("the log-density was NaN or infinite at most proposals"
+                         if nan_share >= NAN_DOMINATED else "no proposal is accepted")
+                return (f"warmup stopped: every chain's acceptance stayed below "
+                        f"{ACCEPT_FLOOR:g} for {self.stuck_steps} steps ({self.stuck_chunks} "
+                        f"chunks, up to {steps}); {cause}: " + _CHECKS)
+        else:
+            self.stuck_chunks = self.stuck_steps = 0
+        return None
 
 
 @dataclass
@@ -124,8 +219,8 @@ class Engine:
     def _status(self, status: str, **extra):
         self.emit({"type": "status", "status": status, **extra})
 
-    def _build(self):
-        self._status("loading")
+    def _build(self, estimate: dict | None = None):
+        self._status("loading", **({"estimate": estimate} if estimate else {}))
         self.model = build_model(self.config)
         self.dtype = self.model.dtype
         self._status("compiling")
@@ -381,9 +476,33 @@ class Engine:
             raise EngineError(f"{self.run_dir}: cannot write the run directory: "
                               f"{err.strerror or err}") from None
 
+    def _preflight(self) -> dict | None:
+        """Refuse a field run this machine cannot hold (``core.resources``), before the
+        model loads. Returns the estimate for the "loading" status event: bytes,
+        available, gradient_seconds, run_seconds, text."""
+        if self.config.model.kind != "field":
+            return None
+        from core import loaders, resources
+
+        try:
+            info = loaders.array_info(self.config.data_path, self.config.data.key)
+        except loaders.LoadError:
+            return None       # loading the model reports it, with every check
+        if info.shape is None or len(info.shape) != 3 or 0 in info.shape:
+            return None
+        estimate = resources.estimate_for_config(self.config, info.shape)
+        available = resources.available_memory()
+        # this process has imported TensorFlow already: its memory is not free any more
+        problem = resources.memory_problem(estimate, available, include_import=False)
+        if problem is not None:
+            raise resources.ResourceError(f"{self.config.data_path}: {problem}")
+        return {"bytes": estimate.total, "available": available,
+                "gradient_seconds": estimate.gradient_seconds,
+                "run_seconds": estimate.run_seconds, "text": estimate.describe()}
+
     def start(self) -> str:
         """A new run in an empty run directory. Returns the final status."""
-        self._build()
+        self._build(self._preflight())
         if (self.run_dir / STORE_NAME).exists():
             raise RunStoreError(f"{self.run_dir}: already holds a run; resume it, or choose a "
                                 "new directory")
@@ -416,7 +535,7 @@ class Engine:
             run_lock.release(self.run_dir)
 
     def _resume(self, num_samples: int | None) -> str:
-        self._build()
+        self._build(self._preflight())
         st, meta = self._restore()
         if meta.get("config_digest") != _config_digest(self.config_text):
             raise EngineError("the run's configuration changed since the checkpoint; resume needs the same config")
@@ -442,7 +561,8 @@ class Engine:
         stored = self.store.root.attrs.get("timing") or {}
         timing = {key: float(stored.get(key, 0.0)) for key in ("warmup_seconds", "sampling_seconds")}
         steps_done_here = 0
-        nan_chunks = 0
+        watch = WarmupWatch(s.step_size)
+        published = st["progress"]["chunks"]     # chunks readers can see in the store
         try:
             for first, n in sched.boundaries(st["step"]):
                 if self.control.stop:
@@ -460,35 +580,52 @@ class Engine:
                 elapsed = time.perf_counter() - t0
                 st.update(state=state, tlp=tlp, grads=grads, da=da, mass_acc=mass_acc, moments=moments)
                 st["step"] = first + n
-                lp = traces["lp"].numpy()[:n]
-                if first < sched.num_warmup and not np.isfinite(lp).any():
-                    nan_chunks += 1
-                    if nan_chunks >= STALL_CHUNKS:
-                        raise EngineError("the log-density was NaN or infinite at every warmup step of "
-                                          f"{STALL_CHUNKS} chunks in a row; the model or data are broken "
-                                          "(check the noise level, the prior amplitude and the data values)")
-                else:
-                    nan_chunks = 0
+                diagnosis = None
+                if first < sched.num_warmup:
+                    diagnosis = watch.update({name: np.asarray(traces[name])[:n].T for name in
+                                              ("lp", "acceptance_rate", "step_size",
+                                               "energy_error")}, first)
                 self._adapt_at_boundary(st)
                 record, event = self._record(first, n, traces, params, field_buf, power_buf,
                                              int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
                 self.store.append(record, st["progress"], timing)
+                published = st["progress"]["chunks"]
                 self._checkpoint(st)
                 steps_done_here += n
                 event.update(elapsed=elapsed, steps_per_second=n / max(elapsed, 1e-9),
                              total_elapsed=time.perf_counter() - started)
                 self.emit(event)
+                if diagnosis is not None:     # the chunk that shows it is stored first
+                    raise EngineError(diagnosis)
             return self._finish("finished", st)
-        except EngineError as err:
-            self.store.set_status("failed", str(err))
-            self._status("failed", error=str(err))
+        except StoreWriteError as err:
+            if published:
+                kept = (f"the {published} chunk{'s' if published != 1 else ''} written before "
+                        f"{'stay' if published != 1 else 'stays'} readable. Once the cause is "
+                        f"fixed (e.g. free disk space), continue with: fieldscope resume "
+                        f"{self.run_dir}")
+            else:
+                kept = ("no chunk had been written yet; start the run again once the cause is "
+                        "fixed (e.g. free disk space)")
+            message = f"{err}. The run stopped as failed; {kept}"
+            self._fail(message)
+            raise StoreWriteError(message, err.errno) from None
+        except (EngineError, RunStoreError) as err:
+            self._fail(str(err))
             raise
         except Exception as err:
-            message = f"{type(err).__name__}: {err}"
-            self.store.set_status("failed", message)
-            self._status("failed", error=message)
+            self._fail(f"{type(err).__name__}: {err}")
             raise
+
+    def _fail(self, message: str) -> None:
+        """Record "failed" and the reason in the store if it can still be written (a full
+        disk may refuse even that), and tell the listeners in any case."""
+        try:
+            self.store.set_status("failed", message)
+        except RunStoreError:
+            pass
+        self._status("failed", error=message)
 
     def _paused(self, paused: bool):
         self.store.set_status("paused" if paused else "running")

@@ -28,6 +28,12 @@ the root attribute ``progress``, re-consolidates the metadata, and finally repla
 and use only that many draws, so a store that is being written is always readable.
 A process killed mid-chunk leaves arrays possibly longer than ``progress`` says; resume
 truncates them back to the checkpoint's counts.
+
+Write failures. Every file is written whole or not at all (zarr's local store writes a
+temporary file and renames it; so does ``write_checkpoint``), so a write that fails (a
+full disk: ENOSPC) leaves every chunk published before readable. The writer raises
+``StoreWriteError`` naming the write and the OS's reason; the engine ends the run as
+failed, and resume continues from the last checkpoint once the cause is gone.
 """
 
 from __future__ import annotations
@@ -55,6 +61,29 @@ _STAT_DTYPES = {"diverging": "bool", "n_steps": "int32"}
 
 class RunStoreError(ValueError):
     """A run directory that cannot be opened, written or resumed, with the reason."""
+
+
+class StoreWriteError(RunStoreError):
+    """Writing the store or the checkpoint failed (a full disk, a quota, a lost mount).
+
+    ``errno`` is the operating system's error number (``errno.ENOSPC`` for a full
+    disk). Every write is atomic (zarr's local store and ``write_checkpoint`` write a
+    temporary file and rename it), so what was written before stays readable, and the
+    run resumes from its last checkpoint once the cause is gone.
+    """
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+def _write_error(run_dir, what: str, exc: OSError) -> StoreWriteError:
+    import errno as errno_mod
+
+    code = errno_mod.errorcode.get(exc.errno, "") if exc.errno is not None else ""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return StoreWriteError(f"{run_dir}: {what} failed: {reason}" + (f" [{code}]" if code else ""),
+                           exc.errno)
 
 
 def _now() -> str:
@@ -123,6 +152,20 @@ class RunStoreWriter:
             root = _open_root(building, "w")
         except OSError as err:
             raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
+        try:
+            return cls._build(run_dir, building, root, config_text=config_text,
+                              model_kind=model_kind, chains=chains, num_warmup=num_warmup,
+                              num_samples=num_samples, thin=thin, param_names=param_names,
+                              observed=observed, grid_shape=grid_shape, k_centres=k_centres,
+                              k_counts=k_counts, extra_attrs=extra_attrs)
+        except OSError as err:
+            shutil.rmtree(building, ignore_errors=True)
+            raise _write_error(run_dir, "creating the run store", err) from None
+
+    @classmethod
+    def _build(cls, run_dir: Path, building: Path, root, *, config_text, model_kind, chains,
+               num_warmup, num_samples, thin, param_names, observed, grid_shape, k_centres,
+               k_counts, extra_attrs) -> "RunStoreWriter":
         root.attrs.update({
             "config": config_text, "fieldscope_version": __version__, "status": "created",
             "error": "", "model_kind": model_kind, "created": _now(), "updated": _now(),
@@ -188,7 +231,11 @@ class RunStoreWriter:
         except Exception as err:  # zarr raises several kinds for a missing or broken store
             raise RunStoreError(f"{run_dir}: no readable run store ({err})") from None
         writer = cls(run_dir, root)
-        writer._truncate(progress)
+        try:
+            writer._truncate(progress)
+        except OSError as err:
+            raise _write_error(run_dir, "truncating the run store to its checkpoint", err) \
+                from None
         return writer
 
     def _truncate(self, progress: dict) -> None:
@@ -216,7 +263,17 @@ class RunStoreWriter:
     def append(self, record: ChunkRecord, progress: dict, timing: dict | None = None) -> None:
         """Append one chunk, then publish ``progress`` (readers trust only that) and, when
         given, ``timing`` (root attribute: warmup_seconds, sampling_seconds, the wall time
-        of the chunks so far, for ESS per second)."""
+        of the chunks so far, for ESS per second).
+
+        A failing write (OSError) raises StoreWriteError; the chunks of the ``progress``
+        published before stay readable (readers and resume use only those)."""
+        try:
+            self._append(record, progress, timing)
+        except OSError as err:
+            raise _write_error(self.run_dir, f"writing chunk {progress.get('chunks', '?')} "
+                               "to the run store", err) from None
+
+    def _append(self, record: ChunkRecord, progress: dict, timing: dict | None) -> None:
         r = self.root
         for group, values in (("warmup_sample_stats", record.warmup_stats), ("sample_stats", record.stats),
                               ("warmup_posterior", record.warmup_params), ("posterior", record.params)):
@@ -243,8 +300,12 @@ class RunStoreWriter:
     def set_status(self, status: str, error: str = "") -> None:
         if status not in STATUSES:
             raise ValueError(f"unknown run status {status!r}")
-        self.root.attrs.update({"status": status, "error": error, "updated": _now()})
-        _consolidate(self.store_path)
+        try:
+            self.root.attrs.update({"status": status, "error": error, "updated": _now()})
+            _consolidate(self.store_path)
+        except OSError as err:
+            raise _write_error(self.run_dir, f"recording the status {status!r}", err) \
+                from None
 
 
 # ---------------------------------------------------------------------------
@@ -253,20 +314,27 @@ class RunStoreWriter:
 
 
 def write_checkpoint(run_dir, arrays: dict[str, np.ndarray], meta: dict) -> None:
-    """Atomically replace RUNDIR/checkpoint.npz (write a temporary file, fsync, rename)."""
+    """Atomically replace RUNDIR/checkpoint.npz (write a temporary file, fsync, rename).
+
+    A failing write raises StoreWriteError and leaves the previous checkpoint in place."""
     run_dir = Path(run_dir)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=run_dir)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=run_dir)
+    except OSError as err:
+        raise _write_error(run_dir, "writing the checkpoint", err) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, run_dir / CHECKPOINT_NAME)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(err, OSError):
+            raise _write_error(run_dir, "writing the checkpoint", err) from None
         raise
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from app.main_window import VIEW_REFRESH_HZ
 
 from PySide6.QtWidgets import QMessageBox
 
-from core.run_store import RunReader
+from core import resources
+from core.run_store import RunReader, read_checkpoint
 from test_gui_support import TF_BEFORE, make_window, tf_modules, tiny_case, xla_cache  # noqa: F401
 
 READY_MS = 90_000       # TensorFlow's import in the engine, on a busy 2-core machine
@@ -80,7 +82,8 @@ def test_a_run_from_start_to_finish(make_window, qtbot, tmp_path):
         assert tf_modules() == []                       # the GUI process never loads TF
 
 
-def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbot, tmp_path):
+def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbot, tmp_path,
+                                                              monkeypatch):
     config = tiny_case(tmp_path, samples=100_000, name="long.toml")
     window = make_window(config)
     qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
@@ -106,12 +109,34 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
     assert window.isVisible() and window.run_status == "idle"
     assert not window.start_action.isEnabled() and window.restart_engine_action.isEnabled()
     assert window.engine_label.text() == "engine stopped"
-    before = RunReader(window.run_dir).progress["draws"]
+    # the store the killed engine left is consistent and resumable: readers see exactly
+    # the published draws, and the checkpoint is that chunk's or the one before
+    reader = RunReader(window.run_dir)
+    prog = reader.progress
+    before = prog["draws"]
+    assert before > 0 and reader.status == "running"        # nobody wrote a final status
+    assert reader.stat("lp").shape == (2, before)
+    assert reader.stat("lp", warmup=True).shape == (2, prog["warmup_draws"])
+    assert reader.field_draws().shape[:2] == (2, prog["field_draws"])
+    assert np.isfinite(reader.stat("lp")).all()
+    _, meta = read_checkpoint(window.run_dir)
+    assert meta["progress"]["chunks"] in (prog["chunks"], prog["chunks"] - 1)
+    # the window goes on working: the config still validates, the views redraw
+    assert window.validate() == {}
+    window.views.refresh()
 
     # a new engine, then Continue run resumes the same run directory
     window.restart_engine_action.trigger()
     qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
     assert window.continue_action.isEnabled()
+    # Start is enabled only while the run fits in the free memory (core.resources)
+    need = resources.estimate_for_config(window.state.config(), (8, 8, 8)).needed(False)
+    monkeypatch.setattr(resources, "available_memory", lambda: need - 1)
+    assert set(window.validate()) == {"grid.memory"}
+    assert not window.start_action.isEnabled()
+    assert "grid: the run needs about" in window.start_action.toolTip()
+    monkeypatch.setattr(resources, "available_memory", lambda: need)
+    assert window.validate() == {} and window.start_action.isEnabled()
     run_dir = window.run_dir
     n = len(chunks)
     window.continue_action.trigger()
