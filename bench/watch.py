@@ -11,7 +11,8 @@ alternately
   stressed  the same follower polling 20 times a second
 
 Throughput: post-warmup steps divided by the wall time from the end of warmup to the end
-of the run. Prints the median over repeats of each mode and the ratios watched/alone and
+of the run. Also the follower's own CPU time over the time it followed the run (the most
+it can take from the writer, whatever the noise of the throughput figures). Prints the median over repeats of each mode and the ratios watched/alone and
 stressed/alone, measured side by side in one run. The follower reports how many
 refreshes found new data (so it did read every chunk). This process imports no
 TensorFlow. Usage: python bench/watch.py [--size 64] [--samples 300] [--repeats 3]
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+CPU_SHARES: dict[float, list[float]] = {}      # follower CPU time / time followed, per rate
 sys.path.insert(0, str(REPO / "bench"))
 
 from gui import WARMUP, headless, write_case  # noqa: E402  (bench/gui.py)
@@ -41,6 +43,7 @@ def follower(run_dir: str, hz: float) -> None:
     state = RunState()
     loaded = False
     changes = polls = 0
+    cpu0 = wall0 = None
     while True:
         polls += 1
         if not loaded:
@@ -49,12 +52,16 @@ def follower(run_dir: str, hz: float) -> None:
                 loaded = state.chains is not None
             except (RunStoreError, KeyError, OSError):
                 pass
+            if loaded:
+                cpu0, wall0 = time.process_time(), time.perf_counter()
         else:
             changes += state.refresh_from_store()
             if state.status in ("finished", "failed", "stopped"):
                 break
         time.sleep(1.0 / hz)
-    print(f"{polls} {changes} {state.n_steps}")
+    cpu = time.process_time() - cpu0 if cpu0 is not None else float("nan")
+    wall = time.perf_counter() - wall0 if wall0 is not None else float("nan")
+    print(f"{polls} {changes} {state.n_steps} {cpu:.3f} {wall:.3f}")
 
 
 def run_once(config: Path, run_dir: Path, hz: float | None) -> tuple[float, str]:
@@ -68,8 +75,12 @@ def run_once(config: Path, run_dir: Path, hz: float | None) -> tuple[float, str]
         note = ""
         if watcher is not None:
             out, _ = watcher.communicate(timeout=120)
-            polls, changes, steps = out.split()
-            note = f"(follower: {polls} polls, {changes} with new data, {steps} steps seen)"
+            polls, changes, steps, cpu, wall = out.split()
+            share = float(cpu) / float(wall)
+            note = (f"(follower: {polls} polls, {changes} with new data, {steps} steps seen, "
+                    f"{float(cpu):.2f} s CPU over {float(wall):.1f} s followed = {100 * share:.2f} % "
+                    "of one core)")
+            CPU_SHARES.setdefault(hz, []).append(share)
     return seconds, note
 
 
@@ -104,6 +115,10 @@ def main() -> None:
               f"max {max(rates[mode]):.2f})")
     print(f"  ratio watched/alone  {med['watched'] / med['alone']:.3f}")
     print(f"  ratio stressed/alone {med['stressed'] / med['alone']:.3f}")
+    for mode, hz in modes.items():
+        if hz is not None and CPU_SHARES.get(hz):
+            print(f"  follower CPU, {mode:8s} ({hz:g} Hz): median "
+                  f"{100 * statistics.median(CPU_SHARES[hz]):.2f} % of one core while following")
 
 
 if __name__ == "__main__":
