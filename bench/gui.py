@@ -93,7 +93,7 @@ def headless(config: Path, run_dir: Path) -> float:
         proc.shutdown()
 
 
-def with_gui(app, config: Path, run_dir: Path) -> tuple[float, list[float]]:
+def with_gui(app, config: Path, run_dir: Path, visit=()) -> tuple[float, list[float]]:
     from PySide6.QtCore import QTimer
 
     from app.main_window import MainWindow
@@ -102,6 +102,13 @@ def with_gui(app, config: Path, run_dir: Path) -> tuple[float, list[float]]:
     window.open_config(config)
     window.resize(1500, 950)
     window.show()
+    for name in visit:                # tabs shown once before the run (then Slices again)
+        window.views.show_tab(name)
+        for _ in range(20):
+            app.processEvents()
+            time.sleep(0.01)
+    if visit:
+        window.views.show_tab("Slices")
     marks: dict[str, float] = {}
     ticks: list[float] = []
 
@@ -149,6 +156,9 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--visit", nargs="*", default=[], metavar="TAB",
+                        help="tabs to show once before each GUI run (then Slices again), e.g. "
+                             "\"3D volume\": what a view costs after it has been opened")
     args = parser.parse_args()
     display = None
     if not os.environ.get("DISPLAY"):
@@ -160,7 +170,8 @@ def main():
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     print(f"CPU cores: {os.cpu_count()}; HMC 10 leapfrog steps, 2 chains, float32, {args.samples} "
-          f"post-warmup steps, median of {args.repeats} (alternating headless / gui)")
+          f"post-warmup steps, median of {args.repeats} (alternating headless / gui)"
+          + (f"; tabs visited before each GUI run: {', '.join(args.visit)}" if args.visit else ""))
     print(f"{'size':>6} | {'headless steps/s':>16} | {'gui steps/s':>11} | {'gui/headless':>12} | "
           f"{'latency p50 ms':>14} | {'p99 ms':>7} | {'max ms':>7}")
     try:
@@ -170,7 +181,8 @@ def main():
                 head, gui, lat = [], [], []
                 for r in range(args.repeats):
                     head.append(args.samples / headless(config, Path(tmp) / f"n{n}" / f"h{r}"))
-                    seconds, latency = with_gui(app, config, Path(tmp) / f"n{n}" / f"g{r}")
+                    seconds, latency = with_gui(app, config, Path(tmp) / f"n{n}" / f"g{r}",
+                                               args.visit)
                     gui.append(args.samples / seconds)
                     lat.extend(latency)
                 h, g = statistics.median(head), statistics.median(gui)

@@ -36,6 +36,48 @@ def _optional_view(make, name: str):
         return label
 
 
+class LazyView(QtWidgets.QWidget):
+    """A tab whose view is built the first time the tab is shown (or exported).
+
+    Used for the 3D view: Qt composites a whole window through OpenGL as soon as it holds
+    an OpenGL widget, which on software OpenGL (Mesa llvmpipe) multiplies the cost of every
+    repaint of the window: measured with bench/gui.py at 32^3, the GUI process took 75-82 %
+    of a core with the 3D view built and 34 % without. Built lazily, a user who never
+    opens the 3D tab pays nothing. (Once built, the cost stays for the window's life:
+    deleting the OpenGL widget again does not switch the window back; measured.)
+    """
+
+    def __init__(self, make, name: str, parent=None):
+        super().__init__(parent)
+        self._make, self._name = make, name
+        self.view = None
+        self._layout = QtWidgets.QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+
+    def build(self) -> QtWidgets.QWidget:
+        if self.view is None:
+            self.view = _optional_view(self._make, self._name)
+            self._layout.addWidget(self.view)
+        return self.view
+
+    def showEvent(self, event) -> None:
+        self.build()
+        super().showEvent(event)
+
+    def refresh(self, force: bool = False) -> bool:
+        view = self.view
+        return bool(view.refresh(force=force)) if view is not None and hasattr(view, "refresh") \
+            else False
+
+    def export_png(self, path):
+        view = self.build()
+        if hasattr(view, "export_png"):
+            return view.export_png(path)
+        if not view.grab().save(str(path), "PNG"):
+            raise OSError(f"{path}: cannot write the PNG image")
+        return str(path)
+
+
 class LiveViews(QtWidgets.QWidget):
     """Field views | plots, each a tab widget, with a one-line summary of the run on top.
 
@@ -69,7 +111,7 @@ class LiveViews(QtWidgets.QWidget):
 
             return IntegralView(run_state)
 
-        self.volume = _optional_view(volume, "The 3D view")
+        self.volume = LazyView(volume, "The 3D view")     # .view: the VolumeView once shown
         self.exact = _optional_view(exact, "The exact-posterior comparison")
         self.integral = _optional_view(integral, "The integral-model view")
 
@@ -92,12 +134,15 @@ class LiveViews(QtWidgets.QWidget):
         layout.addWidget(self.splitter, 1)
         self.slices.voxel_pinned.connect(lambda _voxel: self.traces.refresh())
         self.slices.voxel_unpinned.connect(lambda _voxel: self.traces.refresh())
-        self.left.currentChanged.connect(lambda _index: self._refresh_tabs(self.left))
+        self.left.currentChanged.connect(self._left_tab_changed)
         self.right.currentChanged.connect(lambda _index: self._refresh_tabs(self.right))
         self._seen = None
         self._kind_shown = None
         self._apply_kind()
         self.refresh()
+
+    def _left_tab_changed(self, _index: int) -> None:
+        self._refresh_tabs(self.left)
 
     # -- which tabs apply -------------------------------------------------------------------
 
