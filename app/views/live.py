@@ -39,12 +39,11 @@ def _optional_view(make, name: str):
 class LazyView(QtWidgets.QWidget):
     """A tab whose view is built the first time the tab is shown (or exported).
 
-    Used for the 3D view: Qt composites a whole window through OpenGL as soon as it holds
-    an OpenGL widget, which on software OpenGL (Mesa llvmpipe) multiplies the cost of every
-    repaint of the window: measured with bench/gui.py at 32^3, the GUI process took 75-82 %
-    of a core with the 3D view built and 34 % without. Built lazily, a user who never
-    opens the 3D tab pays nothing. (Once built, the cost stays for the window's life:
-    deleting the OpenGL widget again does not switch the window back; measured.)
+    Used for the 3D view: building it imports vispy and probes OpenGL (a few hundred ms on
+    software OpenGL), which a user who never opens the tab should not wait for. (The 3D view
+    renders off-window, so the main window never holds an OpenGL widget: Qt would otherwise
+    composite the whole window through OpenGL, measured at 66-82 % of a core for the GUI
+    process during a 32^3 run on llvmpipe, against 26-34 % without; see app/views/volume.py.)
     """
 
     def __init__(self, make, name: str, parent=None):

@@ -36,6 +36,18 @@ newest waiting request kept) and uploaded when it arrives, unless a newer reques
 field, kind, chain, levels, method or texture size) made it stale; smaller ones are
 prepared in the GUI thread.
 
+Display. The vispy canvas is a QOpenGLWidget, and Qt composites a whole top-level window
+through OpenGL as soon as it holds one: on software OpenGL every repaint of the main window
+then costs several times more, for as long as the window lives. So the canvas is a top-level
+widget of its own that never appears on screen (``WA_DontShowOnScreen``, shown once so its
+context initialises, then hidden), the scene is rendered off-screen (``canvas.render``: an
+FBO read back) whenever it changed, and the image is painted by a plain widget in the view
+(``VolumeDisplay``), whose size the canvas follows. Any change of the scene (a visual's
+data, the camera) asks the canvas for an update; the canvas's ``update`` is redirected to a
+zero-delay timer, so one render serves all the changes of one event-loop turn. The display
+passes its mouse and wheel events on to the canvas, so the camera turns, zooms and pans as
+it would on the canvas itself.
+
 The GUI process never imports TensorFlow, and vispy is imported only when a view is built:
 where vispy or OpenGL is missing, the view shows the reason instead of the canvas.
 """
@@ -44,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import numpy as np
 import pyqtgraph as pg
@@ -225,6 +238,88 @@ def _hint(state: RunState) -> str:
 
 # -- the view -------------------------------------------------------------------------------
 
+class VolumeDisplay(QtWidgets.QWidget):
+    """Paints the latest off-screen render and hands mouse and wheel events to the canvas.
+
+    ``target`` is the canvas's native widget (same local coordinates: the canvas has the
+    display's size). A plain raster widget: no OpenGL in the window that holds it.
+    """
+
+    resized = QtCore.Signal()
+    shown = QtCore.Signal()
+
+    def __init__(self, target, parent=None):
+        super().__init__(parent)
+        self.target = target
+        self.image: QtGui.QImage | None = None
+        self.setAttribute(QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
+        self.setFocusPolicy(QtCore.Qt.FocusPolicy.WheelFocus)
+        self.setMinimumSize(160, 140)
+        self._background = QtGui.QColor(BACKGROUND)
+
+    def set_image(self, image: QtGui.QImage) -> None:
+        self.image = image
+        self.update()
+
+    def paintEvent(self, event) -> None:
+        painter = QtGui.QPainter(self)
+        painter.fillRect(self.rect(), self._background)
+        if self.image is not None:
+            painter.drawImage(0, 0, self.image)
+        painter.end()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.resized.emit()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.shown.emit()
+
+    # the canvas's handlers take the event as it is (positions are local to either widget);
+    # the display keeps it, so a drag stays with the display
+    def _forward(self, handler, event) -> None:
+        try:
+            handler(event)
+        finally:
+            event.accept()
+
+    def mousePressEvent(self, event) -> None:
+        self._forward(self.target.mousePressEvent, event)
+
+    def mouseMoveEvent(self, event) -> None:
+        self._forward(self.target.mouseMoveEvent, event)
+
+    def mouseReleaseEvent(self, event) -> None:
+        self._forward(self.target.mouseReleaseEvent, event)
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        self._forward(self.target.mouseDoubleClickEvent, event)
+
+    def wheelEvent(self, event) -> None:
+        self._forward(self.target.wheelEvent, event)
+
+
+def _request_render(view_ref, *_args, **_kwargs) -> None:
+    """The canvas's ``update``: schedule one render of the view (if it still exists)."""
+    view = view_ref()
+    if view is None:
+        return
+    try:
+        view._schedule_render()
+    except RuntimeError:                         # the Qt object is gone
+        pass
+
+
+def _discard_canvas(canvas, *_args) -> None:
+    """The view was destroyed: its top-level (hidden) canvas widget goes too."""
+    try:
+        canvas.native.hide()
+        canvas.native.deleteLater()
+    except RuntimeError:                         # already deleted
+        pass
+
+
 class VolumeView(QtWidgets.QWidget):
     """Volume rendering of the array the slices show, with the grid's box and the three planes.
 
@@ -245,7 +340,9 @@ class VolumeView(QtWidgets.QWidget):
         self.voxels_per_axis = 0           # 0: default_voxels_per_axis()
         self.async_voxels = ASYNC_VOXELS
         self.canvas = None
+        self.display: VolumeDisplay | None = None
         self.problem = ""
+        self.renders = 0                  # off-screen renders shown (the benchmark reads it)
         self.texture_shape = None         # (z, y, x) of the texture uploaded last
         self.texture_scale = None         # (3,) grid voxels per texture voxel along x, y, z
         self.uploads = 0                  # set_data calls (the benchmark and the tests read it)
@@ -281,7 +378,7 @@ class VolumeView(QtWidgets.QWidget):
                 widget.setEnabled(False)
             self.hint_label.setText("")
         else:
-            layout.addWidget(self.canvas.native, 1)
+            layout.addWidget(self.display, 1)
             self.prepare_job.finished.connect(self._on_prepared)
         if slices is not None:
             slices.cursor_moved.connect(self._cursor_moved)
@@ -332,10 +429,11 @@ class VolumeView(QtWidgets.QWidget):
         from vispy import scene
         from vispy.visuals.transforms import STTransform
 
+        # a top-level widget of its own, never on screen (see the module docstring)
         canvas = scene.SceneCanvas(keys=None, app="pyside6", bgcolor=BACKGROUND, show=False,
-                                   parent=self)
+                                   parent=None)
         self._canvas_built = canvas
-        canvas.native.setMinimumSize(160, 140)
+        canvas.native.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen, True)
         view = canvas.central_widget.add_view()
         view.camera = scene.TurntableCamera(fov=30.0, elevation=25.0, azimuth=-55.0)
         # the volume: a placeholder until there is data, then only set_data
@@ -389,6 +487,16 @@ class VolumeView(QtWidgets.QWidget):
             visual.order = 1
         for item in (self.box, *self.axis_labels, *self.planes):
             item.visible = False
+        # every "draw me again" of the scene (visuals, camera) becomes one scheduled render
+        self._render_timer = QtCore.QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(0)
+        self._render_timer.timeout.connect(self._render_now)
+        canvas.update = functools.partial(_request_render, weakref.ref(self))
+        self.display = VolumeDisplay(canvas.native, self)
+        self.display.resized.connect(self._schedule_render)
+        self.display.shown.connect(self._schedule_render)
+        self.destroyed.connect(functools.partial(_discard_canvas, canvas))
         self.canvas = canvas
         self.view = view
 
@@ -398,7 +506,6 @@ class VolumeView(QtWidgets.QWidget):
         if canvas is not None:
             try:
                 canvas.native.hide()
-                canvas.native.setParent(None)
                 canvas.close()
             except Exception:                    # noqa: BLE001 - best effort
                 pass
@@ -625,8 +732,51 @@ class VolumeView(QtWidgets.QWidget):
             self.hint_label.setText(text)
 
     def _update_canvas(self) -> None:
-        if self.canvas is not None and self.isVisible():
-            self.canvas.update()
+        if self.canvas is not None:
+            self._schedule_render()
+
+    def _schedule_render(self) -> None:
+        if self.canvas is not None and not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def _gl_ready(self) -> bool:
+        """Initialise the canvas's context once: show it (never on screen), then hide it."""
+        native = self.canvas.native
+        if not native.isValid():
+            native.resize(max(self.display.width(), 1), max(self.display.height(), 1))
+            native.show()
+            native.hide()
+        return native.isValid()
+
+    def _fit_canvas(self) -> tuple[int, int]:
+        """Give the canvas the display's size; returns the render's size in device pixels."""
+        w, h = max(self.display.width(), 1), max(self.display.height(), 1)
+        ratio = self.display.devicePixelRatioF() or 1.0
+        physical = (max(int(round(w * ratio)), 1), max(int(round(h * ratio)), 1))
+        if tuple(self.canvas.size) != (w, h) or tuple(self.canvas.physical_size) != physical:
+            self.canvas.size = (w, h)
+            self.canvas.native._vispy_set_physical_size(*physical)
+            self.canvas.events.resize(size=(w, h), physical_size=physical)
+        return physical
+
+    def _render_now(self) -> None:
+        """Render the scene off-screen and show it (while the display is visible)."""
+        if self.canvas is None or not self.display.isVisible():
+            return                               # the display's showEvent asks again
+        if not self._gl_ready():
+            self.hint_label.setText("the OpenGL context of the 3D view could not be initialised")
+            return
+        try:
+            size = self._fit_canvas()
+            pixels = np.ascontiguousarray(self.canvas.render(size=size, alpha=True))
+        except Exception as err:                 # noqa: BLE001 - said in the view, the app goes on
+            self.hint_label.setText(f"could not draw the 3D view: {type(err).__name__}: {err}")
+            return
+        h, w = pixels.shape[:2]
+        image = QtGui.QImage(pixels.data, w, h, 4 * w, QtGui.QImage.Format.Format_RGBA8888).copy()
+        image.setDevicePixelRatio(size[0] / max(self.canvas.size[0], 1))
+        self.display.set_image(image)
+        self.renders += 1
 
     # -- Qt -------------------------------------------------------------------------------
 
@@ -643,15 +793,19 @@ class VolumeView(QtWidgets.QWidget):
     # -- export ---------------------------------------------------------------------------
 
     def render_image(self) -> np.ndarray:
-        """The view as an (h, w, 4) uint8 RGBA array (an offscreen render of the scene).
+        """The view as an (h, w, 3) uint8 RGB array (an off-screen render of the scene, the
+        display's size in device pixels).
 
         Raises RuntimeError with the reason when there is no OpenGL or the view was never shown.
         """
         if self.canvas is None:
             raise RuntimeError(f"the 3D view is unavailable: {self.problem}")
-        if not self.canvas.native.isValid():
+        if not self.display.isVisible() and not self.canvas.native.isValid():
             raise RuntimeError("the 3D view has not been shown yet: show it, then export")
-        return self.canvas.render(alpha=False)
+        if not self._gl_ready():
+            raise RuntimeError("the OpenGL context of the 3D view could not be initialised")
+        size = self._fit_canvas()
+        return self.canvas.render(size=size, alpha=False)
 
     def export_png(self, path) -> str:
         """Write the view to ``path`` as PNG. Returns the path; raises RuntimeError / OSError

@@ -2,7 +2,9 @@
 
 Rendered images are checked against where the scene's own transform projects a point
 (independent of the view's code), colours against pyqtgraph's colour maps, downsampling
-against a loop of numpy ``nanmean`` over blocks.
+against a loop of numpy ``nanmean`` over blocks. The canvas is never on screen: the view
+shows off-screen renders in a plain widget, which passes mouse events on to the canvas; the
+main window holds no OpenGL widget.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 import numpy as np
 import pyqtgraph as pg
 import pytest
-from pyqtgraph.Qt import QtGui
+from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from PySide6 import QtOpenGLWidgets
 
 from app.run_state import RunState
@@ -23,6 +25,7 @@ from app.views import volume as volume_module
 from app.views.slices import COLOUR_MAPS, PLANES, SlicesView
 from app.views.volume import (VolumeView, block_mean, masked_value, prepare_volume, projection_cutoffs,
                               texture_factors)
+from test_gui_support import make_window, tiny_case, xla_cache  # noqa: F401
 from test_run_state import meta_for
 
 N = 32
@@ -55,6 +58,20 @@ def project(view: VolumeView, point) -> tuple[int, int]:
     mapped = transform.map(np.asarray(point, float))
     x, y = mapped[:2] / mapped[3]
     return int(round(y)), int(round(x))
+
+
+def pixels(image: QtGui.QImage) -> np.ndarray:
+    """(h, w, 3) uint8 of a QImage (what the display paints)."""
+    image = image.convertToFormat(QtGui.QImage.Format.Format_RGBA8888)
+    h, w = image.height(), image.width()
+    data = np.frombuffer(image.constBits(), np.uint8, count=image.sizeInBytes())
+    return data.reshape(h, image.bytesPerLine())[:, :4 * w].reshape(h, w, 4)[..., :3].copy()
+
+
+def shown_now(view: VolumeView, qtbot) -> np.ndarray:
+    """The pixels on show once the scheduled render (if any) happened."""
+    qtbot.waitUntil(lambda: view.renders > 0 and not view._render_timer.isActive(), timeout=3000)
+    return pixels(view.display.image)
 
 
 def patch(image, row, col, r=1):
@@ -130,6 +147,74 @@ def test_the_blob_renders_where_it_projects(shown):
     assert np.abs(patch(moved, row, col) - bottom).max() <= 6
     mrow, mcol = project(view, (24.5, 24.5, 8.5))
     assert np.abs(patch(moved, mrow, mcol) - top).max() <= 6
+
+
+def test_the_display_shows_the_offscreen_render_at_its_size(shown, qtbot):
+    state, slices, view = shown
+    display = view.display
+    on_show = shown_now(view, qtbot)
+    assert on_show.shape[:2] == (display.height(), display.width())
+    assert tuple(view.canvas.size) == (display.width(), display.height())
+    np.testing.assert_array_equal(on_show, view.render_image())
+    # the canvas is a hidden top-level widget, not a child of the view
+    native = view.canvas.native
+    assert native.isWindow() and not native.isVisible()
+    assert not view.findChildren(QtOpenGLWidgets.QOpenGLWidget)
+    # a bigger view: the canvas follows the display, the image too
+    renders = view.renders
+    view.resize(520, 430)
+    qtbot.waitUntil(lambda: view.renders > renders and not view._render_timer.isActive(), timeout=3000)
+    bigger = pixels(display.image)
+    assert bigger.shape[:2] == (display.height(), display.width()) != on_show.shape[:2]
+    assert tuple(view.canvas.size) == (display.width(), display.height())
+    np.testing.assert_array_equal(bigger, view.render_image())
+    # a change of the scene (the cursor moves the planes) is rendered and shown
+    view.planes_check.setChecked(True)
+    slices.set_cursor((3, 20, 9))
+    after = shown_now(view, qtbot)
+    assert np.abs(after.astype(int) - bigger).max() > 40
+    np.testing.assert_array_equal(after, view.render_image())
+
+
+def test_drag_and_wheel_on_the_display_move_the_camera(shown, qtbot):
+    state, slices, view = shown
+    display, camera = view.display, view.view.camera
+    before = shown_now(view, qtbot)
+    azimuth, elevation, scale = camera.azimuth, camera.elevation, camera.scale_factor
+    renders = view.renders
+    left, none = QtCore.Qt.MouseButton.LeftButton, QtCore.Qt.KeyboardModifier.NoModifier
+    qtbot.mousePress(display, left, none, QtCore.QPoint(150, 150))
+    for x in range(165, 271, 15):                # vispy drops moves closer than 10 ms
+        qtbot.wait(15)
+        qtbot.mouseMove(display, QtCore.QPoint(x, 150))
+    qtbot.mouseRelease(display, left, none, QtCore.QPoint(270, 150))
+    assert abs(camera.azimuth - azimuth) > 20 and camera.elevation == elevation
+    rotated = shown_now(view, qtbot)
+    assert view.renders > renders
+    assert np.abs(rotated.astype(int) - before).max() > 40
+    np.testing.assert_array_equal(rotated, view.render_image())
+    # the wheel zooms in
+    at = QtCore.QPointF(150, 150)
+    wheel = QtGui.QWheelEvent(at, display.mapToGlobal(at), QtCore.QPoint(0, 0), QtCore.QPoint(0, 120),
+                              QtCore.Qt.MouseButton.NoButton, none, QtCore.Qt.ScrollPhase.NoScrollPhase,
+                              False)
+    QtWidgets.QApplication.sendEvent(display, wheel)
+    assert camera.scale_factor < scale
+    assert camera.azimuth != azimuth             # the zoom kept the turn
+
+
+def test_the_main_window_holds_no_opengl_widget(make_window, qtbot, tmp_path):
+    """An OpenGL widget in a window makes Qt composite all of it through OpenGL (slow on
+    software OpenGL): the 3D tab, once shown and drawn, must not bring one in."""
+    window = make_window(tiny_case(tmp_path), engine=None)
+    lazy = window.views.show_tab("3D volume")
+    qtbot.waitUntil(lambda: lazy.view is not None, timeout=3000)
+    view = lazy.view
+    assert isinstance(view, VolumeView) and view.canvas is not None, getattr(view, "problem", view)
+    qtbot.waitUntil(lambda: view.renders > 0, timeout=3000)    # shown and drawn
+    assert view.display.isVisible() and view.display.window() is window
+    assert not window.findChildren(QtOpenGLWidgets.QOpenGLWidget)
+    assert view.canvas.native.window() is not window and not view.canvas.native.isVisible()
 
 
 def test_colours_follow_the_slices_colour_map(shown, qtbot):
