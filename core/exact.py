@@ -53,7 +53,7 @@ import numpy as np
 
 from core.config import Distribution, RunConfig
 from core.grid import Grid
-from core.power_spectrum import spectrum_from_config
+from core.power_spectrum import prior_spectrum
 from core.wiener import AUTO_EXACT_STD_MAX_CELLS, posterior_samples, wiener_posterior
 
 __all__ = ["ExactNotApplicable", "ExactPosterior", "exact_not_applicable",
@@ -130,17 +130,6 @@ def exact_not_applicable(cfg: RunConfig) -> str | None:
     return None
 
 
-def _spectrum(cfg: RunConfig):
-    prior = cfg.prior
-    if prior.kind == "table":
-        from core.loaders import load_power_table
-
-        return load_power_table(cfg.resolve_path(prior.table))
-    names = ["amplitude", "index"] + (["cutoff_scale"] if prior.kind == "power_law_cutoff" else [])
-    params = {"k_pivot": prior.k_pivot, **{name: float(getattr(prior, name)) for name in names}}
-    return spectrum_from_config(prior.kind, params)
-
-
 def stored_field_mode_variance(cfg: RunConfig, shape) -> np.ndarray:
     """S'_k = B_k^2 P(|k|) N^2 / V on the rfftn half grid (S'_0 = 0): the prior mode
     variance of the stored field B s (see the module docstring)."""
@@ -150,7 +139,7 @@ def stored_field_mode_variance(cfg: RunConfig, shape) -> np.ndarray:
     grid = Grid(tuple(int(n) for n in shape), cfg.grid.box_size, cfg.grid.unit)
     k = grid.k_magnitude_half()
     nonzero = k > 0
-    power = _spectrum(cfg).evaluate(np.where(nonzero, k, 1.0))
+    power = prior_spectrum(cfg.prior, cfg.resolve_path).evaluate(np.where(nonzero, k, 1.0))
     variance = np.where(nonzero, power * grid.n_cells**2 / grid.volume, 0.0)
     smoothing = cfg.likelihood.smoothing_scale
     if smoothing:

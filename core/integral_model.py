@@ -977,6 +977,17 @@ def _check_single_mode(coarse, coarse_lp, box, peak, drop):
                          "outside the located peak); grid quadrature assumes one mode")
 
 
+def spec_from_config(config, t, y, f=None) -> "IntegralModelSpec":
+    """The spec of an integral-model run config (``core.config.RunConfig``) for the series
+    t, y (f): refine from ``[integral]``; A, c and sigma each fixed (a number) or given
+    their prior (a ``core.config.Distribution``, as its config mapping)."""
+    priors = {}
+    for name in ("A", "c", "sigma"):
+        value = getattr(config.prior, name)
+        priors[name] = value.to_config() if hasattr(value, "to_config") else float(value)
+    return IntegralModelSpec(t, y, f=f, refine=config.integral.refine, priors=priors)
+
+
 def posterior_quadrature(spec: IntegralModelSpec, refine: int | None = None, *,
                          exact: bool = False, box: Mapping | None = None,
                          n_final: int = 601, drop: float = 40.0) -> QuadraturePosterior:

@@ -25,7 +25,7 @@ from core.field_model import FieldPosterior
 from core.grid import Grid
 from core.observations import Observations
 from core.power_estimator import measure_power
-from core.power_spectrum import HyperPrior, spectrum_from_config
+from core.power_spectrum import HyperPrior, hyperparameter_names, prior_spectrum
 
 _DTYPES = {"float32": tf.float32, "float64": tf.float64}
 
@@ -72,15 +72,10 @@ class FieldModel:
         self.observations = Observations.create(inputs.data, **obs_kwargs)
         self.grid = Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
         prior = config.prior
-        if prior.kind == "table":
-            from core.loaders import load_power_table
-            spectrum = load_power_table(config.resolve_path(prior.table))
-            hyper = {}
-        else:
-            names = ["amplitude", "index"] + (["cutoff_scale"] if prior.kind == "power_law_cutoff" else [])
-            hyper = {name: _hyper_prior(name, getattr(prior, name)) for name in names}
-            values = {name: (h.value if h.is_fixed else _central_value(h)) for name, h in hyper.items()}
-            spectrum = spectrum_from_config(prior.kind, {"k_pivot": prior.k_pivot, **values})
+        hyper = {name: _hyper_prior(name, getattr(prior, name))
+                 for name in hyperparameter_names(prior.kind)}
+        values = {name: (h.value if h.is_fixed else _central_value(h)) for name, h in hyper.items()}
+        spectrum = prior_spectrum(prior, config.resolve_path, values)
         self.spectrum = spectrum
         self.dtype = _DTYPES[config.field.dtype]
         self.posterior = FieldPosterior(self.grid, spectrum, self.observations, hyper_priors=hyper,
@@ -152,12 +147,7 @@ class IntegralModel:
 
         self.config = config
         series = load_series_inputs(config)
-        priors = {}
-        for name in ("A", "c", "sigma"):
-            value = getattr(config.prior, name)
-            priors[name] = value.to_config() if isinstance(value, Distribution) else float(value)
-        self.spec = im.IntegralModelSpec(series.t, series.y, f=series.f, refine=config.integral.refine,
-                                         priors=priors)
+        self.spec = im.spec_from_config(config, series.t, series.y, series.f)
         self.dtype = tf.float64
         im.check_overflow(self.spec, np.float64)
         self.density = make_log_density(self.spec, self.dtype)

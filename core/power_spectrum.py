@@ -335,6 +335,36 @@ SPECTRA: dict[str, type[PowerSpectrum]] = {
 }
 
 
+def hyperparameter_names(kind: str) -> list[str]:
+    """The hyperparameters of a config's P(k) family (``[prior] kind``); none for a table."""
+    if kind == "table":
+        return []
+    return ["amplitude", "index"] + (["cutoff_scale"] if kind == "power_law_cutoff" else [])
+
+
+def prior_spectrum(prior, resolve_path, values: Mapping[str, float] | None = None) -> PowerSpectrum:
+    """The P(k) of a field config's ``[prior]`` section (``core.config.PriorSection``).
+
+    A table is read from its file (``resolve_path(prior.table)``; ``core.loaders.LoadError``
+    when it cannot be). A family takes ``values[name]`` for each hyperparameter given there
+    and the section's number for the others; a sampled hyperparameter must be given
+    (ValueError otherwise). The engine's model, the exact posterior and the P(k) panel all
+    build their spectrum here.
+    """
+    if prior.kind == "table":
+        from core.loaders import load_power_table
+
+        return load_power_table(resolve_path(prior.table))
+    values = dict(values or {})
+    params: dict[str, Any] = {"k_pivot": prior.k_pivot}
+    for name in hyperparameter_names(prior.kind):
+        value = values.get(name, getattr(prior, name))
+        if not isinstance(value, numbers.Real):
+            raise ValueError(f"prior.{name} is sampled: its value must be given")
+        params[name] = float(value)
+    return spectrum_from_config(prior.kind, params)
+
+
 def spectrum_from_config(kind: str, params: Mapping[str, Any],
                          source: str | None = None) -> PowerSpectrum:
     """Build a spectrum from a registry name and plain parameters.

@@ -121,8 +121,7 @@ def band_subset(n: int, max_draws: int) -> np.ndarray:
 def spec_for(cfg, observed: dict | None = None):
     """The ``IntegralModelSpec`` of an integral run: t, y (and f) from the store's observed
     data when there, else from the config's data file; refine and priors from the config."""
-    from core.config import Distribution
-    from core.integral_model import IntegralModelSpec
+    from core.integral_model import spec_from_config
 
     observed = observed or {}
     if observed.get("t") is not None and observed.get("y") is not None:
@@ -132,11 +131,7 @@ def spec_for(cfg, observed: dict | None = None):
 
         series = load_series_inputs(cfg)
         t, y, f = series.t, series.y, series.f
-    priors = {}
-    for name in PARAMETERS:
-        value = getattr(cfg.prior, name)
-        priors[name] = value.to_config() if isinstance(value, Distribution) else float(value)
-    return IntegralModelSpec(t, y, f=f, refine=cfg.integral.refine, priors=priors)
+    return spec_from_config(cfg, t, y, f)
 
 
 def _report(spec):

@@ -116,28 +116,19 @@ def prior_spectrum(config):
     the names of the sampled ones (their stand-in values are always overridden with
     ``evaluate(k, name=value)``). Raises ValueError with the reason."""
     from core.config import Distribution
-    from core.power_spectrum import spectrum_from_config
+    from core.loaders import LoadError
+    from core.power_spectrum import hyperparameter_names, prior_spectrum
 
     prior = config.prior
-    if prior.kind == "table":
-        from core.loaders import LoadError, load_power_table
-
-        try:
-            return load_power_table(config.resolve_path(prior.table)), []
-        except (LoadError, OSError) as err:
-            raise ValueError(f"prior table: {err}") from None
-    names = ["amplitude", "index"] + (["cutoff_scale"] if prior.kind == "power_law_cutoff" else [])
+    sampled = [name for name in hyperparameter_names(prior.kind)
+               if isinstance(getattr(prior, name), Distribution)]
     # a sampled hyperparameter gets a valid stand-in; the panel always overrides it
     stand_in = {"amplitude": 1.0, "index": 0.0, "cutoff_scale": 0.0}
-    values, sampled = {}, []
-    for name in names:
-        value = getattr(prior, name)
-        if isinstance(value, Distribution):
-            sampled.append(name)
-            values[name] = stand_in[name]
-        else:
-            values[name] = float(value)
-    return spectrum_from_config(prior.kind, {"k_pivot": prior.k_pivot, **values}), sampled
+    try:
+        spectrum = prior_spectrum(prior, config.resolve_path, {n: stand_in[n] for n in sampled})
+    except (LoadError, OSError) as err:
+        raise ValueError(f"prior table: {err}") from None
+    return spectrum, sampled
 
 
 @dataclass
