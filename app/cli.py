@@ -31,7 +31,7 @@ def _quiet_tensorflow() -> None:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     _quiet_tensorflow()
-    from core import fft_check
+    from core.engine import fft_check
 
     return fft_check.main()
 
@@ -62,7 +62,7 @@ class ProgressLine:
             status = event["status"]
             estimate = event.get("estimate")
             if estimate:
-                from core.resources import format_bytes, format_seconds
+                from core.run.resources import format_bytes, format_seconds
 
                 free = estimate.get("available")
                 self._write(f"estimate: about {format_bytes(estimate['bytes'])} of memory"
@@ -123,8 +123,8 @@ def _install_stop_handler(control) -> None:
 
 def _engine_errors():
     from core.config import ConfigError
-    from core.engine import EngineError
-    from core.run_store import RunStoreError
+    from core.engine.engine import EngineError
+    from core.store.run_store import RunStoreError
 
     return (ConfigError, EngineError, RunStoreError, ValueError)
 
@@ -139,7 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise UserError(f"{args.config}: {err.strerror or err}") from None
     text = open(args.config, encoding="utf-8").read()
-    from core.engine import Control, Engine
+    from core.engine.engine import Control, Engine
 
     control = Control()
     _install_stop_handler(control)
@@ -153,7 +153,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     _quiet_tensorflow()
-    from core.engine import Control, Engine, stored_run_config
+    from core.engine.engine import Control, Engine, stored_run_config
 
     try:
         config, text = stored_run_config(args.rundir)
@@ -178,8 +178,8 @@ def _report(status: str, run_dir) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from core.run_store import RunStoreError
-    from core.run_summary import summarize_run
+    from core.store.run_store import RunStoreError
+    from core.store.run_summary import summarize_run
 
     try:
         summary = summarize_run(args.rundir)
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("gui", help="the desktop app: set up a run, launch it, watch it live")
-    from app.gui import add_arguments   # argparse only; Qt is imported when it runs
+    from app.gui import add_arguments  # argparse only; Qt is imported when it runs
 
     add_arguments(p)
     p.set_defaults(func=_cmd_gui)

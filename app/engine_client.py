@@ -1,6 +1,6 @@
 """The GUI's handle on the engine process: pipe messages in, Qt signals out.
 
-``EngineClient`` owns one ``core.engine_process.EngineProcess`` (spawned when the window
+``EngineClient`` owns one ``core.run.engine_process.EngineProcess`` (spawned when the window
 opens, so TensorFlow loads in the background while the user sets up the run) and one
 ``QThread`` that reads the pipe. The thread has no Qt event loop (superqt's pattern):
 commands go in through a thread-safe queue, which the thread drains between polls
@@ -11,7 +11,7 @@ thread in the order the engine sent it:
     status(str, object)      status name ("loading", "compiling", "warmup", "sampling",
                              "paused", "running", "finished", "stopped", "failed") and
                              the event dict
-    chunk(object)            one chunk's event dict (numpy arrays: see core.engine)
+    chunk(object)            one chunk's event dict (numpy arrays: see core.engine.engine)
     error(str)               a run could not start or failed; the message says why
     done(str)                a run ended with this status
     engine_died(str)         the process is gone (killed, crashed); ``respawn`` starts
@@ -31,7 +31,7 @@ import weakref
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from core.engine_process import EngineProcess
+from core.run.engine_process import EngineProcess
 
 __all__ = ["EngineClient", "running_readers"]
 

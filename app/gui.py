@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             if not path.exists():
                 print(f"fieldscope gui: {target}: no such file or directory", file=sys.stderr)
                 return 2
-            from core.run_store import STORE_NAME
+            from core.store.run_store import STORE_NAME
 
             if path.is_dir():
                 if not (path / STORE_NAME).exists():

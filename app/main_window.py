@@ -34,14 +34,22 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox,
-                               QProgressBar, QToolBar, QWidget)
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QToolBar,
+    QWidget,
+)
 
-from app.config_state import ConfigState
 from app.engine_client import EngineClient
 from app.panels import SetupPanel, make_panels
-from core import run_lock
+from app.state.config_state import ConfigState
 from core.config import ConfigError
+from core.store import run_lock
 
 __all__ = ["MainWindow", "default_run_dir", "user_data_dir"]
 
@@ -199,13 +207,13 @@ class MainWindow(QMainWindow):
         self._on_status_takes_name = False
         problem = ""
         try:
-            from app.run_state import RunState
+            from app.state.run_state import RunState
 
             self.run_state = RunState()
             params = inspect.signature(self.run_state.on_status).parameters
             self._on_status_takes_name = len(params) >= 2
         except Exception as exc:   # any failure of an optional module must not stop the app
-            problem = f"app.run_state: {type(exc).__name__}: {exc}"
+            problem = f"app.state.run_state: {type(exc).__name__}: {exc}"
         if self.run_state is not None:
             try:
                 from app.views import LiveViews
@@ -639,7 +647,7 @@ class MainWindow(QMainWindow):
     def resumable_run(self) -> Path | None:
         """The current run directory if it can be continued (stopped, paused or
         interrupted, with a checkpoint)."""
-        from core.run_store import CHECKPOINT_NAME, RunReader, RunStoreError
+        from core.store.run_store import CHECKPOINT_NAME, RunReader, RunStoreError
 
         if self.run_dir is None or not (self.run_dir / CHECKPOINT_NAME).exists():
             return None
@@ -662,7 +670,7 @@ class MainWindow(QMainWindow):
     def continue_run(self) -> bool:
         """Resume the current run directory with its stored config (as ``fieldscope
         resume`` does)."""
-        from core.run_store import RunReader, RunStoreError
+        from core.store.run_store import RunReader, RunStoreError
 
         run_dir = self.resumable_run()
         if run_dir is None or self.client is None or not self.client.is_ready \
@@ -679,7 +687,7 @@ class MainWindow(QMainWindow):
 
     def open_run_dir(self, path) -> bool:
         """Show a stored run (its config in the panels, its draws in the views)."""
-        from core.run_store import RunReader, RunStoreError
+        from core.store.run_store import RunReader, RunStoreError
 
         try:
             reader = RunReader(path)
@@ -786,7 +794,6 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(True)
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(min(done, max(total, 1)))
-        rate = st.steps_per_second if st is not None else 0.0
         self.rate_label.setText("")
         quiet = f"  ·  no new chunk for {_clock(idle)}" if idle >= 30 else ""
         self.eta_label.setText(f"watching {self.watching.name if self.watching else ''}{quiet}")

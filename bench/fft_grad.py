@@ -1,10 +1,10 @@
-"""Benchmark: forward + VJP of core.fft's irfft3d and rfft3d against two baselines.
+"""Benchmark: forward + VJP of core.engine.fft's irfft3d and rfft3d against two baselines.
 
 For each size (32^3, 64^3, 128^3), dtype (float32, float64) and execution mode (eager,
 tf.function, tf.function(jit_compile=True)) it times, side by side and interleaved
 round by round so that all three see the same machine state:
 
-  ours       the loss through core.fft with tf.GradientTape
+  ours       the loss through core.engine.fft with tf.GradientTape
   hand       the same loss and its exact gradient written by hand with plain
              tf.signal FFTs and no gradient machinery (the floor: one FFT each way)
   composite  the loss through Hermitian completion + complex ifft3d / fft3d, which
@@ -34,8 +34,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from core import fft  # noqa: E402
-from core.fft_composite import composite_irfft3d, composite_rfft3d  # noqa: E402
+from core.engine import fft  # noqa: E402
+from core.engine.fft_composite import composite_irfft3d, composite_rfft3d  # noqa: E402
 
 
 def irfft_cases(n, rdtype):

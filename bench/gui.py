@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.engine_process import EngineProcess
-from core.grid import Grid
-from core.power_spectrum import PowerLawCutoff
-from core.synthetic import make_dataset, save_dataset
+from core.field.grid import Grid
+from core.field.power_spectrum import PowerLawCutoff
+from core.field.synthetic import make_dataset, save_dataset
+from core.run.engine_process import EngineProcess
 
 WARMUP = 50
 

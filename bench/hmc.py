@@ -5,7 +5,7 @@ mask), fixed P(k), float32, HMC with 10 leapfrog steps. Measured side by side in
 
   density    value + gradient of the log-density alone, one jitted call (1 and 4 chains)
   bare       tfp.mcmc.sample_chain of the engine's kernel (the unrolled HMC of
-             core.hmc_kernel inside the dual-averaging wrapper, frozen as after warmup) in one
+             core.engine.kernels inside the dual-averaging wrapper, frozen as after warmup) in one
              XLA call, nothing recorded: the floor
   tfp        the same with TFP's stock HamiltonianMonteCarlo (its while-loop integrator)
   engine     Fieldscope's engine on the same config: chunks, every statistic, field
@@ -28,17 +28,16 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
 from core.config import parse_config  # noqa: E402
-from core.engine import Engine  # noqa: E402
-from core.grid import Grid  # noqa: E402
-from core.hmc_kernel import UnrolledHamiltonianMonteCarlo  # noqa: E402
-from core.models import build_model  # noqa: E402
-from core.power_spectrum import PowerLawCutoff  # noqa: E402
-from core.synthetic import make_dataset, save_dataset  # noqa: E402
+from core.engine.engine import Engine  # noqa: E402
+from core.engine.kernels import UnrolledHamiltonianMonteCarlo  # noqa: E402
+from core.engine.models import build_model  # noqa: E402
+from core.field.grid import Grid  # noqa: E402
+from core.field.power_spectrum import PowerLawCutoff  # noqa: E402
+from core.field.synthetic import make_dataset, save_dataset  # noqa: E402
 
 LEAPFROG = 10
 

@@ -68,7 +68,7 @@ def main():
     app = QApplication.instance() or QApplication(sys.argv[:1])
     from vispy.gloo import gl
 
-    from app.run_state import RunState
+    from app.state.run_state import RunState
     from app.views.volume import VolumeView, prepare_volume
 
     cases = {}

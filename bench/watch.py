@@ -37,8 +37,8 @@ from gui import WARMUP, headless, write_case  # noqa: E402  (bench/gui.py)
 
 def follower(run_dir: str, hz: float) -> None:
     """The watcher process: follow ``run_dir`` until it is finished (prints a count)."""
-    from app.run_state import RunState
-    from core.run_store import RunStoreError
+    from app.state.run_state import RunState
+    from core.store.run_store import RunStoreError
 
     state = RunState()
     loaded = False

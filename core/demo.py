@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import integral_model as im
-from core.grid import Grid
-from core.power_spectrum import PowerLawCutoff
-from core.synthetic import make_dataset, save_dataset
+from core import integral as im
+from core.field.grid import Grid
+from core.field.power_spectrum import PowerLawCutoff
+from core.field.synthetic import make_dataset, save_dataset
 
 DEMO_SHAPE = (32, 32, 32)
 DEMO_BOX = 200.0

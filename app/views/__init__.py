@@ -1,6 +1,6 @@
 """Live pyqtgraph views of a run: slices, traces, sampler health (``LiveViews`` combines them).
 
-Each view is a QWidget over one ``app.run_state.RunState``: it creates its plot items once
+Each view is a QWidget over one ``app.state.run_state.RunState``: it creates its plot items once
 and, in ``refresh()``, feeds them with ``setData`` / ``setImage`` from the state's buffers,
 only when the state's version counters moved. Images are row-major (set here, once, for the
 whole process): ``image[row, column]`` with rows along the view's vertical axis.

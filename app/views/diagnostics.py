@@ -1,7 +1,7 @@
 """The diagnostics panel: the summary table of a run (pooled and per chain) and the
 convergence of P(k) shell by shell.
 
-The numbers are ``core.run_summary``'s, read from the run store (``RunState.run_dir``):
+The numbers are ``core.store.run_summary``'s, read from the run store (``RunState.run_dir``):
 the table is ``RunSummary.table()`` -- exactly what ``fieldscope summary`` prints and
 ``summary --csv`` writes -- with the cells formatted by ``run_summary.format_cell``. So the
 panel works alike for a run this window drives (the engine writes the store), a store
@@ -9,15 +9,15 @@ another process is writing, and a finished run.
 
 Columns: scope (pooled, chain c), quantity (each sampled parameter, lp), mean, sd, R-hat,
 bulk and tail ESS, ESS per second, ESS per gradient evaluation, divergences, acceptance,
-step size (definitions in ``core.run_summary``). Cells that need attention are coloured:
+step size (definitions in ``core.store.run_summary``). Cells that need attention are coloured:
 R-hat > 1.01 and divergences > 0 red, an ESS below 100 orange. The scope's health columns
 (divergences, acceptance, step size) span its rows.
 
 Below the table, bulk and tail ESS and R-hat of the stored P(k) draws per k-shell
-(``core.diagnostics.shell_diagnostics``), against the shell centre k.
+(``core.store.diagnostics.shell_diagnostics``), against the shell centre k.
 
 Threading. Reading the store and computing the diagnostics run in a worker thread
-(``app.views.background.LatestJob``): at most one computation is in flight, and
+(``app.views.jobs.LatestJob``): at most one computation is in flight, and
 ``refresh`` asks for a new one only when the run's progress (draws, chunks) or status
 moved since the last request; requests made while one runs collapse into one that
 starts when it ends. A result for another run (``layout_version`` or run directory
@@ -33,12 +33,12 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
-from app.run_state import RunState
-from app.views.background import LatestJob
+from app.state.run_state import RunState
+from app.views.jobs import LatestJob
 from app.views.style import add_empty_hint, add_legend, sparse_log_ticks
-from core import run_summary
-from core.run_store import STORE_NAME, RunStoreError
-from core.run_summary import TEXT_COLUMNS, format_cell, needs_attention
+from core.store import run_summary
+from core.store.run_store import STORE_NAME, RunStoreError
+from core.store.run_summary import TEXT_COLUMNS, format_cell, needs_attention
 
 __all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS"]
 

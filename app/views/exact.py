@@ -1,7 +1,7 @@
 """The exact-posterior comparison: the Wiener filter next to the sampler's running moments.
 
 For a Gaussian field run (Gaussian likelihood, every P(k) hyperparameter fixed) the
-posterior is known exactly (``core.exact``). This view computes it once per run on a
+posterior is known exactly (``core.reference.field_posterior``). This view computes it once per run on a
 worker thread and shows, on one slice plane (xy, xz or yz, chosen with a slider):
 
     Wiener mean | HMC running mean | z = (HMC mean - Wiener mean) / Wiener std
@@ -17,7 +17,7 @@ O(1), or a std ratio away from 1, means the chain has not converged to the right
 answer. With a Monte-Carlo Wiener std (masks or noise maps above 4096 cells) z and
 the ratio carry its relative error 1/sqrt(2 n_samples) too; the status line says so.
 
-Threads. ``core.exact`` runs on a daemon thread (``app.views.background.CancellableJob``:
+Threads. ``core.reference.field_posterior`` runs on a daemon thread (``app.views.jobs.CancellableJob``:
 it never delays the application's exit; a superseded computation stops at its next batch
 of exact draws) and hands its results to the GUI thread through a Qt signal (queued,
 since it is emitted on another thread). Results of a run that is no longer shown are
@@ -33,8 +33,8 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
-from app.run_state import RunState
-from app.views.background import CancellableJob, WorkerRelay
+from app.state.run_state import RunState
+from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
 
 #: (key, title, level group, row, column) of the image panels
@@ -110,7 +110,7 @@ class ExactComparisonView(QtWidgets.QWidget):
     exact posterior (or a better Monte-Carlo std) arrived, ``exact_failed(str)``.
 
     Attributes for tests and exports: ``status`` ("no run", "not applicable",
-    "computing", "ready", "failed"), ``reason``, ``exact`` (``core.exact.ExactPosterior``
+    "computing", "ready", "failed"), ``reason``, ``exact`` (``core.reference.field_posterior.ExactPosterior``
     or None), ``comparison`` (``Comparison`` or None), ``hist_edges``, ``hist_counts``,
     ``images`` (key -> ImageItem, keys of ``PANELS``).
     """
@@ -228,7 +228,7 @@ class ExactComparisonView(QtWidgets.QWidget):
 
     def _new_run(self, key, refs) -> None:
         """Forget the previous run's exact posterior and start this one's (if it applies)."""
-        from core.exact import exact_not_applicable, exact_posterior_for_config
+        from core.reference.field_posterior import exact_not_applicable, exact_posterior_for_config
 
         if self._job is not None:
             self._job.cancel()

@@ -10,9 +10,15 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtWidgets
 
-from app.run_state import RunState
-from app.views.style import (DIVERGENCE_COLOUR, add_empty_hint, add_legend, add_warmup_marker, chain_pen,
-                             configure_live_plot)
+from app.state.run_state import RunState
+from app.views.style import (
+    DIVERGENCE_COLOUR,
+    add_empty_hint,
+    add_legend,
+    add_warmup_marker,
+    chain_pen,
+    configure_live_plot,
+)
 
 #: (stat name, axis label, log y)
 HEALTH_PLOTS = (("grad_norm", "gradient norm", True),

@@ -2,7 +2,7 @@
 histograms, and the discretisation report.
 
 For a run with ``model.kind = "integral"`` (y_i = c + integral_0^t_i exp(A s) f(s) ds
-+ e_i, e_i ~ N(0, sigma^2); ``core.integral_model``) it shows
++ e_i, e_i ~ N(0, sigma^2); ``core.integral``) it shows
 
     the data (t, y) with, over a subset of the post-warmup draws (at most
         ``max_band_draws``, evenly spaced through the chain-major pooled draws), the
@@ -15,7 +15,7 @@ For a run with ``model.kind = "integral"`` (y_i = c + integral_0^t_i exp(A s) f(
     a trace (per chain, against the step; warmup shaded) and a histogram (post-warmup
         draws of every chain) of each sampled parameter (A, c, sigma); fixed parameters
         are listed with their values;
-    the discretisation report (``core.integral_model.discretisation_report``: the
+    the discretisation report (``core.integral.discretisation_report``: the
         posterior of A at refine r, 2r and with the exact integral), computed once per
         run on a worker thread; the quadrature mean +- sd of A at refine r is drawn on
         A's histogram.
@@ -35,8 +35,8 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from scipy.special import ndtr
 
-from app.run_state import RunState
-from app.views.background import CancellableJob, WorkerRelay
+from app.state.run_state import RunState
+from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot
 
 PARAMETERS = ("A", "c", "sigma")
@@ -97,8 +97,8 @@ def mixture_quantiles(mu: np.ndarray, sigma: np.ndarray, quantiles, iterations: 
 
 def predictive_band(spec, A, c, sigma) -> Band:
     """The ``Band`` of draws (A, c, sigma), each (draws,), for ``spec``
-    (``core.integral_model.IntegralModelSpec``)."""
-    from core.integral_model import predictive_mean
+    (``core.integral.IntegralModelSpec``)."""
+    from core.integral import predictive_mean
 
     A, c, sigma = (np.asarray(v, np.float64) for v in (A, c, sigma))
     mu = predictive_mean(spec, A, c)                        # (draws, n), trapezoid with spec.refine
@@ -121,13 +121,13 @@ def band_subset(n: int, max_draws: int) -> np.ndarray:
 def spec_for(cfg, observed: dict | None = None):
     """The ``IntegralModelSpec`` of an integral run: t, y (and f) from the store's observed
     data when there, else from the config's data file; refine and priors from the config."""
-    from core.integral_model import spec_from_config
+    from core.integral import spec_from_config
 
     observed = observed or {}
     if observed.get("t") is not None and observed.get("y") is not None:
         t, y, f = observed["t"], observed["y"], observed.get("f")
     else:
-        from core.loaders import load_series_inputs
+        from core.io import load_series_inputs
 
         series = load_series_inputs(cfg)
         t, y, f = series.t, series.y, series.f
@@ -135,7 +135,7 @@ def spec_for(cfg, observed: dict | None = None):
 
 
 def _report(spec):
-    from core.integral_model import discretisation_report
+    from core.integral import discretisation_report
 
     return discretisation_report(spec)
 

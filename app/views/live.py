@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyqtgraph.Qt import QtCore, QtWidgets
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from app.views.diagnostics import DiagnosticsView
 from app.views.health import HealthView
 from app.views.power import PowerView

@@ -1,10 +1,10 @@
 """The power-spectrum panel: P(k) of the latest draw, the running mean, the prior, the data
 and the truth, with a ratio subplot (sample / prior) and the cosmic-variance band.
 
-Every measured curve is ``core.power_estimator.measure_power`` on the run's grid (the box
+Every measured curve is ``core.field.power_estimator.measure_power`` on the run's grid (the box
 size comes from the run's config): shell-averaged |DFT|^2 V / N^2 over the full-grid modes
 of each shell, at the shells' mode-averaged k. The engine stores the same estimator
-(``core.models.FieldModel.field_power``), computed in the model's dtype (float32 by
+(``core.engine.models.FieldModel.field_power``), computed in the model's dtype (float32 by
 default) inside the sampler; the panel recomputes it in float64 from the stored draw, so
 its curves are core's estimator exactly and agree with the engine's ``latest_power`` to
 float32 rounding (about 1e-6 relative).
@@ -35,7 +35,7 @@ The ratio subplot shows each chain's latest draw over its own prior, with the li
 and the band 1 +- 1 / sqrt(N_ind(k)).
 
 Threading. The FFTs (one per chain, the mean, the data and the truth: about 20 ms each at
-64^3) run in a worker thread (``app.views.background.LatestJob``: one computation at a
+64^3) run in a worker thread (``app.views.jobs.LatestJob``: one computation at a
 time, only the newest waiting request kept): ``refresh`` only hands the state's arrays
 over when ``field_version`` moved, and draws what the last computation returned.
 The prior (a few dozen numbers) is evaluated in the GUI thread when ``trace_version``
@@ -51,11 +51,11 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
-from app.run_state import RunState
-from app.views.background import LatestJob
+from app.state.run_state import RunState
+from app.views.jobs import LatestJob
 from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks
-from core.grid import Grid
-from core.power_estimator import measure_power
+from core.field.grid import Grid
+from core.field.power_estimator import measure_power
 
 __all__ = ["PowerCurves", "PowerView", "cosmic_variance", "masked_data_field", "measure_curves",
            "prior_spectrum"]
@@ -116,8 +116,8 @@ def prior_spectrum(config):
     the names of the sampled ones (their stand-in values are always overridden with
     ``evaluate(k, name=value)``). Raises ValueError with the reason."""
     from core.config import Distribution
-    from core.loaders import LoadError
-    from core.power_spectrum import hyperparameter_names, prior_spectrum
+    from core.field.power_spectrum import hyperparameter_names, prior_spectrum
+    from core.io import LoadError
 
     prior = config.prior
     sampled = [name for name in hyperparameter_names(prior.kind)

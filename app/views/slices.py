@@ -25,7 +25,7 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
-from app.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.style import pin_colour
 
 #: (name, (horizontal axis, vertical axis), normal axis) of each view, axes of a[i, j, k]
@@ -66,7 +66,7 @@ def robust_levels(values: np.ndarray, group: str) -> tuple[float, float]:
 class SliceViewState:
     """The settings of the slice views (glue style: the widgets show these, hold none).
 
-    kind        what is shown (``app.run_state.VOLUME_KINDS``)
+    kind        what is shown (``app.state.run_state.VOLUME_KINDS``)
     chain       the chain whose draw "latest" shows
     cursor      the linked voxel (i, j, k)
     levels      level group -> (low, high), fixed once set

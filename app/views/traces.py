@@ -10,9 +10,16 @@ from __future__ import annotations
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtWidgets
 
-from app.run_state import RunState
-from app.views.style import (CHAIN_STYLES, add_empty_hint, add_legend, add_warmup_marker, chain_pen,
-                             configure_live_plot, pin_colour)
+from app.state.run_state import RunState
+from app.views.style import (
+    CHAIN_STYLES,
+    add_empty_hint,
+    add_legend,
+    add_warmup_marker,
+    chain_pen,
+    configure_live_plot,
+    pin_colour,
+)
 
 
 class TracesView(QtWidgets.QWidget):

@@ -31,7 +31,7 @@ method), and moves the planes when the cursor moved.
 
 Threading. A volume of more than ``async_voxels`` voxels (``ASYNC_VOXELS``) is prepared
 (block means, transposition, NaN replacement: ``prepare_volume``) on a worker thread
-(``app.views.background.LatestJob``, one per view: one preparation at a time, only the
+(``app.views.jobs.LatestJob``, one per view: one preparation at a time, only the
 newest waiting request kept) and uploaded when it arrives, unless a newer request (run,
 field, kind, chain, levels, method or texture size) made it stale; smaller ones are
 prepared in the GUI thread.
@@ -62,8 +62,8 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
-from app.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
-from app.views.background import LatestJob
+from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.views.jobs import LatestJob
 from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, robust_levels
 
 #: vispy's ray-casting projections offered, with their labels

@@ -1,6 +1,6 @@
 """The diagnostics panel against ``fieldscope summary`` on run stores written here.
 
-The stores are written with core.run_store.RunStoreWriter from synthetic chains (no
+The stores are written with core.store.run_store.RunStoreWriter from synthetic chains (no
 TensorFlow): one parameter whose chains disagree (R-hat > 1.01), a short chain (ESS < 100),
 divergences in one chain, stored P(k) draws for the shell plot.
 """
@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 from pyqtgraph.Qt import QtCore, QtGui
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from app.views import diagnostics as dview
 from app.views.diagnostics import ATTENTION_COLOURS, DiagnosticsView
-from core import diagnostics as dg
-from core.grid import Grid
-from core.power_estimator import measure_power
-from core.run_store import ChunkRecord, RunReader, RunStoreWriter
-from core.run_summary import TEXT_COLUMNS, format_cell, needs_attention
+from core.field.grid import Grid
+from core.field.power_estimator import measure_power
+from core.store import diagnostics as dg
+from core.store.run_store import ChunkRecord, RunReader, RunStoreWriter
+from core.store.run_summary import TEXT_COLUMNS, format_cell, needs_attention
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = (6, 5, 4)

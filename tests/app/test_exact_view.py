@@ -1,8 +1,8 @@
-"""ExactComparisonView: the Wiener posterior from core.exact next to the HMC running moments.
+"""ExactComparisonView: the Wiener posterior from core.reference.field_posterior next to the HMC running moments.
 
 Runs are built without TensorFlow: a run store written with RunStoreWriter (observed
 data, config text, field moments) or RunState fed with engine-shaped chunk events. The
-references are core.exact itself (the view must show exactly its arrays) and numpy
+references are core.reference.field_posterior itself (the view must show exactly its arrays) and numpy
 (z-scores, histogram, summary numbers).
 """
 
@@ -14,12 +14,12 @@ import sys
 import numpy as np
 import pytest
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from app.views.exact import ExactComparisonView, compare_moments, nice_limit
 from app.views.slices import slice_of
 from core.config import parse_config
-from core.exact import exact_posterior_for_config
-from core.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from core.reference.field_posterior import exact_posterior_for_config
+from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
 
 CONFIG = """\
 [model]
@@ -134,7 +134,7 @@ def test_view_shows_core_exact_and_the_z_scores_of_a_stored_run(qtbot, tmp_path,
     view = exact_view(state)
     view.show()
     wait_ready(qtbot, view)
-    # the Wiener arrays are core.exact's, exactly (dense std at 384 cells)
+    # the Wiener arrays are core.reference.field_posterior's, exactly (dense std at 384 cells)
     assert view.exact.std_method == "exact"
     np.testing.assert_array_equal(view.exact.mean, exact.mean)
     np.testing.assert_array_equal(view.exact.std, exact.std)
@@ -300,7 +300,7 @@ def test_compare_moments_and_nice_limit():
 
 
 def test_the_views_import_no_tensorflow():
-    code = ("import sys, app.views.exact, app.views.integral, core.exact; "
+    code = ("import sys, app.views.exact, app.views.integral, core.reference.field_posterior; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'tensorflow_probability', 'tf_keras')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

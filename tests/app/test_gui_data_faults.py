@@ -2,7 +2,7 @@
 read off the GUI thread (stale results dropped), and a run too big for this machine
 refused in the Grid panel before Start.
 
-References: core.loaders (the array and its statistics), core.resources (the estimate
+References: core.io (the array and its statistics), core.run.resources (the estimate
 and its refusal text).
 """
 
@@ -15,11 +15,10 @@ import numpy as np
 from astropy.io import fits
 from PySide6.QtWidgets import QFileDialog
 
-import app.panels as panels
-from core import resources
-from core.loaders import inspect_array, loader_for
-from test_gui_panels import message_of
-from test_gui_support import make_window, tiny_case, xla_cache  # noqa: F401  (fixtures)
+import app.panels.data as panels
+from core.io import inspect_array, loader_for
+from core.run import resources
+from support.gui import message_of, tiny_case
 
 
 def write_fits_cube(path, cube, mask, cdelt=25.0, unit="Mpc/h"):

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from app.engine_client import EngineClient, running_readers
-from core.run_store import RunReader
-from test_gui_support import tiny_case, use_xla_cache, xla_cache  # noqa: F401 (fixture)
+from core.store.run_store import RunReader
+from support.gui import tiny_case, use_xla_cache
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import sys
 from PySide6.QtGui import QImage
 
 from app import cli, gui
-from core.run_store import RunReader
-from test_gui_support import tiny_case, xla_cache  # noqa: F401  (fixture)
+from core.store.run_store import RunReader
+from support.gui import tiny_case
 
 
 def launch(args, tmp_path, xla_cache, timeout=240):

@@ -6,13 +6,12 @@ import math
 import sys
 
 import numpy as np
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLineEdit
 
 from core.config import load_config
-from core.grid import Grid
-from core.loaders import inspect_array, loader_for
-from test_gui_support import make_window, tiny_case, xla_cache  # noqa: F401  (fixtures)
+from core.field.grid import Grid
+from core.io import inspect_array, loader_for
+from support.gui import message_of, tiny_case
 
 
 def type_into(qtbot, edit: QLineEdit, text: str) -> None:
@@ -27,12 +26,6 @@ def edit_of(window, key) -> QLineEdit:
     return edit
 
 
-def message_of(window, key) -> str:
-    for panel in window.panels:
-        if key in panel.messages:
-            label = panel.messages[key]
-            return label.text() if not label.isHidden() else ""
-    raise KeyError(key)
 
 
 def test_typed_values_are_saved_as_the_toml_the_cli_runs(make_window, qtbot, tmp_path):

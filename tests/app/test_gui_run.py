@@ -9,13 +9,12 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from app.main_window import VIEW_REFRESH_HZ
-
 from PySide6.QtWidgets import QMessageBox
 
-from core import resources
-from core.run_store import RunReader, read_checkpoint
-from test_gui_support import TF_BEFORE, make_window, tf_modules, tiny_case, xla_cache  # noqa: F401
+from app.main_window import VIEW_REFRESH_HZ
+from core.run import resources
+from core.store.run_store import RunReader, read_checkpoint
+from support.gui import TF_BEFORE, tf_modules, tiny_case
 
 READY_MS = 90_000       # TensorFlow's import in the engine, on a busy 2-core machine
 RUN_MS = 120_000        # XLA compilation of the first chunk included
@@ -129,7 +128,7 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
     window.restart_engine_action.trigger()
     qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
     assert window.continue_action.isEnabled()
-    # Start is enabled only while the run fits in the free memory (core.resources)
+    # Start is enabled only while the run fits in the free memory (core.run.resources)
     need = resources.estimate_for_config(window.state.config(), (8, 8, 8)).needed(False)
     monkeypatch.setattr(resources, "available_memory", lambda: need - 1)
     assert set(window.validate()) == {"grid.memory"}

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtGui import QImage
 
-from core.integral_model import posterior_quadrature
-from core.run_store import RunReader
-from core.run_summary import summarize_run
-from test_gui_support import TF_BEFORE, make_window, tf_modules, tiny_case, xla_cache  # noqa: F401
+from core.integral import posterior_quadrature
+from core.store.run_store import RunReader
+from core.store.run_summary import summarize_run
+from support.gui import TF_BEFORE, tf_modules, tiny_case
 
 READY_MS = 90_000
 RUN_MS = 240_000

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core import run_lock
-from core.run_store import RunReader, STORE_NAME
-from test_gui_support import TF_BEFORE, make_window, tf_modules, tiny_case, xla_cache  # noqa: F401
+from core.store import run_lock
+from core.store.run_store import STORE_NAME, RunReader
+from support.gui import TF_BEFORE, tf_modules, tiny_case
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_MS = 240_000

@@ -2,8 +2,8 @@
 the discretisation report of an integral-model run.
 
 Runs are built without TensorFlow: a run store written with RunStoreWriter + ChunkRecord
-(draws of A, c, sigma around the quadrature posterior of core.integral_model) or a
-RunState fed with engine-shaped chunk events. References: core.integral_model
+(draws of A, c, sigma around the quadrature posterior of core.integral) or a
+RunState fed with engine-shaped chunk events. References: core.integral
 (predictive_mean, discretisation_report), numpy (quantiles, histograms) and scipy's
 normal distribution (the predictive band's mixture quantiles).
 """
@@ -15,10 +15,10 @@ import pytest
 from scipy import stats
 from scipy.special import ndtr
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from app.views.integral import IntegralView, band_subset, mixture_quantiles
-from core import integral_model as im
-from core.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from core import integral as im
+from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
 
 CONFIG = """\
 [model]

@@ -1,4 +1,4 @@
-"""The power-spectrum panel: its curves against core.power_estimator on the same fields, the
+"""The power-spectrum panel: its curves against core.field.power_estimator on the same fields, the
 prior against the spectrum, the cosmic-variance band against a Monte Carlo of real fields,
 live updates, stale results, and the fallbacks (no config, no field)."""
 
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from pyqtgraph.Qt import QtGui
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from app.views import power as pview
 from app.views.power import PowerView, cosmic_variance, masked_data_field
-from core.grid import Grid
-from core.power_estimator import measure_power
-from core.power_spectrum import PowerLaw
-from test_run_state import fake_run, feed, meta_for
+from core.field.grid import Grid
+from core.field.power_estimator import measure_power
+from core.field.power_spectrum import PowerLaw
+from support.runs import fake_run, feed, meta_for
 
 GRID = (8, 6, 5)
 BOX = (32.0, 30.0, 20.0)

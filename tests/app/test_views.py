@@ -10,10 +10,10 @@ import pyqtgraph as pg
 import pytest
 from pyqtgraph.Qt import QtCore
 
-from app.run_state import VOLUME_KINDS, RunState
-from app.views import HealthView, LiveViews, SlicesView, TracesView
+from app.state.run_state import VOLUME_KINDS, RunState
+from app.views import HealthView, LiveViews, TracesView
 from app.views.slices import PLANES, slice_of
-from test_run_state import fake_run, feed, meta_for
+from support.runs import fake_run, feed, meta_for
 
 GRID = (6, 5, 4)
 
@@ -239,9 +239,9 @@ def test_views_of_a_run_without_a_field(qtbot):
 
 def test_the_views_import_no_tensorflow():
     code = ("import sys, app.views, app.views.slices, app.views.traces, app.views.health, "
-            "app.views.live, app.views.style, app.views.background, app.views.power, "
+            "app.views.live, app.views.style, app.views.jobs, app.views.power, "
             "app.views.diagnostics, app.views.volume, app.views.exact, app.views.integral, "
-            "app.run_state, "
+            "app.state.run_state, "
             "app.main_window; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'tensorflow_probability', 'tf_keras')))")

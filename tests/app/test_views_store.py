@@ -2,7 +2,7 @@
 and one written by the real engine running in another process (``python -m app run``).
 
 The test process never imports TensorFlow: the engine runs in a subprocess, the store is
-read with ``core.run_store.RunReader`` as the GUI reads it.
+read with ``core.store.run_store.RunReader`` as the GUI reads it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.run_state import RunState
-from core.grid import Grid
-from core.power_spectrum import PowerLaw
-from core.run_store import STAT_NAMES, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
-from core.synthetic import make_dataset, save_dataset
-from test_run_state import fake_run
+from app.state.run_state import RunState
+from core.field.grid import Grid
+from core.field.power_spectrum import PowerLaw
+from core.field.synthetic import make_dataset, save_dataset
+from core.store.run_store import STAT_NAMES, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
+from support.runs import fake_run
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = (12, 12, 12)

@@ -20,13 +20,12 @@ import pytest
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from PySide6 import QtOpenGLWidgets
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from app.views import volume as volume_module
 from app.views.slices import COLOUR_MAPS, PLANES, SlicesView
-from app.views.volume import (VolumeView, block_mean, masked_value, prepare_volume, projection_cutoffs,
-                              texture_factors)
-from test_gui_support import make_window, tiny_case, xla_cache  # noqa: F401
-from test_run_state import meta_for
+from app.views.volume import VolumeView, block_mean, masked_value, prepare_volume, projection_cutoffs, texture_factors
+from support.gui import tiny_case
+from support.runs import meta_for
 
 N = 32
 BACKGROUND = (30, 30, 30)          # volume.BACKGROUND "#1e1e1e"

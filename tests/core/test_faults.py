@@ -2,7 +2,7 @@
 
 References: an uninterrupted run of the same config (draws compared bit for bit after a
 failed run is resumed), what the store held before the fault, the engine's own peak
-memory measured as its peak resident set (VmHWM; against core.resources' estimate), and
+memory measured as its peak resident set (VmHWM; against core.run.resources' estimate), and
 hand-made traces for the warmup diagnosis.
 """
 
@@ -22,16 +22,23 @@ import pytest
 import tensorflow as tf
 import zarr.storage._local as zarr_local
 
-import core.engine as engine_mod
+import core.engine.engine as engine_mod
 from app import cli
-from core import resources
 from core.config import parse_config
-from core.grid import Grid
-from core.engine import (ACCEPT_FLOOR, STALL_CHUNKS, STEP_COLLAPSE, Engine, EngineError,
-                         WarmupWatch, stored_run_config)
-from core.run_store import RunReader, StoreWriteError
-from test_engine import assert_same_run, run, write_field_case
-from test_loaders import fits_bytes
+from core.engine.engine import (
+    ACCEPT_FLOOR,
+    STALL_CHUNKS,
+    STEP_COLLAPSE,
+    Engine,
+    EngineError,
+    WarmupWatch,
+    stored_run_config,
+)
+from core.field.grid import Grid
+from core.run import resources
+from core.store.run_store import RunReader, StoreWriteError
+from support.engine_cases import assert_same_run, run, write_field_case
+from support.files import fits_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(shape=(8, 8, 8), warmup=20, samples=40, chunk=10)     # 6 chunks
@@ -138,7 +145,7 @@ def test_enospc_while_writing_the_checkpoint(tmp_path, monkeypatch, straight):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)       # core.run_store.write_checkpoint's
+    monkeypatch.setattr(os, "fsync", fsync)       # core.store.run_store.write_checkpoint's
     with pytest.raises(StoreWriteError, match=r"writing the checkpoint failed: No space left "
                                               r"on device \[ENOSPC\]"):
         Engine(config, text, tmp_path / "run").start()
@@ -242,7 +249,7 @@ MEASURE = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     sys.path.insert(0, {tests!r})
     from pathlib import Path
-    from test_engine import write_field_case, run
+    from support.engine_cases import write_field_case, run
     base = Path(sys.argv[1])
     config, text, *_ = write_field_case(base, shape=(int(sys.argv[2]),) * 3, chains=3,
                                         leapfrog=8, warmup=10, samples=20, chunk=10,
@@ -264,7 +271,7 @@ def test_estimate_against_the_measured_peak_memory_of_engine_runs(tmp_path):
     """Peak RSS of engine runs (subprocesses, CPU) against the estimate: the grid-sized
     part from the difference of a 56^3 and an 8^3 run (the runtime cancels), and the
     whole. A grid, chain count and step count the constants were not fitted on."""
-    code = MEASURE.format(root=str(ROOT), tests=str(ROOT / "tests" / "core"))
+    code = MEASURE.format(root=str(ROOT), tests=str(ROOT / "tests"))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"}
     peaks = {}
     for n in (8, 56):

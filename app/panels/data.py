@@ -1,0 +1,395 @@
+"""The Data panel: the data file, its arrays, statistics and a slice preview; mask and noise.
+
+Arrays above ``DataPanel.async_bytes`` (16 MiB) are read in a worker thread; a result for a
+file or array no longer chosen is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QSizePolicy,
+    QSlider,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.panels.base import SetupPanel
+from app.panels.binding import (
+    INFO_STYLE,
+    _alive,
+    _bytes,
+    _g,
+    _info_label,
+    bind_editable_combo,
+    bind_text,
+)
+from app.state.config_state import (
+    ConfigState,
+    format_value,
+)
+from core import config as cfg
+
+__all__ = ["DataPanel"]
+
+class _Preview(pg.PlotWidget):
+    """One 2-D slice as an image (row-major, aspect locked, viridis)."""
+
+    def __init__(self, parent=None, height: int = 200):
+        super().__init__(parent)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image.setColorMap(pg.colormap.get("viridis"))
+        self.addItem(self.image)
+        self.setAspectLocked(True)
+        self.hideAxis("left")
+        self.hideAxis("bottom")
+        self.setMouseEnabled(False, False)
+        self.setMinimumHeight(height)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+
+    def show_slice(self, plane: np.ndarray | None) -> None:
+        if plane is None:
+            self.image.clear()
+            return
+        plane = np.asarray(plane, dtype=np.float32)
+        finite = plane[np.isfinite(plane)]
+        if finite.size:
+            lo, hi = float(finite.min()), float(finite.max())
+        else:
+            lo, hi = 0.0, 1.0
+        if hi <= lo:
+            hi = lo + 1.0
+        self.image.setImage(plane, autoLevels=False, levels=(lo, hi))
+        self.autoRange(padding=0.0)
+
+
+class DataPanel(SetupPanel):
+    """The data file: which array, what it holds, a slice of it, noise and mask."""
+
+    title = "Data"
+    keys = ("model.kind", "data.path", "data.key", "data.noise", "data.noise_sigma",
+            "data.noise_map", "data.mask")
+    file_chosen = Signal(str)
+    #: (key, LoadedArray | None, ArrayStats | None, error text) from the reading thread
+    array_read = Signal(object, object, object, str)
+    #: arrays larger than this are read in a worker thread
+    async_bytes = 16 * 2**20
+
+    def __init__(self, state: ConfigState, parent=None):
+        super().__init__(state, parent)
+        s = state
+        self.array_read.connect(self._array_read)
+        self._reader_box: dict = {"pool": None}      # the reading thread, made when needed
+        self.destroyed.connect(lambda *_, box=self._reader_box: _stop_reader(box))
+        self._choice("model.kind", "Model", [("field (3-D grid)", "field"),
+                                             ("integral (1-D series)", "integral")],
+                     tip="model.kind: a Gaussian random field on a grid, or the 1-D "
+                         "integral model")
+        row = QWidget()
+        h = QHBoxLayout(row)
+        h.setContentsMargins(0, 0, 0, 0)
+        self.path_edit = bind_text(s, "data.path", QLineEdit(), parse=str)
+        self.path_edit.setPlaceholderText("a .npy / .npz / .h5 / .fits file")
+        self.browse = QToolButton()
+        self.browse.setText("Browse…")
+        self.browse.clicked.connect(self._browse)
+        h.addWidget(self.path_edit)
+        h.addWidget(self.browse)
+        self.edits["data.path"] = self.path_edit
+        self._row("File", row, "data.path",
+                  tip="data.path, relative to the config file's folder")
+        self.key_combo = bind_editable_combo(s, "data.key", QComboBox())
+        self.edits["data.key"] = self.key_combo
+        self._row("Array", self.key_combo, "data.key",
+                  tip="data.key: the array in an .npz / the dataset in an .h5 / "
+                      "the image HDU of a FITS file (PRIMARY, an EXTNAME or an index)")
+        self.info = _info_label()
+        self.form.addRow("", self.info)
+        self.preview = _Preview(height=180)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.valueChanged.connect(self._show_plane)
+        self.slice_label = QLabel()
+        self.axis_combo = QComboBox()
+        for i, name in enumerate("xyz"):
+            self.axis_combo.addItem(f"slices ⟂ {name}", i)
+        self.axis_combo.setCurrentIndex(2)
+        self.axis_combo.currentIndexChanged.connect(lambda _i: self._set_volume(self._volume))
+        preview_box = QWidget()
+        v = QVBoxLayout(preview_box)
+        v.setContentsMargins(0, 0, 0, 0)
+        v.addWidget(self.preview)
+        hs = QHBoxLayout()
+        hs.addWidget(self.axis_combo)
+        hs.addWidget(self.slice_label)
+        hs.addWidget(self.slider)
+        v.addLayout(hs)
+        self.preview_box = preview_box
+        self.form.addRow("Preview", preview_box)
+        self.noise_combo = self._choice("data.noise", "Noise", [
+            ("one sd for every voxel (noise_sigma)", "sigma"),
+            ("a map of sds (noise_map)", "map")],
+            tip="gaussian likelihood: data.noise_sigma or data.noise_map")
+        self.sigma_edit = self._number("data.noise_sigma", "Noise sd",
+                                       tip="data.noise_sigma, in data units")
+        self.noise_map_combo = bind_editable_combo(s, "data.noise_map", QComboBox())
+        self.edits["data.noise_map"] = self.noise_map_combo
+        self._row("Noise map", self.noise_map_combo, "data.noise_map",
+                  tip="data.noise_map: an array in the data file, a file (noise.npy) or "
+                      "FILE:KEY")
+        self.mask_combo = bind_editable_combo(s, "data.mask", QComboBox())
+        self.edits["data.mask"] = self.mask_combo
+        self._row("Mask", self.mask_combo, "data.mask",
+                  tip="data.mask (true = observed): an array in the data file, a file or "
+                      "FILE:KEY; empty = every voxel observed")
+        self.note = _info_label()
+        self.note.setStyleSheet(INFO_STYLE)
+        self.form.addRow("", self.note)
+        self.body.addStretch(1)
+        self._volume = None            # the array shown (for the slider)
+        self._loaded_key = None
+        self._listing_key = None
+        for key in ("data.path", "data.key", "model.kind", "likelihood.kind", "data.noise"):
+            s.connect(key, lambda _v: self.refresh())
+        self.refresh()
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _browse(self) -> None:
+        start = str(self.state.resolve(self.state["data.path"]).parent) \
+            if self.state["data.path"] else str(self.state.base_dir)
+        if self.state["model.kind"] == "integral":
+            filters = "Series (*.csv *.txt *.dat);;All files (*)"
+        else:
+            patterns = " ".join(f"*{ext}" for ext in cfg.FIELD_DATA_EXTENSIONS)
+            filters = f"Gridded data ({patterns});;FITS (*.fits *.fit *.fts);;All files (*)"
+        path, _ = QFileDialog.getOpenFileName(self, "Open data file", start, filters)
+        if path:
+            self.open_file(path)
+
+    def open_file(self, path) -> None:
+        """Use ``path`` as the data file: pick its array, and take the box size, unit and
+        mask from the file when it states them (the note says what was taken)."""
+        from core import io as loaders
+
+        path = os.path.abspath(os.fspath(path))
+        s = self.state
+        try:
+            rel = Path(path).relative_to(s.base_dir).as_posix()
+        except ValueError:
+            rel = path
+        notes = []
+        with s.batch():
+            s["data.path"] = rel
+            if s["model.kind"] == "integral" or Path(path).suffix.lower() not in \
+                    cfg.FIELD_DATA_EXTENSIONS:
+                self.note.setText("")
+                return
+            try:
+                infos = s.array_listing()
+            except loaders.LoadError:
+                return                     # the message label says why
+            names = [i.name for i in infos]
+            grids = [i.name for i in infos if i.shape is not None and len(i.shape) == 3]
+            if s["data.key"] not in grids and grids:
+                s["data.key"] = "data" if "data" in grids else grids[0]
+                notes.append(f"array {s['data.key']!r}")
+            mask = next((n for n in names if n.lower() == "mask"), None)   # FITS: "MASK"
+            if mask is not None and (s["data.mask"] in ("", None) or (
+                    s["data.mask"] and s["data.mask"] not in names)):
+                s["data.mask"] = mask
+                notes.append(f"mask {mask!r}")
+            try:
+                loaded = loaders.loader_for(path).load(path, s["data.key"])
+            except loaders.LoadError:
+                loaded = None
+            if loaded is not None and loaded.box_size is not None:
+                box = loaded.box_size
+                s["grid.box_size"] = box[0] if box[0] == box[1] == box[2] else list(box)
+                notes.append(f"box size {format_value(s['grid.box_size'])}")
+                if loaded.unit is not None:
+                    s["grid.unit"] = loaded.unit
+                    notes.append(f"unit {loaded.unit!r}")
+        self.note.setText(("From the file: " + ", ".join(notes) + ".") if notes else "")
+        self.file_chosen.emit(path)
+
+    # -- display ------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        from core import io as loaders
+
+        s = self.state
+        field = s["model.kind"] == "field"
+        gaussian = s["likelihood.kind"] == "gaussian"
+        for widget, key, visible in (
+                (self.key_combo, "data.key", field), (self.preview_box, None, field),
+                (self.noise_combo, "data.noise", field and gaussian),
+                (self.sigma_edit, "data.noise_sigma", field and gaussian
+                 and s["data.noise"] == "sigma"),
+                (self.noise_map_combo, "data.noise_map", field and gaussian
+                 and s["data.noise"] == "map"),
+                (self.mask_combo, "data.mask", field)):
+            self.form.setRowVisible(widget, visible)
+            widget.setHidden(not visible)
+            if key in self.messages and not visible:
+                self.form.setRowVisible(self.messages[key], False)
+        if not s["data.path"]:
+            self.info.setText("No data file yet: choose one with Browse….")
+            self._set_volume(None)
+            return
+        path = s.resolve(s["data.path"])
+        if not field:
+            try:
+                series = s._cached(path, "series", loaders.load_series)
+                t = np.asarray(series.t)
+                self.info.setText(f"{t.size} points, t from {_g(t.min())} to {_g(t.max())}")
+            except (loaders.LoadError, ValueError) as exc:
+                self.info.setText("")
+                del exc
+            return
+        try:
+            infos = s.array_listing()
+        except loaders.LoadError:
+            self.info.setText("")
+            self._set_volume(None)
+            return
+        listing_key = (str(path), tuple((i.name, i.shape) for i in infos))
+        if listing_key != self._listing_key:
+            self._listing_key = listing_key
+            names = [i.name for i in infos]
+            for combo, extra in ((self.key_combo, None), (self.mask_combo, ""),
+                                 (self.noise_map_combo, None)):
+                text = combo.currentText()
+                combo.blockSignals(True)
+                combo.clear()
+                if extra is not None:
+                    combo.addItem(extra)
+                for info in infos:
+                    combo.addItem(info.name)
+                    combo.setItemData(combo.count() - 1, f"{info.shape} {info.dtype}",
+                                      Qt.ItemDataRole.ToolTipRole)
+                combo.setEditText(text)
+                combo.blockSignals(False)
+            del names
+        self._load_selected(path, infos)
+
+    def _load_selected(self, path: Path, infos) -> None:
+
+        s = self.state
+        single = path.suffix.lower() == ".npy"
+        info = infos[0] if single and infos else next(
+            (i for i in infos if i.name == s["data.key"]), None)
+        if info is None:
+            self.info.setText("")
+            self._set_volume(None)
+            return
+        try:
+            stamp = os.stat(path).st_mtime_ns
+        except OSError:
+            stamp = None
+        key = (str(path), info.name, stamp)
+        if key == self._loaded_key:
+            return
+        name = None if single else info.name
+        if info.size_bytes > self.async_bytes:
+            self._set_volume(None)
+            self._loaded_key = key
+            self.info.setText(f"reading {info.name!r} ({_bytes(info.size_bytes)})…")
+            if self._reader_box["pool"] is None:
+                self._reader_box["pool"] = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="fieldscope-data")
+            future = self._reader_box["pool"].submit(_read_array, str(path), name)
+            future.add_done_callback(lambda f: self._deliver(key, f))
+            return
+        self._loaded_key = key
+        self._show_array(*_read_array(str(path), name))
+
+    def _deliver(self, key, future) -> None:
+        """In the reading thread: hand the result to the GUI thread (queued signal)."""
+        if _alive(self):
+            try:
+                self.array_read.emit(key, *future.result())
+            except RuntimeError:     # the panel was deleted meanwhile
+                pass
+
+    def _array_read(self, key, loaded, stats, error: str) -> None:
+        if key != self._loaded_key or not _alive(self.info):
+            return                   # a file or array chosen since: stale
+        self._show_array(loaded, stats, error)
+
+    def shutdown(self) -> None:
+        """Stop the reading thread (also done when the panel is deleted)."""
+        _stop_reader(self._reader_box)
+
+    def _show_array(self, loaded, stats, error: str) -> None:
+        if error:
+            self.info.setText(error)
+            self._set_volume(None)
+            return
+        parts = [f"shape {stats.shape}, {stats.dtype}"]
+        if stats.min is not None:
+            parts.append(f"min {_g(stats.min)}, max {_g(stats.max)}, mean {_g(stats.mean)}")
+        parts.append(f"NaN {stats.n_nan}, inf {stats.n_inf}")
+        if loaded.box_size is not None:
+            box = loaded.box_size
+            unit = f" {loaded.unit}" if loaded.unit else ""
+            parts.append("file's box " + (f"{_g(box[0])}{unit}" if box[0] == box[1] == box[2]
+                                          else "(" + ", ".join(_g(b) for b in box) + f"){unit}"))
+        self.info.setText("; ".join(parts))
+        arr = loaded.array
+        self._set_volume(arr if arr.ndim == 3 and arr.dtype.kind in "biuf" else None)
+
+    def _set_volume(self, volume) -> None:
+        self._volume = volume
+        if volume is None:
+            self._loaded_key = None
+            self.preview.show_slice(None)
+            self.slider.setEnabled(False)
+            self.slice_label.setText("")
+            return
+        n0 = volume.shape[self.axis_combo.currentData()]
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, n0 - 1)
+        self.slider.setValue(n0 // 2)
+        self.slider.blockSignals(False)
+        self.slider.setEnabled(n0 > 1)
+        self._show_plane(n0 // 2)
+
+    def _show_plane(self, i: int) -> None:
+        if self._volume is None:
+            return
+        axis = self.axis_combo.currentData()
+        i = min(max(int(i), 0), self._volume.shape[axis] - 1)
+        self.slice_label.setText(f"{'xyz'[axis]} = {i}")
+        plane = np.take(self._volume, i, axis=axis)
+        self.preview.show_slice(np.asarray(plane, dtype=np.float32))
+
+
+def _stop_reader(box: dict) -> None:
+    pool, box["pool"] = box["pool"], None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _read_array(path: str, name):
+    """(LoadedArray, ArrayStats, "") or (None, None, message): runs in either thread."""
+    from core import io as loaders
+
+    try:
+        loaded = loaders.loader_for(path).load(path, name)
+        return loaded, loaders.inspect_array(loaded.array), ""
+    except loaders.LoadError as exc:
+        return None, None, str(exc)
+
+

@@ -1,0 +1,208 @@
+"""The Grid panel: box size and unit, and what the grid implies (k range, modes, memory, time)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLineEdit,
+    QWidget,
+)
+
+from app.panels.base import SetupPanel
+from app.panels.binding import (
+    _INVALID_EDIT,
+    INFO_STYLE,
+    _alive,
+    _bytes,
+    _g,
+    _info_label,
+    _message_label,
+    _si_time,
+    bind_text,
+)
+from app.state.config_state import (
+    ConfigState,
+    format_value,
+    parse_number,
+)
+from core import config as cfg
+from core.field.grid import Grid
+from core.run import resources
+from core.run.resources import fft_pairs, fft_rate, gradient_seconds
+
+__all__ = ["GridPanel"]
+
+class GridPanel(SetupPanel):
+    """Box size and unit, and what the grid implies: k range, modes, memory, time."""
+
+    title = "Grid"
+    keys = ("grid.box_size", "grid.unit")
+
+    def __init__(self, state: ConfigState, parent=None):
+        super().__init__(state, parent)
+        s = state
+        self.cube = QCheckBox("cubic box (one length)")
+        self.cube.toggled.connect(self._cube_toggled)
+        self.form.addRow("", self.cube)
+        row = QWidget()
+        h = QHBoxLayout(row)
+        h.setContentsMargins(0, 0, 0, 0)
+        self.lengths = []
+        for i in range(3):
+            edit = QLineEdit()
+            edit.setObjectName(f"grid.box_size[{i}]")
+            edit.textEdited.connect(self._lengths_edited)
+            h.addWidget(edit)
+            self.lengths.append(edit)
+        self.edits["grid.box_size"] = row
+        self._row("Box size", row, "grid.box_size",
+                  tip="grid.box_size: L (a cube) or L0, L1, L2 in the length unit")
+        unit = bind_text(s, "grid.unit", QLineEdit(), parse=str)
+        self.edits["grid.unit"] = unit
+        self._row("Unit", unit, "grid.unit", tip="grid.unit: the length unit (for labels)")
+        self.info = _info_label()
+        self.info.setTextFormat(Qt.TextFormat.RichText)
+        self.body.addWidget(self.info)
+        self.memory_message = _message_label()      # "grid.memory": the run cannot fit
+        self.memory_message.setVisible(False)
+        self.body.addWidget(self.memory_message)
+        self.messages["grid.memory"] = self.memory_message
+        self.formula = _info_label()
+        self.formula.setStyleSheet(INFO_STYLE)
+        self.formula.setText(
+            "Time per gradient ≈ chains × P × 5 N log₂N / R, from FFT work alone "
+            "(P = FFT pairs per gradient: 1 whitened / raw_modes, 2 white_noise; R = "
+            "numpy's FFT rate measured on this machine). A lower bound: the status bar "
+            "shows the measured draws/s once a run starts. The run's memory counts the "
+            "engine's arrays, about 24 grid-sized buffers per chain per leapfrog step that "
+            "XLA keeps, and TensorFlow itself (measured on CPU runs); a run that does not "
+            "fit in the free memory cannot be started.")
+        self.body.addWidget(self.formula)
+        self.body.addStretch(1)
+        s.connect("grid.box_size", self._sync_lengths)
+        s.connect_any(self._on_change)
+        self._sync_lengths(s["grid.box_size"])
+        self.refresh()
+
+    def _cube_toggled(self, on: bool) -> None:
+        if on:
+            first = parse_number(self.lengths[0].text())
+            self.state["grid.box_size"] = first
+        else:
+            value = self.state["grid.box_size"]
+            self.state["grid.box_size"] = [value] * 3 if not isinstance(value, list) else value
+        self._sync_lengths(self.state["grid.box_size"])
+
+    def _lengths_edited(self, _text) -> None:
+        if self.cube.isChecked():
+            self.state["grid.box_size"] = parse_number(self.lengths[0].text())
+        else:
+            self.state["grid.box_size"] = [parse_number(e.text()) for e in self.lengths]
+
+    def _sync_lengths(self, value) -> None:
+        if not _alive(self.cube):
+            return
+        cube = not isinstance(value, list)
+        self.cube.blockSignals(True)
+        self.cube.setChecked(cube)
+        self.cube.blockSignals(False)
+        values = [value] * 3 if cube else list(value) + [""] * (3 - len(value))
+        for i, (edit, v) in enumerate(zip(self.lengths, values)):
+            if parse_number(edit.text()) != v or edit.text() == "":
+                edit.setText(format_value(v))
+            edit.setEnabled(i == 0 or not cube)
+
+    def _run_estimate(self, shape, chains, dtype, kept):
+        """core.run.resources' estimate for the state's sampler settings, None while invalid."""
+        s = self.state
+        values = {k: s[f"sampler.{k}"] for k in ("num_leapfrog_steps", "chunk_size", "thin",
+                                                  "num_warmup", "num_samples")}
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                   for v in values.values()) or min(values["chunk_size"], values["thin"],
+                                                    values["num_leapfrog_steps"]) < 1:
+            return None
+        return resources.estimate_run(
+            shape, chains=chains, dtype=dtype, algorithm=s["sampler.algorithm"],
+            parameterisation=s["field.parameterisation"],
+            noise_map=s["data.noise"] == "map", **values)
+
+    def show_errors(self, errors):
+        super().show_errors(errors)
+        bad = bool(errors.get("grid.box_size"))
+        for edit in self.lengths:
+            edit.setStyleSheet(_INVALID_EDIT if bad else "")
+
+    def _on_change(self, keys) -> None:
+        if _alive(self.info) and any(k.startswith(("grid.", "data.", "sampler.", "field.",
+                                                   "model.")) for k in keys):
+            self.refresh()
+
+    def refresh(self) -> None:
+        s = self.state
+        if s["model.kind"] != "field":
+            self.info.setText("The integral model has no grid.")
+            self.setEnabled(False)
+            return
+        self.setEnabled(True)
+        shape = s.data_shape()
+        box = s.box_size()
+        if shape is None:
+            self.info.setText("The grid's shape is the data array's: choose a data file "
+                              "to see k range, modes, memory and time.")
+            return
+        if box is None:
+            self.info.setText(f"shape {shape}; give a valid box size to see the rest.")
+            return
+        grid = Grid(shape, box, s["grid.unit"] if isinstance(s["grid.unit"], str) else "")
+        unit = grid.unit
+        inv = f" /{unit}" if unit else ""
+        rows = [("shape", f"{shape[0]} × {shape[1]} × {shape[2]} = {grid.n_cells:,} cells"),
+                ("cell size", " × ".join(_g(c) for c in grid.cell_size) + (f" {unit}" if unit else "")),
+                ("k fundamental", ", ".join(_g(k) for k in grid.k_fundamental) + inv),
+                ("k Nyquist", ", ".join(_g(k) for k in grid.k_nyquist) + inv),
+                ("k max (corner)", _g(grid.k_max) + inv),
+                ("modes", f"{grid.n_half_modes:,} stored half-spectrum modes; "
+                          f"{grid.n_independent_modes:,} real degrees of freedom"),
+                ("shells", f"{len(grid.shell_edges()) - 1} |k| shells of width "
+                           f"{_g(max(grid.k_fundamental))}{inv}")]
+        chains = s["sampler.chains"]
+        dtype = s["field.dtype"]
+        chunk, thin = s["sampler.chunk_size"], s["sampler.thin"]
+        ok = (isinstance(chains, int) and not isinstance(chains, bool) and chains >= 1
+              and dtype in cfg.DTYPES)
+        if ok:
+            kept = 0
+            if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                   for v in (chunk, thin)):
+                kept = -(-chunk // thin) + 1       # the engine's field buffer per chunk
+            mem = grid.memory_estimate(chains=chains, dtype=dtype, n_field_draws_kept=kept)
+            text = (f"{_bytes(mem.total)} for {chains} chain{'s' if chains > 1 else ''}, "
+                    f"{dtype} (state, momentum, gradients, spectra, FFT scratch, running "
+                    f"moments, {kept} field draws per chunk)")
+            run = self._run_estimate(shape, chains, dtype, kept)
+            if run is not None:
+                free = resources.available_memory()
+                text += (f"; the run ≈ {_bytes(run.needed(include_import=False))} with XLA's "
+                         f"buffers ({_bytes(run.xla_working_set)}) in the engine, which holds "
+                         f"TensorFlow ({_bytes(run.engine_import)})"
+                         + (f"; {_bytes(free)} free" if free else ""))
+            rows.append(("memory (estimate)", text))
+            param = s["field.parameterisation"]
+            t = gradient_seconds(shape, chains, param)
+            steps = s["sampler.num_leapfrog_steps"]
+            text = f"≥ {_si_time(t)} per gradient, all chains ({fft_pairs(param)} FFT pair" \
+                   f"{'s' if fft_pairs(param) > 1 else ''}, R = {fft_rate() / 1e9:.2f} Gflop/s)"
+            if s["sampler.algorithm"] == "hmc" and isinstance(steps, int) and steps >= 1:
+                text += f"; ≥ {_si_time(t * steps)} per draw ({steps} leapfrog steps)"
+                total = s["sampler.num_warmup"], s["sampler.num_samples"]
+                if all(isinstance(v, int) and v >= 0 for v in total):
+                    text += f"; ≥ {_si_time(t * steps * sum(total))} for the run"
+            rows.append(("time (FFT bound)", text))
+        html = "<table cellspacing='2'>" + "".join(
+            f"<tr><td style='padding-right:8px'><b>{name}</b></td><td>{value}</td></tr>"
+            for name, value in rows) + "</table>"
+        self.info.setText(html)
+
+

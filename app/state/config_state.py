@@ -1,0 +1,691 @@
+"""The run configuration being edited: a plain-Python state object (no Qt, no TensorFlow).
+
+The setup panels hold no settings of their own: every widget is bound to one key of a
+``ConfigState`` and follows its callbacks (glue's viewer state / echo's callback
+properties). The state saves and reads the TOML file the command line runs
+(``core.config``), so a run set up by pointing and clicking and a run started from a
+terminal are the same thing.
+
+Keys are ``"table.name"`` paths of ``core.config``'s layout; a few are choices the
+TOML spells differently:
+
+    data.noise            "sigma" | "map": which of data.noise_sigma / data.noise_map
+                          applies (the TOML holds exactly one of them)
+    data.mask             "" = no mask
+    grid.box_size         one number (a cube) or a list of three
+    prior.<p>.sampled     for each hyperparameter p (amplitude, index, cutoff_scale; A, c,
+    prior.<p>.value       sigma for the integral model): fixed (``value``) or sampled
+    prior.<p>.dist        (``dist`` with ``loc``/``scale`` or ``low``/``high``). Both
+    prior.<p>.loc ...     halves are kept, so ticking "sampled" off and on loses nothing.
+
+Values are what the user typed, parsed as far as possible (``parse_number``): text that
+is not a number stays a string, and validation names it. Only the keys that apply to
+the chosen kinds are written (``document``); the others keep their values for when the
+user switches back.
+
+Validation (``validate``) runs ``core.config.config_from_dict`` and maps each
+``ConfigError`` to the key it names; to report every bad key at once, not only the
+first, a failing key is set back to its default in a scratch copy and the check is
+repeated. ``check_files`` adds what only the files can tell (the data file exists and
+holds the arrays named in data.key / data.mask / data.noise_map; the P(k) table reads),
+from headers only and cached by modification time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from core import config as cfg
+from core.field.power_spectrum import DISTRIBUTIONS, SPECTRA, HyperPrior
+
+__all__ = ["ConfigState", "parse_number", "format_value", "FIELD_HYPERPARAMETERS",
+           "INTEGRAL_PARAMETERS", "HYPER_PARTS", "SAMPLER_KEYS", "key_of_error"]
+
+#: P(k) hyperparameters of the field model that may be sampled, by prior kind.
+FIELD_HYPERPARAMETERS = {kind: tuple(SPECTRA[kind].parameters) for kind in SPECTRA}
+#: The integral model's parameters (core.integral.PARAMETERS).
+INTEGRAL_PARAMETERS = ("A", "c", "sigma")
+#: The sub-keys of one hyperparameter.
+HYPER_PARTS = ("sampled", "value", "dist", "loc", "scale", "low", "high")
+#: Distributions of the integral model's parameters (core.integral.PRIOR_KINDS).
+INTEGRAL_DISTRIBUTIONS = {"normal": ("loc", "scale"), "lognormal": ("loc", "scale"),
+                          "halfnormal": ("scale",), "uniform": ("low", "high")}
+SAMPLER_KEYS = tuple(f"sampler.{name}" for name in cfg.config_to_dict(
+    cfg.default_config())["sampler"])
+
+_FIELD_DEFAULTS = cfg.config_to_dict(cfg.default_config("field"))
+_INTEGRAL_DEFAULTS = cfg.config_to_dict(cfg.default_config("integral"))
+_ERROR_KEY = re.compile(r"^(?P<table>[a-z_]+)\.(?P<name>[A-Za-z_]+)(?:\[\d+\]|\.\w+)*:")
+_ERROR_TABLE_KEY = re.compile(r"^\[(?P<table>[a-z_]+)\] (?:unknown )?key '(?P<name>\w+)'")
+
+
+def parse_number(text):
+    """What the user typed into a number field: an int, a float, or the stripped text.
+
+    "3" -> 3, "0.5" / "1e-3" / "inf" -> float, "" or "abc" -> the text (validation then
+    says what the key needs).
+    """
+    if not isinstance(text, str):
+        return text
+    s = text.strip()
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+def format_value(value) -> str:
+    """A value as a number field shows it (floats with ``repr``: exact round trip)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def key_of_error(message: str) -> str:
+    """The state key a ``ConfigError`` message names ("sampler.num_warmup: ..." ->
+    "sampler.num_warmup"; "grid.box_size[1]: ..." -> "grid.box_size"); "config" if none."""
+    m = _ERROR_KEY.match(message)
+    if m:
+        return f"{m['table']}.{m['name']}"
+    m = _ERROR_TABLE_KEY.match(message)
+    if m:
+        return f"{m['table']}.{m['name']}"
+    return "config"
+
+
+def _hyper_keys(name: str) -> list[str]:
+    return [f"prior.{name}.{part}" for part in HYPER_PARTS]
+
+
+def _hyper_defaults(value) -> dict[str, Any]:
+    """State sub-keys of one hyperparameter from its config value (number or table)."""
+    out = {"sampled": False, "value": None, "dist": "normal", "loc": None, "scale": None,
+           "low": None, "high": None}
+    if isinstance(value, dict):
+        out["sampled"] = True
+        for part in ("dist", "loc", "scale", "low", "high"):
+            if part in value:
+                out[part] = value[part]
+        if "value" in value:        # {value = x} is a fixed prior written as a table
+            out["sampled"] = False
+            out["value"] = value["value"]
+    else:
+        out["value"] = value
+    return out
+
+
+def _build_defaults() -> dict[str, Any]:
+    d = _FIELD_DEFAULTS
+    values: dict[str, Any] = {
+        "model.kind": "field",
+        "data.path": "",
+        "data.key": d["data"]["key"],
+        "data.noise": "sigma",
+        "data.noise_sigma": d["data"]["noise_sigma"],
+        "data.noise_map": "",
+        "data.mask": "",
+        "grid.box_size": d["grid"]["box_size"],
+        "grid.unit": d["grid"]["unit"],
+        "prior.kind": d["prior"]["kind"],
+        "prior.k_pivot": d["prior"]["k_pivot"],
+        "prior.table": "",
+        "likelihood.kind": d["likelihood"]["kind"],
+        "likelihood.smoothing_scale": d["likelihood"]["smoothing_scale"],
+        "likelihood.field_mean": d["likelihood"]["field_mean"],
+        "likelihood.mean_count": 1.0,           # core.config's default for poisson_lognormal
+        "field.parameterisation": d["field"]["parameterisation"],
+        "field.dtype": d["field"]["dtype"],
+        "integral.refine": _INTEGRAL_DEFAULTS["integral"]["refine"],
+    }
+    for name, value in d["sampler"].items():
+        values[f"sampler.{name}"] = value
+    hyper = {"amplitude": d["prior"]["amplitude"], "index": d["prior"]["index"],
+             "cutoff_scale": 0.0}                # core.config's default when the kind has it
+    hyper.update(_INTEGRAL_DEFAULTS["prior"])
+    for name, value in hyper.items():
+        for part, v in _hyper_defaults(value).items():
+            values[f"prior.{name}.{part}"] = v
+    return values
+
+
+DEFAULTS = _build_defaults()
+
+#: Keys in the order the panels show them.
+KEYS = tuple(DEFAULTS)
+
+
+class ConfigState:
+    """Every setting of a run, with callbacks on change. See the module docstring.
+
+    ``state[key]`` reads, ``state[key] = value`` writes and calls the key's callbacks
+    (``connect(key, fn)``: ``fn(value)``) if the value changed, then the callbacks of
+    ``connect_any`` (``fn(changed_keys)``), once per ``batch()``.
+    ``path`` is the config file (None until saved); relative paths in the config
+    resolve against ``base_dir`` (the file's folder).
+    """
+
+    def __init__(self, base_dir=None):
+        self._values: dict[str, Any] = dict(DEFAULTS)
+        self._callbacks: dict[str, list[Callable[[Any], None]]] = {}
+        self._any: list[Callable[[set[str]], None]] = []
+        self._batch_depth = 0
+        self._pending: set[str] = set()
+        self.path: Path | None = None
+        self.base_dir = Path(os.path.abspath(base_dir if base_dir is not None else os.getcwd()))
+        self.ignored: list[str] = []       # what a loaded file held that the GUI does not edit
+        self._saved: dict | None = self.document()
+        self._file_cache: dict[tuple, Any] = {}
+
+    # -- values and callbacks ---------------------------------------------------------------
+
+    def __getitem__(self, key: str):
+        return self._values[key]
+
+    def __setitem__(self, key: str, value) -> None:
+        self.set(key, value)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._values
+
+    def keys(self) -> tuple[str, ...]:
+        return KEYS
+
+    def set(self, key: str, value) -> None:
+        if key not in self._values:
+            raise KeyError(f"unknown setting {key!r}")
+        if isinstance(value, tuple):
+            value = list(value)
+        old = self._values[key]
+        if type(old) is type(value) and old == value:
+            return
+        self._values[key] = value
+        for fn in list(self._callbacks.get(key, ())):
+            fn(value)
+        self._pending.add(key)
+        if not self._batch_depth:
+            self._flush()
+
+    def update(self, values: dict[str, Any]) -> None:
+        with self.batch():
+            for key, value in values.items():
+                self.set(key, value)
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Group changes: ``connect_any`` callbacks run once, at the end."""
+        self._batch_depth += 1
+        try:
+            yield self
+        finally:
+            self._batch_depth -= 1
+            if not self._batch_depth:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        changed, self._pending = self._pending, set()
+        for fn in list(self._any):
+            fn(changed)
+
+    def connect(self, key: str, fn: Callable[[Any], None]) -> None:
+        if key not in self._values:
+            raise KeyError(f"unknown setting {key!r}")
+        self._callbacks.setdefault(key, []).append(fn)
+
+    def connect_any(self, fn: Callable[[set[str]], None]) -> None:
+        self._any.append(fn)
+
+    def disconnect_all(self) -> None:
+        self._callbacks.clear()
+        self._any.clear()
+
+    def notify_all(self) -> None:
+        """Run every callback as if every key had changed (after a file was loaded)."""
+        for key, fns in list(self._callbacks.items()):
+            for fn in list(fns):
+                fn(self._values[key])
+        self._pending.update(KEYS)
+        if not self._batch_depth:
+            self._flush()
+
+    # -- hyperparameters ----------------------------------------------------------------------
+
+    def hyper_names(self) -> tuple[str, ...]:
+        """The hyperparameters that apply to the current model and prior kind."""
+        if self["model.kind"] == "integral":
+            return INTEGRAL_PARAMETERS
+        return FIELD_HYPERPARAMETERS.get(self["prior.kind"], ())
+
+    def set_sampled(self, name: str, sampled: bool) -> None:
+        """Switch one hyperparameter between fixed and sampled, keeping both halves; a
+        half that was never set starts from the other (a sampled prior centred on the
+        fixed value, or a fixed value at the prior's centre)."""
+        p = f"prior.{name}"
+        with self.batch():
+            if sampled and self[f"{p}.dist"] in ("normal",) and self[f"{p}.loc"] is None:
+                value = self[f"{p}.value"]
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self[f"{p}.loc"] = float(value)
+            if not sampled and self[f"{p}.value"] is None:
+                centre = self.hyper_centre(name)
+                if centre is not None:
+                    self[f"{p}.value"] = centre
+            self[f"{p}.sampled"] = bool(sampled)
+
+    def hyper_value(self, name: str):
+        """The config value of one hyperparameter: a number (fixed) or a prior table."""
+        p = f"prior.{name}"
+        if not self[f"{p}.sampled"]:
+            return self[f"{p}.value"]
+        dist = self[f"{p}.dist"]
+        table: dict[str, Any] = {"dist": dist}
+        dists = INTEGRAL_DISTRIBUTIONS if name in INTEGRAL_PARAMETERS else DISTRIBUTIONS
+        for part in dists.get(dist, ("loc", "scale")):
+            if self[f"{p}.{part}"] is not None and self[f"{p}.{part}"] != "":
+                table[part] = self[f"{p}.{part}"]
+        return table
+
+    def hyper_prior(self, name: str) -> HyperPrior | None:
+        """A field hyperparameter's prior as ``core.field.power_spectrum.HyperPrior``, or None
+        while it is not valid."""
+        try:
+            return HyperPrior.from_config(self.hyper_value(name), name=name)
+        except (ValueError, TypeError):
+            return None
+
+    def hyper_centre(self, name: str) -> float | None:
+        """A representative value: the fixed value, else the prior's median."""
+        p = f"prior.{name}"
+        num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        if not self[f"{p}.sampled"]:
+            v = self[f"{p}.value"]
+            return float(v) if num(v) else None
+        dist, loc = self[f"{p}.dist"], self[f"{p}.loc"]
+        low, high, scale = self[f"{p}.low"], self[f"{p}.high"], self[f"{p}.scale"]
+        if dist == "normal" and num(loc):
+            return float(loc)
+        if dist == "lognormal" and num(loc):
+            return math.exp(loc)
+        if dist == "uniform" and num(low) and num(high):
+            return 0.5 * (low + high)
+        if dist == "halfnormal" and num(scale):
+            return 0.6744897501960817 * scale     # the median of |N(0, scale^2)|
+        return None
+
+    # -- the TOML document --------------------------------------------------------------------
+
+    def document(self) -> dict[str, dict[str, Any]]:
+        """The config as nested dicts with the keys that apply (core.config's layout)."""
+        v = self._values
+        kind = v["model.kind"]
+        doc: dict[str, dict[str, Any]] = {"model": {"kind": kind}}
+        if kind == "integral":
+            doc["data"] = {"path": v["data.path"]}
+            doc["integral"] = {"refine": v["integral.refine"]}
+            doc["prior"] = {name: self.hyper_value(name) for name in INTEGRAL_PARAMETERS}
+        else:
+            data: dict[str, Any] = {"path": v["data.path"], "key": v["data.key"]}
+            if v["likelihood.kind"] == "gaussian":
+                if v["data.noise"] == "map":
+                    data["noise_map"] = v["data.noise_map"]
+                else:
+                    data["noise_sigma"] = v["data.noise_sigma"]
+            if v["data.mask"] not in ("", None):
+                data["mask"] = v["data.mask"]
+            doc["data"] = data
+            doc["grid"] = {"box_size": copy.copy(v["grid.box_size"]), "unit": v["grid.unit"]}
+            prior: dict[str, Any] = {"kind": v["prior.kind"]}
+            if v["prior.kind"] == "table":
+                prior["table"] = v["prior.table"]
+            else:
+                prior["k_pivot"] = v["prior.k_pivot"]
+                for name in FIELD_HYPERPARAMETERS.get(v["prior.kind"], ()):
+                    prior[name] = self.hyper_value(name)
+            doc["prior"] = prior
+            lk: dict[str, Any] = {"kind": v["likelihood.kind"],
+                                  "smoothing_scale": v["likelihood.smoothing_scale"],
+                                  "field_mean": v["likelihood.field_mean"]}
+            if v["likelihood.kind"] == "poisson_lognormal":
+                lk["mean_count"] = v["likelihood.mean_count"]
+            doc["likelihood"] = lk
+            doc["field"] = {"parameterisation": v["field.parameterisation"],
+                            "dtype": v["field.dtype"]}
+        doc["sampler"] = {key.split(".", 1)[1]: v[key] for key in SAMPLER_KEYS}
+        return doc
+
+    def load_document(self, raw: dict) -> None:
+        """Set every key from a parsed TOML document (valid or not: what is wrong is
+        reported by ``validate``). Keys the GUI does not edit are listed in ``ignored``."""
+        values: dict[str, Any] = {}
+        ignored: list[str] = []
+        raw = raw if isinstance(raw, dict) else {}
+        model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+        kind = model.get("kind", "field")
+        values["model.kind"] = kind if kind in cfg.MODEL_KINDS else "field"
+        # reset what the file does not mention, so nothing of the previous config leaks in
+        values.update({k: DEFAULTS[k] for k in KEYS if k != "model.kind"})
+        if values["model.kind"] == "integral":
+            for name, value in _INTEGRAL_DEFAULTS["sampler"].items():
+                values[f"sampler.{name}"] = value
+        for table, entries in raw.items():
+            if not isinstance(entries, dict):
+                ignored.append(table)
+                continue
+            for name, value in entries.items():
+                key = f"{table}.{name}"
+                if table == "prior" and (name in ("amplitude", "index", "cutoff_scale")
+                                         or name in INTEGRAL_PARAMETERS):
+                    for part, v in _hyper_defaults(value).items():
+                        values[f"prior.{name}.{part}"] = v
+                elif key == "data.noise_sigma":
+                    values[key] = value
+                    values["data.noise"] = "sigma"
+                elif key == "data.noise_map":
+                    values[key] = value
+                    values["data.noise"] = "map"
+                elif key == "model.kind":
+                    continue
+                elif key in DEFAULTS and not key.startswith("prior.") and key != "data.noise" \
+                        or key in ("prior.kind", "prior.k_pivot", "prior.table"):
+                    values[key] = value
+                else:
+                    ignored.append(key)
+        if values["model.kind"] == "integral" and isinstance(raw.get("data"), dict) \
+                and "noise_sigma" in raw["data"]:
+            # core.config's shorthand: data.noise_sigma = s is prior.sigma = s (fixed)
+            for part, v in _hyper_defaults(raw["data"]["noise_sigma"]).items():
+                values[f"prior.sigma.{part}"] = v
+        self.ignored = ignored
+        with self.batch():
+            for key in KEYS:
+                self.set(key, values[key])
+
+    # -- files --------------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path) -> "ConfigState":
+        """A state holding the config file ``path`` (which may be invalid: see ``validate``).
+
+        Raises ``ConfigError`` naming the file when it cannot be read or is not TOML.
+        """
+        state = cls()
+        state.load_file(path)
+        return state
+
+    def load_file(self, path) -> None:
+        path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise cfg.ConfigError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise cfg.ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") \
+                from None
+        self.load_text(text, base_dir=path.parent, source=str(path))
+        self.path = path
+
+    def load_text(self, text: str, base_dir, source: str | None = None) -> None:
+        """Read TOML text; raises ConfigError for text that is not TOML at all."""
+        prefix = f"{source}: " if source else ""
+        try:
+            raw = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:
+            # parse_config words the same failure with the line and column
+            try:
+                cfg.parse_config(text, base_dir=base_dir, source=source)
+            except cfg.ConfigError as err:
+                raise err from None
+            raise cfg.ConfigError(f"{prefix}TOML syntax error: {exc}") from None
+        self.base_dir = Path(os.path.abspath(os.fspath(base_dir)))
+        self.path = None
+        self._file_cache.clear()
+        self.load_document(raw)
+        self._saved = self.document()
+
+    def to_toml(self) -> str:
+        """The TOML text of the config (``core.config.dump_config``: every key, stable
+        order, short comments). Raises ConfigError naming the first bad key."""
+        return cfg.dump_config(self.config())
+
+    def save(self, path) -> Path:
+        """Write the config to ``path`` (validated first; nothing is written when invalid).
+
+        A data or table path given relative to the old folder, or absolute inside the new
+        one, is rewritten relative to the new file's folder.
+        """
+        path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        self.config()                         # raises before anything changes
+        new_base = path.parent
+        with self.batch():
+            for key in ("data.path", "prior.table"):
+                value = self[key]
+                if isinstance(value, str) and value:
+                    self[key] = _relocate(value, self.base_dir, new_base)
+        old_base = self.base_dir
+        self.base_dir = new_base
+        try:
+            text = self.to_toml()
+            tmp = path.with_name(f".{path.name}.part")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        except (OSError, cfg.ConfigError):
+            self.base_dir = old_base
+            raise
+        self.path = path
+        self._saved = self.document()
+        return path
+
+    @property
+    def modified(self) -> bool:
+        """Whether the config differs from what was last loaded or saved."""
+        return self.document() != self._saved
+
+    def resolve(self, p: str) -> Path:
+        path = Path(os.path.expanduser(p))
+        return path if path.is_absolute() else self.base_dir / path
+
+    # -- validation ---------------------------------------------------------------------------
+
+    def config(self):
+        """The validated ``core.config.RunConfig`` (raises ConfigError)."""
+        return cfg.config_from_dict(self.document(), self.base_dir)
+
+    def validate(self, files: bool = True) -> dict[str, str]:
+        """{key: message} for every setting that is wrong (empty when the config is valid).
+
+        Keys are state keys ("sampler.num_warmup"; "prior.index" for anything about that
+        hyperparameter; "config" for a problem naming no key). Messages are core.config's
+        and core.io' and name the key. ``files``: also check the files (see
+        ``check_files``), once the config itself is valid.
+        """
+        errors: dict[str, str] = {}
+        doc = self.document()
+        defaults = _INTEGRAL_DEFAULTS if self["model.kind"] == "integral" else _FIELD_DEFAULTS
+        for _ in range(64):
+            try:
+                cfg.config_from_dict(doc, self.base_dir)
+                break
+            except cfg.ConfigError as exc:
+                message = str(exc)
+                key = key_of_error(message)
+                if key in errors or key == "config":
+                    errors.setdefault(key, message)
+                    break
+                errors[key] = message
+                table, name = key.split(".", 1)
+                if table in doc and name in doc[table]:
+                    if name in defaults.get(table, {}):
+                        doc[table][name] = copy.deepcopy(defaults[table][name])
+                    elif key == "data.path":
+                        doc[table][name] = "data.npz"
+                    elif key == "prior.cutoff_scale":
+                        doc[table][name] = 0.0
+                    else:
+                        del doc[table][name]
+                else:
+                    break
+        if files and not errors:
+            errors.update(self.check_files())
+        return errors
+
+    def check_files(self) -> dict[str, str]:
+        """What the files say about a valid config: {key: message}. Reads headers only."""
+        from core import io as loaders
+
+        errors: dict[str, str] = {}
+        if self["model.kind"] == "integral":
+            path = self.resolve(self["data.path"])
+            try:
+                self._cached(path, "series", loaders.load_series)
+            except loaders.LoadError as exc:
+                errors["data.path"] = f"data.path: {exc}"
+            return errors
+        path = self.resolve(self["data.path"])
+        try:
+            infos = self.array_listing()
+        except loaders.LoadError as exc:
+            errors["data.path"] = f"data.path: {exc}"
+            infos = None
+        if infos is not None:
+            by_name = {info.name: info for info in infos}
+            single = path.suffix.lower() == ".npy"
+            key = self["data.key"]
+            info = infos[0] if single and infos else by_name.get(key)
+            if info is None:
+                errors["data.key"] = (f"data.key: {path.name} has no array {key!r}; available: "
+                                      f"{', '.join(repr(i.name) for i in infos) or 'none'}")
+            elif info.shape is None or len(info.shape) != 3:
+                errors["data.key"] = (f"data.key: array {info.name!r} has shape {info.shape}; "
+                                      "the field model needs a 3-D grid")
+            elif info.dtype.kind not in "biuf":
+                errors["data.key"] = (f"data.key: array {info.name!r} has dtype {info.dtype}; "
+                                      "a real (float or integer) array is needed")
+            shape = info.shape if info is not None else None
+            refs = [("data.mask", self["data.mask"])]
+            if self["likelihood.kind"] == "gaussian" and self["data.noise"] == "map":
+                refs.append(("data.noise_map", self["data.noise_map"]))
+            for setting, ref in refs:
+                if not ref or loaders.is_file_reference(ref):
+                    continue        # a separate file: read by the engine when the run starts
+                if single:
+                    errors[setting] = (f"{setting}: the data file {path.name} is a single .npy "
+                                       "array and holds no array named "
+                                       f"{ref!r}; give a file such as \"mask.npy\"")
+                elif ref not in by_name:
+                    errors[setting] = (f"{setting}: {path.name} has no array {ref!r}; available: "
+                                       f"{', '.join(repr(i.name) for i in infos)}")
+                elif shape is not None and by_name[ref].shape not in (shape, ()):
+                    errors[setting] = (f"{setting}: array {ref!r} has shape {by_name[ref].shape}, "
+                                       f"the data {shape}")
+            if shape is not None and len(shape) == 3 and "data.key" not in errors:
+                problem = _memory_problem(self, shape)
+                if problem:
+                    errors["grid.memory"] = f"grid: {problem}"
+        if self["prior.kind"] == "table":
+            table = self.resolve(self["prior.table"])
+            try:
+                self._cached(table, "table", loaders.load_power_table)
+            except (loaders.LoadError, ValueError, OSError) as exc:
+                errors["prior.table"] = f"prior.table: {exc}"
+        return errors
+
+    def _cached(self, path: Path, what: str, fn):
+        try:
+            st = os.stat(path)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        key = (what, str(path), stamp)
+        hit = self._file_cache.get(key)
+        if hit is None:
+            try:
+                hit = ("ok", fn(str(path)))
+            except Exception as exc:  # LoadError and friends: kept, so a bad file is read once
+                hit = ("error", exc)
+            if len(self._file_cache) > 64:
+                self._file_cache.clear()
+            self._file_cache[key] = hit
+        if hit[0] == "error":
+            raise hit[1]
+        return hit[1]
+
+    def array_listing(self):
+        """``core.io`` ``ArrayInfo`` list of the data file (cached; LoadError)."""
+        from core import io as loaders
+
+        path = self.resolve(self["data.path"]) if self["data.path"] else None
+        if path is None:
+            raise loaders.LoadError("no data file chosen")
+        return self._cached(path, "list", lambda p: loaders.loader_for(p).list_arrays(p))
+
+    def data_shape(self) -> tuple[int, int, int] | None:
+        """The grid shape: the shape of the data array, when the file and key are good."""
+        try:
+            infos = self.array_listing()
+        except ValueError:
+            return None
+        if self.resolve(self["data.path"]).suffix.lower() == ".npy":
+            info = infos[0] if infos else None
+        else:
+            info = next((i for i in infos if i.name == self["data.key"]), None)
+        if info is None or info.shape is None or len(info.shape) != 3:
+            return None
+        return tuple(int(n) for n in info.shape)
+
+    def box_size(self) -> tuple[float, float, float] | None:
+        """grid.box_size as three lengths, or None while it is not valid."""
+        value = self["grid.box_size"]
+        items = value if isinstance(value, list) else [value] * 3
+        if len(items) != 3 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                      and math.isfinite(x) and x > 0 for x in items):
+            return None
+        return tuple(float(x) for x in items)
+
+
+def _memory_problem(state: "ConfigState", shape) -> str | None:
+    """core.run.resources' refusal of a run this machine cannot hold (the engine process has
+    TensorFlow imported already), or None."""
+    from core.run import resources
+
+    try:
+        estimate = resources.estimate_for_config(state.config(), shape)
+    except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
+        return None
+    return resources.memory_problem(estimate, include_import=False)
+
+
+def _relocate(p: str, old_base: Path, new_base: Path) -> str:
+    """``p`` (relative to old_base, or absolute) relative to new_base when it lies inside
+    it, else absolute."""
+    path = Path(os.path.expanduser(p))
+    absolute = path if path.is_absolute() else old_base / path
+    absolute = Path(os.path.normpath(absolute))
+    try:
+        return absolute.relative_to(new_base).as_posix()
+    except ValueError:
+        return str(absolute)
+
+
+def errors_for(errors: dict[str, str], keys: Iterable[str]) -> dict[str, str]:
+    """The subset of ``errors`` whose key is one of ``keys`` or below one of them."""
+    keys = tuple(keys)
+    return {k: m for k, m in errors.items()
+            if k in keys or any(k.startswith(prefix + ".") for prefix in keys)}

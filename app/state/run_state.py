@@ -1,0 +1,618 @@
+"""The state of one run as the GUI sees it: plain Python + numpy, no Qt.
+
+``RunState`` is the single source of truth for a live run (fed with the engine's "chunk"
+and "status" events) or a stored one (read from its run store, also while another process
+writes it). Views hold a reference to it, read its arrays and never keep settings about
+the run themselves (napari's model / glue's viewer state: the model knows nothing of the
+widgets that draw it).
+
+Layout of what it holds, with ``n`` the number of steps received so far:
+
+    steps                 (n,)          global step index g of each recorded step; warmup is
+                                        g < num_warmup, draw d of the posterior is g = num_warmup + d
+    stat(name)            (chains, n)   lp, acceptance_rate, step_size, energy_error,
+                                        grad_norm, diverging (bool), n_steps (int32)
+    param(name)           (chains, n)   each sampled hyperparameter (constrained value)
+    latest_field          (chains, x, y, z)  the most recent kept field draw, latest_field_step its g
+    latest_power          (chains, k)   its P(k); k_centres (k,) the shell centres
+    mean, std             (x, y, z)     running posterior moments over every post-warmup draw
+    observed[name]        the run store's observed_data (data with NaN where masked, mask, noise,
+                                        truth when the data set has one; t, y for the integral model)
+    pins[(i, j, k)]       PinnedTrace: steps (m,), values (chains, m) of one voxel
+
+The arrays returned by ``steps``, ``stat``, ``param`` and ``PinnedTrace`` are views into
+buffers that grow by doubling; read them, copy them if kept, never write them.
+
+Change tracking. ``version`` increases on every change; ``trace_version`` when the
+per-step series or the pinned traces change, ``field_version`` when a field-shaped array
+(latest draw, moments, observed data) changes, ``layout_version`` when the run itself
+changes (``reset``, or chains, parameters or grid learned later from the first chunk or
+the store). A view redraws only when the counter it depends on moved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.store.run_store import STAT_NAMES, STORE_NAME, RunReader, RunStoreError
+
+#: What the slice views can show, in menu order (see :meth:`RunState.volume`).
+VOLUME_KINDS = ("data", "mask", "latest", "mean", "std", "residual", "truth")
+VOLUME_LABELS = {
+    "data": "data",
+    "mask": "mask",
+    "latest": "latest draw",
+    "mean": "posterior mean",
+    "std": "posterior std",
+    "residual": "residual (data - mean)",
+    "truth": "truth",
+}
+
+_STAT_DTYPES = {"diverging": np.bool_, "n_steps": np.int32}
+
+
+class GrowingBuffer:
+    """An array that grows along its last axis, doubling its capacity when full.
+
+    ``GrowingBuffer((chains,), float)`` holds (chains, n); ``GrowingBuffer((), int)`` holds (n,).
+    Appending m values costs O(m) amortised; ``data`` is a view of the filled part.
+    """
+
+    def __init__(self, lead_shape=(), dtype=np.float64, capacity: int = 256):
+        self.lead_shape = tuple(lead_shape)
+        self._buf = np.empty((*self.lead_shape, max(1, int(capacity))), dtype=dtype)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def capacity(self) -> int:
+        return self._buf.shape[-1]
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._buf[..., : self.n]
+
+    def append(self, block) -> None:
+        block = np.asarray(block)
+        if block.shape[:-1] != self.lead_shape:
+            raise ValueError(f"block of shape {block.shape} does not fit a buffer of "
+                             f"shape {(*self.lead_shape, 'n')}")
+        m = block.shape[-1]
+        if self.n + m > self.capacity:
+            new_cap = self.capacity
+            while new_cap < self.n + m:
+                new_cap *= 2
+            grown = np.empty((*self.lead_shape, new_cap), dtype=self._buf.dtype)
+            grown[..., : self.n] = self._buf[..., : self.n]
+            self._buf = grown
+        self._buf[..., self.n: self.n + m] = block
+        self.n += m
+
+    def truncate(self, n: int) -> None:
+        self.n = max(0, min(int(n), self.n))
+
+
+@dataclass
+class PinnedTrace:
+    """The value of one voxel in the thinned field draws that reached this state.
+
+    In a live run (engine events) that is the last kept field draw of each chunk, one point
+    per chunk; read from a store it is every stored (every ``thin``-th post-warmup) draw.
+    When a voxel is pinned during a live run whose store is readable, the draws stored so
+    far are filled in first, so the trace starts at the first draw either way.
+    """
+
+    voxel: tuple
+    serial: int            # the how-many-th pin of this state (views pick its colour from it)
+    _steps: GrowingBuffer
+    _values: GrowingBuffer
+
+    @property
+    def steps(self) -> np.ndarray:
+        """(m,) global step index of each point."""
+        return self._steps.data
+
+    @property
+    def values(self) -> np.ndarray:
+        """(chains, m) the voxel's value in each chain."""
+        return self._values.data
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def append(self, steps, values) -> None:
+        steps = np.atleast_1d(np.asarray(steps, np.int64))
+        values = np.asarray(values, np.float64).reshape(self._values.lead_shape + (len(steps),))
+        self._steps.append(steps)
+        self._values.append(values)
+
+    def truncate_from(self, step: int) -> None:
+        """Drop points at global step >= ``step`` (a resumed run repeats them)."""
+        self._steps.truncate(int(np.searchsorted(self.steps, step, side="left")))
+        self._values.truncate(len(self._steps))
+
+
+class RunState:
+    """Everything the views draw about one run. See the module docstring for the layout."""
+
+    def __init__(self):
+        self.version = 0
+        self.trace_version = 0
+        self.field_version = 0
+        self.layout_version = 0
+        self.reset({})
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def reset(self, meta: dict) -> None:
+        """Forget everything and describe a new run.
+
+        ``meta`` keys (all optional; what is missing is filled from the first chunk or the
+        run store): ``chains``, ``param_names``, ``grid_shape`` (None for a run without a
+        field), ``num_warmup``, ``num_samples``, ``thin``, ``steps_total`` (default
+        num_warmup + num_samples), ``k_centres``, ``k_counts``, ``model_kind``, ``status``,
+        ``observed`` (name -> array), ``run_dir`` (its observed_data is read as soon as the
+        store exists).
+        """
+        meta = dict(meta)
+        self.chains = int(meta["chains"]) if meta.get("chains") is not None else None
+        self.param_names = list(meta.get("param_names") or [])
+        gs = meta.get("grid_shape")
+        self.grid_shape = tuple(int(v) for v in gs) if gs is not None else None
+        self.num_warmup = int(meta.get("num_warmup") or 0)
+        self.num_samples = int(meta.get("num_samples") or 0)
+        self.thin = int(meta.get("thin") or 1)
+        total = meta.get("steps_total")
+        self.steps_total = int(total) if total is not None else self.num_warmup + self.num_samples
+        self.k_centres = None if meta.get("k_centres") is None else np.asarray(meta["k_centres"], float)
+        self.k_counts = None if meta.get("k_counts") is None else np.asarray(meta["k_counts"])
+        self.model_kind = meta.get("model_kind", "field" if self.grid_shape else "")
+        self.status = meta.get("status", "created")
+        self.error = ""
+        self.phase = ""
+        self.run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+        self.observed: dict[str, np.ndarray] = {name: np.asarray(v) for name, v in
+                                                (meta.get("observed") or {}).items()}
+        self.config_text = str(meta.get("config_text") or "")
+        self.config_dir = str(meta.get("config_dir") or "")
+        self._config = None
+        self.progress = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0}
+        self.source = "events"          # "events": fed by the engine; "store": read from the store
+        self.steps_per_second = 0.0
+        self.total_elapsed = 0.0
+        self.latest_field = None
+        self.latest_field_step = -1
+        self.latest_power = None
+        self.mean = None
+        self.std = None
+        self.moment_count = 0
+        self.pins: dict[tuple, PinnedTrace] = {}
+        self._pin_serial = 0
+        self._reader: RunReader | None = None
+        self._store_seen = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "moment_count": 0}
+        self._steps = GrowingBuffer((), np.int64)
+        self._stats: dict[str, GrowingBuffer] = {}
+        self._params: dict[str, GrowingBuffer] = {}
+        if self.chains is not None:
+            self._make_buffers()
+        self._try_attach_store()
+        self.layout_version += 1
+        self._changed(traces=True, field=True)
+
+    def _make_buffers(self) -> None:
+        c = self.chains
+        self._stats = {name: GrowingBuffer((c,), _STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        self._params = {name: GrowingBuffer((c,), np.float64) for name in self.param_names}
+
+    def _changed(self, traces: bool = False, field: bool = False) -> None:
+        self.version += 1
+        if traces:
+            self.trace_version += 1
+        if field:
+            self.field_version += 1
+
+    @staticmethod
+    def meta_from_reader(reader: RunReader) -> dict:
+        """``reset`` metadata from a run store's attributes."""
+        a = reader.attrs
+        meta = {"chains": a.get("chains"), "param_names": reader.param_names,
+                "num_warmup": a.get("num_warmup", 0), "num_samples": a.get("num_samples", 0),
+                "thin": a.get("thin", 1), "model_kind": a.get("model_kind", ""),
+                "status": a.get("status", ""), "run_dir": reader.run_dir, "grid_shape": None,
+                "config_text": reader.config_text,
+                "config_dir": a.get("config_dir") or str(reader.run_dir)}
+        if reader.has_field:
+            pf = reader.root["posterior_field"]
+            meta["grid_shape"] = tuple(pf["field"].shape[2:])
+            meta["k_centres"] = np.asarray(pf["k"][:])
+            meta["k_counts"] = np.asarray(pf["k_count"][:])
+        return meta
+
+    def _try_attach_store(self) -> bool:
+        """Open the run store once it exists and read what is fixed for the run (observed data)."""
+        if self._reader is not None:
+            return True
+        if self.run_dir is None or not (self.run_dir / STORE_NAME).exists():
+            return False
+        try:
+            reader = RunReader(self.run_dir)
+            names = list(reader.root["observed_data"].array_keys()) if "observed_data" in reader.root else []
+            observed = {name: reader.observed(name) for name in names}
+            meta = self.meta_from_reader(reader)
+        except (RunStoreError, KeyError, OSError, ValueError):
+            return False   # being created right now; the next chunk tries again
+        self._reader = reader
+        for name, value in observed.items():
+            self.observed.setdefault(name, value)
+        if self.grid_shape is None and meta["grid_shape"] is not None:
+            self.grid_shape = meta["grid_shape"]
+            self.layout_version += 1
+        if self.k_centres is None and meta.get("k_centres") is not None:
+            self.k_centres, self.k_counts = meta["k_centres"], meta["k_counts"]
+        if self.chains is None and meta.get("chains") is not None:
+            self.chains = int(meta["chains"])
+            self._make_buffers()
+            self.layout_version += 1
+        for name in meta["param_names"]:
+            self._ensure_param(name)
+        self.model_kind = self.model_kind or meta["model_kind"]
+        if not self.config_text and meta.get("config_text"):
+            self.config_text, self.config_dir = meta["config_text"], meta["config_dir"]
+            self._config = None
+        self._changed(field=True)
+        return True
+
+    @property
+    def config(self):
+        """The run's ``core.config.RunConfig`` (parsed from the config text the run was
+        started with, or the one stored in its run store), or None when unknown or
+        unreadable. Views read the grid's box size, the prior and the likelihood from it."""
+        if self._config is None and self.config_text:
+            from core.config import ConfigError, parse_config
+
+            try:
+                self._config = parse_config(self.config_text, base_dir=self.config_dir or ".",
+                                            source="the run's config")
+            except ConfigError:
+                self._config = False
+        return self._config or None
+
+    # -- the series -----------------------------------------------------------------------
+
+    @property
+    def n_steps(self) -> int:
+        """Number of steps (warmup and post-warmup) received so far."""
+        return len(self._steps)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self._steps.data
+
+    def stat(self, name: str) -> np.ndarray:
+        """(chains, n) of one sample statistic (``core.store.run_store.STAT_NAMES``)."""
+        if name not in self._stats:
+            return np.empty((self.chains or 0, 0))
+        return self._stats[name].data
+
+    def param(self, name: str) -> np.ndarray:
+        """(chains, n) of one sampled hyperparameter."""
+        if name not in self._params:
+            return np.empty((self.chains or 0, 0))
+        return self._params[name].data
+
+    @property
+    def n_warmup_seen(self) -> int:
+        return int(np.searchsorted(self.steps, self.num_warmup, side="left"))
+
+    @property
+    def divergences(self) -> int:
+        return int(self.stat("diverging").sum()) if self.n_steps else 0
+
+    # -- events --------------------------------------------------------------------------
+
+    def on_event(self, event: dict) -> None:
+        """Dispatch one engine event ("chunk" or "status"; others are ignored)."""
+        kind = event.get("type")
+        if kind == "chunk":
+            self.on_chunk(event)
+        elif kind == "status":
+            self.on_status(event)
+
+    def on_status(self, event: dict) -> None:
+        status = event.get("status", "")
+        if status in ("warmup", "sampling"):
+            self.phase = status
+            status = "running"
+        self.status = status
+        if event.get("error"):
+            self.error = str(event["error"])
+        if event.get("progress"):
+            self.progress = dict(event["progress"])
+        self._try_attach_store()
+        self._changed()
+
+    def on_chunk(self, event: dict) -> None:
+        """Append one "chunk" event of ``core.engine.engine.Engine`` (see ``Engine._record``)."""
+        first, n = int(event["first_step"]), int(event["n_steps"])
+        stats = {name: np.asarray(v) for name, v in event["stats"].items()}
+        params = {name: np.asarray(v) for name, v in event.get("params", {}).items()}
+        if self.chains is None:
+            self.chains = int(next(iter(stats.values())).shape[0])
+            self.param_names = self.param_names or list(params)
+            self._make_buffers()
+            self.layout_version += 1
+        for name in params:
+            self._ensure_param(name)
+        self._try_attach_store()
+        self.source = "events"
+        # a resumed run (after a crash, or one loaded from its store) repeats steps from its
+        # checkpoint: what this state holds from `first` on is superseded
+        if self.n_steps and self.steps[-1] >= first:
+            self._truncate_from(first)
+        self._steps.append(np.arange(first, first + n, dtype=np.int64))
+        for name, buf in self._stats.items():
+            if name in stats:
+                buf.append(stats[name][:, :n])
+            else:
+                buf.append(np.zeros((self.chains, n), buf.data.dtype))
+        for name, buf in self._params.items():
+            if name in params:
+                buf.append(params[name][:, :n])
+            else:
+                buf.append(np.full((self.chains, n), np.nan))
+        self.phase = event.get("phase", self.phase)
+        self.status = "running" if self.status in ("created", "loading", "compiling", "") else self.status
+        if event.get("steps_total") is not None:
+            self.steps_total = int(event["steps_total"])
+        if event.get("progress"):
+            self.progress = dict(event["progress"])
+            # the store holds the same draws: a later refresh_from_store goes on from here
+            for key in ("warmup_draws", "draws", "field_draws"):
+                self._store_seen[key] = int(self.progress.get(key, self._store_seen[key]))
+        self.steps_per_second = float(event.get("steps_per_second", self.steps_per_second))
+        self.total_elapsed = float(event.get("total_elapsed", self.total_elapsed))
+        field_changed = False
+        if event.get("latest_field") is not None:
+            field = np.asarray(event["latest_field"])
+            if self.grid_shape is None:
+                self.grid_shape = tuple(field.shape[1:])
+                self.layout_version += 1
+            self.latest_field = field
+            self.latest_field_step = self._last_kept_step(first, n)
+            for voxel, trace in self.pins.items():
+                trace.append([self.latest_field_step], field[(slice(None), *voxel)][:, None])
+            field_changed = True
+        if event.get("latest_power") is not None:
+            self.latest_power = np.asarray(event["latest_power"])
+        if event.get("moments") is not None:
+            mean, std, count = event["moments"]
+            self.mean, self.std, self.moment_count = np.asarray(mean), np.asarray(std), int(count)
+            self._store_seen["moment_count"] = self.moment_count
+            field_changed = True
+        self._changed(traces=True, field=field_changed)
+
+    def _ensure_param(self, name: str) -> None:
+        """A buffer for a parameter first seen now, NaN for the steps already held."""
+        if name not in self.param_names:
+            self.param_names.append(name)
+            self.layout_version += 1
+        if self.chains is not None and name not in self._params:
+            buf = GrowingBuffer((self.chains,), np.float64)
+            buf.append(np.full((self.chains, self.n_steps), np.nan))
+            self._params[name] = buf
+
+    def _last_kept_step(self, first: int, n: int) -> int:
+        """Global step of the last field draw kept in a chunk (every thin-th post-warmup step)."""
+        post = np.arange(first, first + n) - self.num_warmup
+        kept = post[(post >= 0) & (post % max(self.thin, 1) == 0)]
+        return int(kept[-1]) + self.num_warmup if kept.size else first + n - 1
+
+    def _truncate_from(self, step: int) -> None:
+        keep = int(np.searchsorted(self.steps, step, side="left"))
+        self._steps.truncate(keep)
+        for buf in (*self._stats.values(), *self._params.values()):
+            buf.truncate(keep)
+        for trace in self.pins.values():
+            trace.truncate_from(step)
+
+    # -- pinned voxels -------------------------------------------------------------------
+
+    def pin_voxel(self, voxel) -> PinnedTrace:
+        """Follow one voxel's value in the thinned field draws (see :class:`PinnedTrace`).
+
+        Returns the (possibly existing) trace. Raises ValueError for a voxel outside the grid.
+        """
+        voxel = tuple(int(v) for v in voxel)
+        inside = self.grid_shape is not None and len(voxel) == 3 and all(
+            0 <= v < s for v, s in zip(voxel, self.grid_shape))
+        if not inside:
+            raise ValueError(f"voxel {voxel}: outside the grid {self.grid_shape}")
+        if voxel in self.pins:
+            return self.pins[voxel]
+        trace = PinnedTrace(voxel, self._pin_serial, GrowingBuffer((), np.int64, 64),
+                            GrowingBuffer((self.chains or 1,), np.float64, 64))
+        self._pin_serial += 1
+        self._backfill(trace)
+        if self.latest_field is not None and (not len(trace) or trace.steps[-1] < self.latest_field_step):
+            trace.append([self.latest_field_step], self.latest_field[(slice(None), *voxel)][:, None])
+        self.pins[voxel] = trace
+        self._changed(traces=True)
+        return trace
+
+    def unpin(self, voxel) -> None:
+        voxel = tuple(int(v) for v in voxel)
+        if self.pins.pop(voxel, None) is not None:
+            self._changed(traces=True)
+
+    def clear_pins(self) -> None:
+        if self.pins:
+            self.pins.clear()
+            self._changed(traces=True)
+
+    def _backfill(self, trace: PinnedTrace) -> None:
+        """The stored field draws of a pinned voxel, up to what this state has seen."""
+        reader = self._reader
+        if reader is None or not reader.has_field:
+            return
+        try:
+            reader.refresh()
+            n = reader.progress.get("field_draws", 0)
+            if self.source == "store":
+                n = min(n, self._store_seen["field_draws"])
+            if not n:
+                return
+            pf = reader.root["posterior_field"]
+            steps = np.asarray(pf["field_draw"][:n], np.int64) + self.num_warmup
+            if self.source == "events" and self.latest_field_step >= 0:
+                n = int(np.searchsorted(steps, self.latest_field_step, side="right"))
+                steps = steps[:n]
+            if not n:
+                return
+            values = pf["field"].get_orthogonal_selection((slice(None), slice(0, n), *trace.voxel))
+        except (RunStoreError, KeyError, OSError, ValueError):
+            return
+        trace.append(steps, np.asarray(values, np.float64))
+
+    # -- field-shaped arrays ---------------------------------------------------------------
+
+    @property
+    def has_field(self) -> bool:
+        return self.grid_shape is not None
+
+    def volume(self, kind: str, chain: int = 0) -> np.ndarray | None:
+        """The (x, y, z) array the slice views show for ``kind`` (``VOLUME_KINDS``), or None
+        when it does not exist (yet): ``latest`` is chain ``chain``'s latest kept draw,
+        ``residual`` is data - posterior mean (NaN where the data are masked)."""
+        if not self.has_field:
+            return None
+        data = self.observed.get("data")
+        data = data if data is not None and data.shape == self.grid_shape else None
+        if kind == "data":
+            return data
+        if kind == "mask":
+            mask = self.observed.get("mask")
+            return None if mask is None else mask.astype(np.float32)
+        if kind == "truth":
+            return self.observed.get("truth")
+        if kind == "latest":
+            if self.latest_field is None:
+                return None
+            return self.latest_field[min(max(int(chain), 0), self.latest_field.shape[0] - 1)]
+        if kind == "mean":
+            return self.mean if self.moment_count else None
+        if kind == "std":
+            return self.std if self.moment_count else None
+        if kind == "residual":
+            if data is None or self.mean is None or not self.moment_count:
+                return None
+            return data - self.mean
+        raise ValueError(f"unknown volume kind {kind!r}; one of {', '.join(VOLUME_KINDS)}")
+
+    def has_volume(self, kind: str) -> bool:
+        """Whether :meth:`volume` of ``kind`` exists now (cheap: computes nothing)."""
+        if not self.has_field:
+            return False
+        data = self.observed.get("data")
+        has_data = data is not None and data.shape == self.grid_shape
+        have = {"data": has_data, "mask": self.observed.get("mask") is not None,
+                "truth": self.observed.get("truth") is not None,
+                "latest": self.latest_field is not None,
+                "mean": self.mean is not None and self.moment_count > 0,
+                "std": self.std is not None and self.moment_count > 0}
+        have["residual"] = has_data and have["mean"]
+        if kind not in have:
+            raise ValueError(f"unknown volume kind {kind!r}; one of {', '.join(VOLUME_KINDS)}")
+        return have[kind]
+
+    def available_volumes(self) -> list[str]:
+        return [kind for kind in VOLUME_KINDS if self.has_volume(kind)]
+
+    # -- stores --------------------------------------------------------------------------
+
+    def load_from_store(self, run_dir) -> None:
+        """Show a stored run (finished, stopped, or being written by another process).
+
+        Raises ``core.store.run_store.RunStoreError`` when ``run_dir`` holds no readable store.
+        """
+        reader = RunReader(run_dir)
+        self.reset(self.meta_from_reader(reader))
+        self.source = "store"
+        self.refresh_from_store()
+
+    def refresh_from_store(self) -> bool:
+        """Append what the store gained since the last look. Returns whether anything changed."""
+        if not self._try_attach_store():
+            return False
+        reader = self._reader
+        try:
+            progress = reader.refresh()
+            changed = self._read_store(reader, progress)
+        except (RunStoreError, KeyError, OSError) as err:
+            self.error = str(err)
+            return False
+        if changed:
+            self.source = "store"
+        return changed
+
+    def _read_store(self, reader: RunReader, progress: dict) -> bool:
+        a = reader.attrs
+        seen = self._store_seen
+        changed = False
+        if a.get("status", self.status) != self.status or a.get("error", "") != self.error:
+            self.status, self.error = a.get("status", self.status), a.get("error", "")
+            changed = True
+        num_samples = int(a.get("num_samples", self.num_samples))
+        if num_samples != self.num_samples:      # a resume asked for more draws
+            self.num_samples = num_samples
+            self.steps_total = self.num_warmup + num_samples
+            changed = True
+        self.progress = dict(progress)
+        if self.chains is None:
+            return changed
+        root = reader.root
+        w0, w1 = seen["warmup_draws"], int(progress.get("warmup_draws", 0))
+        d0, d1 = seen["draws"], int(progress.get("draws", 0))
+        new_traces = False
+        for prefix, a0, a1, offset in (("warmup_", w0, w1, 0), ("", d0, d1, self.num_warmup)):
+            if a1 <= a0:
+                continue
+            steps = np.arange(a0, a1, dtype=np.int64) + offset
+            if self.n_steps and self.steps[-1] >= steps[0]:
+                self._truncate_from(int(steps[0]))
+            self._steps.append(steps)
+            for name, buf in self._stats.items():
+                buf.append(np.asarray(root[f"{prefix}sample_stats"][name][:, a0:a1]))
+            for name, buf in self._params.items():
+                buf.append(np.asarray(root[f"{prefix}posterior"][name][:, a0:a1]))
+            new_traces = True
+        seen["warmup_draws"], seen["draws"] = w1, d1
+        new_field = False
+        if reader.has_field:
+            pf = root["posterior_field"]
+            f0, f1 = seen["field_draws"], int(progress.get("field_draws", 0))
+            if f1 > f0:
+                steps = np.asarray(pf["field_draw"][f0:f1], np.int64) + self.num_warmup
+                self.latest_field = np.asarray(pf["field"][:, f1 - 1])
+                self.latest_field_step = int(steps[-1])
+                self.latest_power = np.asarray(pf["power"][:, f1 - 1])
+                for voxel, trace in self.pins.items():
+                    if len(trace) and trace.steps[-1] >= steps[0]:
+                        trace.truncate_from(int(steps[0]))
+                    values = pf["field"].get_orthogonal_selection((slice(None), slice(f0, f1), *voxel))
+                    trace.append(steps, np.asarray(values, np.float64))
+                seen["field_draws"] = f1
+                new_field = new_traces = True
+            count = int(root["field_moments"].attrs.get("count", 0))
+            if count != seen["moment_count"]:
+                self.mean, self.std, self.moment_count = reader.field_moments()
+                seen["moment_count"] = count
+                new_field = True
+        if new_traces or new_field or changed:
+            self._changed(traces=new_traces, field=new_field)
+            return True
+        return False

@@ -1,0 +1,467 @@
+"""Reading a run config: TOML text or nested dicts to a validated ``RunConfig``.
+
+Every rejection is a ``ConfigError`` whose message starts with the key
+("grid.shape: ...", "prior.index.scale: ...").
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Mapping
+
+from core.config.schema import (
+    _INT64_MAX,
+    ALGORITHMS,
+    DTYPES,
+    FIELD_DATA_EXTENSIONS,
+    INTEGRAL_DATA_EXTENSIONS,
+    INTEGRAL_PARAMETERS,
+    MODEL_KINDS,
+    PARAMETERISATIONS,
+    ConfigError,
+    DataSection,
+    Distribution,
+    FieldSection,
+    GridSection,
+    IntegralSection,
+    LikelihoodSection,
+    ModelSection,
+    PriorSection,
+    PriorValue,
+    RunConfig,
+    SamplerSection,
+)
+from core.config.writer import _toml_value
+from core.field.observations import LIKELIHOOD_KINDS
+from core.field.power_spectrum import SPECTRA, HyperPrior, spectrum_from_config
+
+__all__ = ["load_config", "parse_config", "config_from_dict", "default_config"]
+
+# --------------------------------------------------------------------------- value checks
+
+
+def _show(value) -> str:
+    """A value as the user wrote it (TOML spelling), shortened, with its type."""
+    try:
+        text = _toml_value(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(value))
+    return f"{text} ({kind})" if kind else text
+
+
+def _fail(key: str, problem: str, value=None, *, show=True):
+    raise ConfigError(f"{key}: {problem}" + (f", got {_show(value)}" if show else ""))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _int(key: str, value, minimum: int) -> int:
+    what = ("a non-negative integer" if minimum == 0 else
+            "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
+    if not _is_int(value) or not minimum <= value <= _INT64_MAX:
+        _fail(key, f"must be {what}", value)
+    return int(value)
+
+
+def _float(key: str, value, rule: str = "finite") -> float:
+    """rule: 'finite', 'positive' (> 0), 'nonnegative' (>= 0), 'open_unit' (0 < x < 1)."""
+    need = {"finite": "a finite number", "positive": "a positive finite number",
+            "nonnegative": "a finite number >= 0",
+            "open_unit": "a number strictly between 0 and 1"}[rule]
+    if not _is_number(value):
+        _fail(key, f"must be {need}", value)
+    x = float(value) if abs(value) < 1e308 or isinstance(value, float) else math.inf
+    ok = math.isfinite(x) and {"finite": True, "positive": x > 0, "nonnegative": x >= 0,
+                               "open_unit": 0 < x < 1}[rule]
+    if not ok:
+        _fail(key, f"must be {need}", value)
+    return x
+
+
+def _bool(key: str, value) -> bool:
+    if not isinstance(value, bool):
+        _fail(key, "must be true or false", value)
+    return value
+
+
+def _str(key: str, value, *, nonempty: bool = False) -> str:
+    if not isinstance(value, str):
+        _fail(key, "must be a string", value)
+    if nonempty and not value.strip():
+        _fail(key, "must not be empty", value)
+    return value
+
+
+def _choice(key: str, value, choices) -> str:
+    if not isinstance(value, str) or value not in choices:
+        hint = ""
+        if isinstance(value, str):
+            close = difflib.get_close_matches(value, choices, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{key}: must be one of {', '.join(map(repr, choices))}, "
+                          f"got {_show(value)}{hint}")
+    return value
+
+
+def _table(name: str, raw: Mapping, *, required: bool = False) -> dict:
+    if name not in raw:
+        if required:
+            raise ConfigError(f"missing table [{name}]")
+        return {}
+    value = raw[name]
+    if not isinstance(value, dict):
+        _fail(name, f"must be a table [{name}]", value)
+    return value
+
+
+def _check_keys(table: str, given: Mapping, allowed, known_elsewhere: Mapping[str, str]):
+    """Reject keys outside ``allowed``; ``known_elsewhere`` maps keys that exist but do
+    not apply here to the reason."""
+    for key in given:
+        if key in allowed:
+            continue
+        if key in known_elsewhere:
+            raise ConfigError(f"[{table}] key {key!r} {known_elsewhere[key]}")
+        close = difflib.get_close_matches(key, list(allowed), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else \
+            f" (allowed: {', '.join(allowed) or 'none'})"
+        raise ConfigError(f"[{table}] unknown key {key!r}{hint}")
+
+
+def _data_path(key: str, value, extensions) -> str:
+    path = _str(key, value, nonempty=True)
+    suffix = os.path.splitext(path)[1].lower()
+    if not path.lower().endswith(tuple(extensions)):   # endswith: a file named ".csv" too
+        raise ConfigError(f"{key}: {path!r} has extension {suffix or '(none)'!r}; accepted: "
+                          f"{', '.join(extensions)}")
+    return path
+
+
+# --------------------------------------------------------------------------- sections
+
+
+_TABLES = ("model", "data", "grid", "prior", "likelihood", "field", "sampler", "integral")
+_FIELD_ONLY = ("grid", "likelihood", "field")
+_INTEGRAL_ONLY = ("integral",)
+
+
+def _parse_model(raw) -> ModelSection:
+    t = _table("model", raw)
+    _check_keys("model", t, ("kind",), {})
+    return ModelSection(kind=_choice("model.kind", t.get("kind", "field"), MODEL_KINDS))
+
+
+def _parse_sampler(raw) -> SamplerSection:
+    t = _table("sampler", raw)
+    names = [f.name for f in fields(SamplerSection)]
+    _check_keys("sampler", t, names, {})
+    d = SamplerSection()
+    get = lambda name: t.get(name, getattr(d, name))   # noqa: E731
+    return SamplerSection(
+        algorithm=_choice("sampler.algorithm", get("algorithm"), ALGORITHMS),
+        num_warmup=_int("sampler.num_warmup", get("num_warmup"), 0),
+        num_samples=_int("sampler.num_samples", get("num_samples"), 1),
+        num_leapfrog_steps=_int("sampler.num_leapfrog_steps", get("num_leapfrog_steps"), 1),
+        step_size=_float("sampler.step_size", get("step_size"), "positive"),
+        target_accept=_float("sampler.target_accept", get("target_accept"), "open_unit"),
+        adapt_mass_matrix=_bool("sampler.adapt_mass_matrix", get("adapt_mass_matrix")),
+        chains=_int("sampler.chains", get("chains"), 1),
+        seed=_int("sampler.seed", get("seed"), 0),
+        thin=_int("sampler.thin", get("thin"), 1),
+        chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1),
+    )
+
+
+def _parse_grid(raw) -> GridSection:
+    t = _table("grid", raw)
+    _check_keys("grid", t, ("box_size", "unit"), {})
+    box = t.get("box_size", 100.0)
+    if isinstance(box, list):
+        if len(box) != 3:
+            _fail("grid.box_size", "must be one number or a list of three", box)
+        sizes = tuple(_float(f"grid.box_size[{i}]", b, "positive") for i, b in enumerate(box))
+    else:
+        if not _is_number(box):
+            _fail("grid.box_size", "must be one number or a list of three", box)
+        sizes = (_float("grid.box_size", box, "positive"),) * 3
+    return GridSection(box_size=sizes, unit=_str("grid.unit", t.get("unit", "")))
+
+
+def _parse_field(raw) -> FieldSection:
+    t = _table("field", raw)
+    _check_keys("field", t, ("parameterisation", "dtype"), {})
+    return FieldSection(
+        parameterisation=_choice("field.parameterisation",
+                                 t.get("parameterisation", "whitened"), PARAMETERISATIONS),
+        dtype=_choice("field.dtype", t.get("dtype", "float32"), DTYPES))
+
+
+def _parse_likelihood(raw) -> LikelihoodSection:
+    t = _table("likelihood", raw)
+    kind = _choice("likelihood.kind", t.get("kind", "gaussian"), LIKELIHOOD_KINDS)
+    allowed = ["kind", "smoothing_scale", "field_mean"]
+    elsewhere = {}
+    if kind == "poisson_lognormal":
+        allowed.append("mean_count")
+    else:
+        elsewhere["mean_count"] = "applies only to likelihood.kind = 'poisson_lognormal'"
+    _check_keys("likelihood", t, allowed, elsewhere)
+    return LikelihoodSection(
+        kind=kind,
+        smoothing_scale=_float("likelihood.smoothing_scale", t.get("smoothing_scale", 0.0),
+                               "nonnegative"),
+        field_mean=_float("likelihood.field_mean", t.get("field_mean", 0.0)),
+        mean_count=(_float("likelihood.mean_count", t.get("mean_count", 1.0), "positive")
+                    if kind == "poisson_lognormal" else None))
+
+
+def _parse_data(raw, model_kind: str, likelihood_kind: str | None) -> DataSection:
+    t = _table("data", raw)
+    if model_kind == "integral":
+        _check_keys("data", t, ("path", "noise_sigma"),
+                    {k: "applies only to the field model" for k in ("key", "noise_map", "mask")})
+    else:
+        allowed = ["path", "key", "mask"]
+        elsewhere = {}
+        if likelihood_kind == "poisson_lognormal":
+            for k in ("noise_sigma", "noise_map"):
+                elsewhere[k] = ("does not apply to likelihood.kind = 'poisson_lognormal' "
+                                "(counts carry their own noise)")
+        else:
+            allowed += ["noise_sigma", "noise_map"]
+        _check_keys("data", t, allowed, elsewhere)
+    if "path" not in t:
+        raise ConfigError("data.path: missing (the data file, relative to the config file)")
+    extensions = INTEGRAL_DATA_EXTENSIONS if model_kind == "integral" else FIELD_DATA_EXTENSIONS
+    path = _data_path("data.path", t["path"], extensions)
+    if model_kind == "integral":
+        # noise_sigma is moved to prior.sigma by _parse_integral_prior.
+        return DataSection(path=path, noise_sigma=None)
+    key = _str("data.key", t.get("key", "data"), nonempty=True)
+    mask = _str("data.mask", t["mask"], nonempty=True) if "mask" in t else None
+    noise_sigma = noise_map = None
+    if likelihood_kind != "poisson_lognormal":
+        if "noise_sigma" in t and "noise_map" in t:
+            raise ConfigError("data.noise_map: give either noise_sigma or noise_map, not both")
+        if "noise_map" in t:
+            noise_map = _str("data.noise_map", t["noise_map"], nonempty=True)
+        else:
+            noise_sigma = _float("data.noise_sigma", t.get("noise_sigma", 1.0), "positive")
+    return DataSection(path=path, key=key, noise_sigma=noise_sigma, noise_map=noise_map,
+                       mask=mask)
+
+
+def _distribution(value: Mapping) -> Distribution:
+    return Distribution(**{k: (v if k == "dist" else float(v)) for k, v in value.items()})
+
+
+# Placeholders used while checking one fixed P(k) hyperparameter at a time with the
+# spectrum's own validation (spectrum_from_config); all are valid values.
+_PLACEHOLDERS = {"amplitude": 1.0, "index": 0.0, "k_pivot": 1.0, "cutoff_scale": 0.0}
+
+
+def _parse_field_prior(raw) -> PriorSection:
+    t = _table("prior", raw)
+    kind = _choice("prior.kind", t.get("kind", "power_law"), tuple(SPECTRA))
+    integral_keys = {k: "applies only to the integral model" for k in INTEGRAL_PARAMETERS}
+    if kind == "table":
+        _check_keys("prior", t, ("kind", "table"), {
+            **integral_keys,
+            **{k: "does not apply to prior.kind = 'table' (a table has no hyperparameters)"
+               for k in ("k_pivot", "amplitude", "index", "cutoff_scale")}})
+        if "table" not in t:
+            raise ConfigError("prior.table: missing; prior.kind = 'table' needs "
+                              "table = \"pk.txt\" (a file of k, P rows)")
+        return PriorSection(kind=kind, k_pivot=None, amplitude=None, index=None,
+                            table=_str("prior.table", t["table"], nonempty=True))
+    names = [f.name for f in fields(SPECTRA[kind])]     # amplitude, index, k_pivot[, cutoff]
+    elsewhere = {**integral_keys,
+                 "table": "applies only to prior.kind = 'table'",
+                 "cutoff_scale": "applies only to prior.kind = 'power_law_cutoff'"}
+    _check_keys("prior", t, ["kind"] + names, elsewhere)
+    defaults = {"k_pivot": 0.1, "amplitude": 1.0,
+                "index": {"dist": "normal", "loc": -2.0, "scale": 0.5}, "cutoff_scale": 0.0}
+    values: dict[str, PriorValue] = {}
+    for name in names:
+        value = t.get(name, defaults[name])
+        key = f"prior.{name}"
+        if name not in SPECTRA[kind].parameters:
+            if not _is_number(value):
+                _fail(key, "must be a number (a fixed convention, never sampled)", value)
+        try:
+            prior = HyperPrior.from_config(value, name=name)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+        except TypeError as exc:       # e.g. an unhashable dist reaching a dict lookup
+            raise ConfigError(f"{key}: {exc}") from None
+        if prior.is_fixed:
+            params = dict(_PLACEHOLDERS)
+            params = {n: params[n] for n in names}
+            params[name] = prior.value
+            try:
+                spectrum_from_config(kind, params)
+            except ValueError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+            values[name] = prior.value
+        else:
+            values[name] = _distribution(prior.to_config())
+    return PriorSection(kind=kind, k_pivot=values["k_pivot"], amplitude=values["amplitude"],
+                        index=values["index"], cutoff_scale=values.get("cutoff_scale"))
+
+
+_INTEGRAL_DEFAULTS = {"A": {"dist": "normal", "loc": 0.0, "scale": 1.0},
+                      "c": {"dist": "normal", "loc": 0.0, "scale": 10.0},
+                      "sigma": {"dist": "halfnormal", "scale": 1.0}}
+_PRIORS_PREFIX = re.compile(r"^priors\['(\w+)'\]: ")
+
+
+def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSection]:
+    from core import integral as integral_model  # imports scipy; only integral configs need it
+
+    t = _table("integral", raw)
+    _check_keys("integral", t, ("refine",), {})
+    refine = _int("integral.refine", t.get("refine", 8), 1)
+
+    p = _table("prior", raw)
+    _check_keys("prior", p, INTEGRAL_PARAMETERS, {
+        k: "applies only to the field model" for k in
+        ("kind", "k_pivot", "amplitude", "index", "cutoff_scale", "table")})
+    priors = {name: p.get(name, _INTEGRAL_DEFAULTS[name]) for name in INTEGRAL_PARAMETERS}
+    keys = {name: f"prior.{name}" for name in INTEGRAL_PARAMETERS}
+    if "noise_sigma" in data_raw:
+        if "sigma" in p:
+            raise ConfigError("data.noise_sigma: give either data.noise_sigma (fixed) or "
+                              "prior.sigma, not both")
+        priors["sigma"] = _float("data.noise_sigma", data_raw["noise_sigma"], "positive")
+        keys["sigma"] = "data.noise_sigma"
+    for name, value in priors.items():
+        if isinstance(value, dict):
+            dist = value.get("dist")
+            if dist is not None and not isinstance(dist, str):
+                _fail(f"{keys[name]}.dist", "must be a name "
+                      f"({', '.join(integral_model.PRIOR_KINDS)})", dist)
+        elif not _is_number(value):
+            _fail(keys[name], "must be a number (fixed) or a prior table such as "
+                  '{dist = "normal", loc = 0.0, scale = 1.0}', value)
+    try:
+        for name, value in priors.items():
+            integral_model.parse_prior(name, value)
+        # The spec's own rules for the set (sigma > 0 and its allowed priors), checked
+        # on placeholder data (the data file is not read here).
+        integral_model.IntegralModelSpec(t=[0.0, 1.0], y=[0.0, 0.0], refine=refine,
+                                         priors=priors)
+    except ValueError as exc:
+        message = str(exc)
+        match = _PRIORS_PREFIX.match(message)
+        key = keys.get(match.group(1), "prior") if match else "prior"
+        raise ConfigError(f"{key}: {message[match.end():] if match else message}") from None
+    values = {name: (_distribution(v) if isinstance(v, dict) else float(v))
+              for name, v in priors.items()}
+    section = PriorSection(kind=None, k_pivot=None, amplitude=None, index=None,
+                           cutoff_scale=None, table=None, **values)
+    return section, IntegralSection(refine=refine)
+
+
+def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
+    """Validate a parsed TOML document (nested dicts) into a ``RunConfig``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config: must be a table of tables, got {_show(raw)}")
+    for name, value in raw.items():
+        if name not in _TABLES:
+            close = difflib.get_close_matches(name, _TABLES, n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else \
+                f" (known: {', '.join(f'[{t}]' for t in _TABLES)})"
+            what = "table" if isinstance(value, dict) else "top-level key"
+            raise ConfigError(f"unknown {what} [{name}]{hint}" if what == "table" else
+                              f"unknown {what} {name!r}{hint}")
+    model = _parse_model(raw)
+    not_here = _INTEGRAL_ONLY if model.kind == "field" else _FIELD_ONLY
+    for name in not_here:
+        if name in raw:
+            raise ConfigError(f"[{name}] applies only to model.kind = "
+                              f"'{'integral' if model.kind == 'field' else 'field'}' "
+                              f"(this config has model.kind = {model.kind!r})")
+    sampler = _parse_sampler(raw)
+    base = Path(os.path.abspath(os.path.expanduser(os.fspath(base_dir))))
+    if model.kind == "integral":
+        data_raw = _table("data", raw)
+        data = _parse_data(raw, "integral", None)
+        prior, integral = _parse_integral(raw, data_raw)
+        return RunConfig(model=model, data=data, prior=prior, sampler=sampler,
+                         integral=integral, base_dir=base)
+    likelihood = _parse_likelihood(raw)
+    data = _parse_data(raw, "field", likelihood.kind)
+    return RunConfig(model=model, data=data, prior=_parse_field_prior(raw), sampler=sampler,
+                     grid=_parse_grid(raw), likelihood=likelihood, field=_parse_field(raw),
+                     base_dir=base)
+
+
+def parse_config(text: str, base_dir=".", source: str | None = None) -> RunConfig:
+    """Parse and validate TOML text. ``base_dir`` resolves relative paths; ``source``
+    (e.g. the file name) prefixes error messages."""
+    prefix = f"{source}: " if source else ""
+    if not isinstance(text, str):
+        raise ConfigError(f"{prefix}config text must be a string, got {type(text).__name__}")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:     # message carries "(at line L, column C)"
+        message = str(exc)
+        if "(at end of document)" in message:   # e.g. an unclosed string: say which line
+            lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+            message = message.replace("(at end of document)",
+                                      f"(at end of document, line {max(lines, 1)})")
+        raise ConfigError(f"{prefix}TOML syntax error: {message}") from None
+    except RecursionError:
+        raise ConfigError(f"{prefix}TOML syntax error: arrays or tables nested too deeply") \
+            from None
+    except ValueError as exc:                  # e.g. an integer with > 4300 digits
+        raise ConfigError(f"{prefix}TOML value error: {exc}") from None
+    try:
+        return config_from_dict(raw, base_dir)
+    except ConfigError as exc:
+        if not prefix:
+            raise
+        raise ConfigError(f"{prefix}{exc}") from None
+
+
+def load_config(path) -> RunConfig:
+    """Read and validate a config file; relative paths in it resolve against its folder."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    return parse_config(text, base_dir=os.path.dirname(os.path.abspath(path)), source=path)
+
+
+def default_config(kind: str = "field", data_path: str | None = None,
+                   base_dir=".") -> RunConfig:
+    """Every default filled in; ``data_path`` defaults to "data.npz" / "series.csv"."""
+    kind = _choice("model.kind", kind, MODEL_KINDS)
+    if data_path is None:
+        data_path = "data.npz" if kind == "field" else "series.csv"
+    return config_from_dict({"model": {"kind": kind}, "data": {"path": data_path}}, base_dir)
+
+
+# --------------------------------------------------------------------------- writing

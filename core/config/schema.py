@@ -1,0 +1,174 @@
+"""What a run config holds: the sections of ``RunConfig``, the choices they allow, and
+``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "Distribution", "ModelSection", "DataSection", "GridSection", "PriorSection", "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig", "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "FIELD_DATA_EXTENSIONS", "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"]
+
+MODEL_KINDS = ("field", "integral")
+# Mirrors core.engine.field_density.PARAMETERISATIONS (that module imports TensorFlow; a test
+# checks the two agree).
+PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
+DTYPES = ("float32", "float64")
+ALGORITHMS = ("hmc", "nuts")
+FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts")
+INTEGRAL_DATA_EXTENSIONS = (".csv", ".txt", ".dat")
+INTEGRAL_PARAMETERS = ("A", "c", "sigma")   # core.integral.PARAMETERS
+
+_INT64_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A config that cannot be read or is invalid; the message names file/key/value."""
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A sampled parameter's prior: ``dist`` and the parameters it takes.
+
+    Field hyperparameters: normal(loc, scale), lognormal(loc, scale), uniform(low, high)
+    (``core.field.power_spectrum.DISTRIBUTIONS``); integral parameters also halfnormal(scale)
+    (``core.integral.PRIOR_KINDS``). Unused parameters are None.
+    """
+
+    dist: str
+    loc: float | None = None
+    scale: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        """{"dist": ..., then the given parameters}: the form the model modules take."""
+        out: dict[str, Any] = {"dist": self.dist}
+        for name in ("loc", "scale", "low", "high"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+PriorValue = float | Distribution   # a number = fixed, a Distribution = sampled
+
+
+def _prior_to_config(value: PriorValue):
+    return value.to_config() if isinstance(value, Distribution) else value
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    kind: str = "field"
+
+
+@dataclass(frozen=True)
+class DataSection:
+    """Where the data are. ``path`` is relative to the config file's directory.
+
+    Field: ``key`` names the array in an .npz / dataset in an .h5; the gaussian noise is
+    ``noise_sigma`` (a number) or ``noise_map`` (a key in the same file, or a path),
+    exactly one of them (both None for poisson_lognormal); ``mask`` (key or path,
+    true = observed) is optional. Integral: only ``path`` is used.
+    """
+
+    path: str
+    key: str = "data"
+    noise_sigma: float | None = 1.0
+    noise_map: str | None = None
+    mask: str | None = None
+
+
+@dataclass(frozen=True)
+class GridSection:
+    box_size: tuple[float, float, float] = (100.0, 100.0, 100.0)
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class PriorSection:
+    """Field: the P(k) family and its hyperparameters; integral: A, c, sigma.
+
+    Entries that do not apply to the kind are None (``cutoff_scale`` outside
+    power_law_cutoff; amplitude, index, k_pivot for "table"; A, c, sigma for the field).
+    """
+
+    kind: str | None = "power_law"
+    k_pivot: float | None = 0.1
+    amplitude: PriorValue | None = 1.0
+    index: PriorValue | None = Distribution("normal", loc=-2.0, scale=0.5)
+    cutoff_scale: PriorValue | None = None
+    table: str | None = None
+    A: PriorValue | None = None
+    c: PriorValue | None = None
+    sigma: PriorValue | None = None
+
+
+@dataclass(frozen=True)
+class LikelihoodSection:
+    kind: str = "gaussian"
+    smoothing_scale: float = 0.0    # R of the beam exp(-(k R)^2 / 2); 0 = no beam
+    field_mean: float = 0.0
+    mean_count: float | None = None  # poisson_lognormal only
+
+
+@dataclass(frozen=True)
+class FieldSection:
+    parameterisation: str = "whitened"
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class SamplerSection:
+    algorithm: str = "hmc"
+    num_warmup: int = 200
+    num_samples: int = 500
+    num_leapfrog_steps: int = 10
+    step_size: float = 0.1            # initial; adapted during warmup
+    target_accept: float = 0.75
+    adapt_mass_matrix: bool = False
+    chains: int = 2
+    seed: int = 42
+    thin: int = 5
+    chunk_size: int = 25
+
+
+@dataclass(frozen=True)
+class IntegralSection:
+    refine: int = 8
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run. Sections that do not apply to ``model.kind`` are None
+    (grid, likelihood and field for the integral model; integral for the field model).
+    ``base_dir`` is the config file's directory (absolute); see ``resolve_path``."""
+
+    model: ModelSection
+    data: DataSection
+    prior: PriorSection
+    sampler: SamplerSection
+    grid: GridSection | None = None
+    likelihood: LikelihoodSection | None = None
+    field: FieldSection | None = None
+    integral: IntegralSection | None = None
+    base_dir: Path = dataclass_field(default_factory=lambda: Path(os.path.abspath(".")))
+
+    def resolve_path(self, p) -> Path:
+        """``p`` (str or path) relative to the config file's directory; absolute and
+        ``~`` paths are kept as they are."""
+        path = Path(os.path.expanduser(os.fspath(p)))
+        return path if path.is_absolute() else self.base_dir / path
+
+    @property
+    def data_path(self) -> Path:
+        return self.resolve_path(self.data.path)
+
+

@@ -1,0 +1,724 @@
+"""The sampling engine: adaptive HMC or NUTS in XLA-compiled chunks, streamed to a run store.
+
+One run = one config + one run directory. The engine
+
+* builds the model (``core.engine.models``) and a TFP kernel: HamiltonianMonteCarlo (its leapfrog
+  loop unrolled, ``core.engine.kernels``) or NoUTurnSampler, wrapped in
+  DualAveragingStepSizeAdaptation with one step size per chain;
+* runs ``chunk_size`` steps per call of one ``tf.function(jit_compile=True)``, all chains
+  vectorised; the number of steps is a tensor, so one compiled function serves every chunk;
+* records every step's log-density, gradient norm, acceptance probability, step size,
+  energy error, divergence flag, leapfrog count and parameters; every ``thin``-th
+  post-warmup field draw and its P(k); running field moments over every post-warmup draw;
+* after each chunk appends to the run store, writes an exact checkpoint and publishes a
+  progress event; between chunks it honours pause and stop.
+
+Reproducibility. The random seed of step g is fold_in(seed, g), and each chunk starts
+from the state, log-density and gradient that the previous chunk ended with (the kernel's
+bootstrap values are replaced by those), so the draws do not depend on where chunks
+begin: a run stopped and resumed gives the very same draws as one run straight through.
+
+Faults. A field run that cannot fit in the machine's free memory is refused before the
+model loads (``core.run.resources``). A write that fails during the run (a full disk) raises
+``core.store.run_store.StoreWriteError``: the run ends as failed with the reason (recorded in the
+store when it can still be written), the chunks already published stay readable, and
+``resume`` continues from the last checkpoint. ``WarmupWatch`` ends a warmup whose
+log-density is NaN everywhere, whose step size collapses or which accepts nothing, with a
+diagnosis naming what to check, after storing the chunk that shows it.
+
+Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps towards
+``target_accept``. With ``adapt_mass_matrix`` the variance of each state coordinate is
+estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
+Stan); at 75 % a diagonal mass matrix M = 1/var is set and dual averaging restarts for the
+rest of warmup. The mass matrix is applied as the equivalent change of variables: the
+kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity mass in z is
+mass 1/s^2 in x), so the fast unrolled kernel serves both cases. Everything recorded is in x.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from core import config as cfgmod
+from core.engine.kernels import MAX_UNROLL, UnrolledHamiltonianMonteCarlo
+from core.engine.models import build_model
+from core.store import run_lock
+from core.store.run_store import (
+    STORE_NAME,
+    ChunkRecord,
+    RunStoreError,
+    RunStoreWriter,
+    StoreWriteError,
+    read_checkpoint,
+    write_checkpoint,
+)
+
+tfd = tfp.distributions
+
+DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
+STALL_CHUNKS = 3                # warmup chunks in a row with all-NaN log-density before giving up
+STEP_COLLAPSE = 1e-8            # warmup ends when a step size falls below this x the initial,
+ACCEPT_FLOOR = 1e-3             # or every chain's acceptance stays below this for STALL_CHUNKS
+STALL_MIN_STEPS = 30            #   chunks and at least this many steps (see WarmupWatch)
+NAN_DOMINATED = 0.9             # share of non-finite proposals that makes NaN the diagnosis
+CHECKPOINT_FORMAT = 1
+
+
+class EngineError(RuntimeError):
+    """A run that cannot go on, with a diagnosis a user can act on."""
+
+
+_CHECKS = ("check the priors (a prior amplitude or index far from the data's, a "
+           "hyperparameter prior allowing impossible values), the data scale against the "
+           "noise level (data.noise_sigma / noise_map in the data's units; a noise far "
+           "below the data's scatter makes the posterior needle-thin), and the start "
+           "(sampler.step_size, the data's NaN / masked voxels)")
+
+
+class WarmupWatch:
+    """Ends a warmup that cannot succeed with a diagnosis, instead of an endless run.
+
+    Fed the statistics of each warmup chunk (``update``: name -> (chains, n) arrays of
+    lp, acceptance_rate, step_size, energy_error), it returns a message when
+
+    * the log-density was NaN or infinite at every step, or every proposal was (energy
+      error not finite), for STALL_CHUNKS chunks in a row;
+    * a chain's step size fell below STEP_COLLAPSE x the initial step size (dual
+      averaging shrinks the step without bound when no proposal is ever accepted; with
+      NUTS a tiny step makes each draw take the maximum 1023 leapfrog steps);
+    * every chain's acceptance stayed below ACCEPT_FLOOR for STALL_CHUNKS chunks in a row
+      and at least STALL_MIN_STEPS steps.
+
+    When at least NAN_DOMINATED of the proposals seen had a non-finite log-density, the
+    message says the density is NaN / infinite (a broken model or data) rather than that
+    the posterior is too narrow. Messages name what to check: priors, data scale, start.
+    """
+
+    def __init__(self, initial_step_size: float):
+        self.initial = float(initial_step_size)
+        self.nan_chunks = 0
+        self.stuck_chunks = 0
+        self.stuck_steps = 0
+        self.proposals = 0
+        self.nonfinite = 0
+
+    def update(self, stats: dict, first_step: int) -> str | None:
+        lp = np.asarray(stats["lp"])
+        accept = np.asarray(stats["acceptance_rate"])
+        step = np.asarray(stats["step_size"])
+        energy = np.asarray(stats["energy_error"])
+        n = lp.shape[-1]
+        if n == 0:
+            return None
+        bad = ~np.isfinite(energy)
+        self.proposals += bad.size
+        self.nonfinite += int(bad.sum())
+        nan_share = self.nonfinite / max(self.proposals, 1)
+        steps = f"steps {first_step}-{first_step + n - 1}"
+        if not np.isfinite(lp).any() or bad.all():
+            self.nan_chunks += 1
+            if self.nan_chunks >= STALL_CHUNKS:
+                return ("warmup stopped: the log-density was NaN or infinite at every step "
+                        f"and every proposal of {STALL_CHUNKS} chunks in a row (up to {steps}); "
+                        "the model or the data are broken: " + _CHECKS)
+        else:
+            self.nan_chunks = 0
+        finite_step = np.where(np.isfinite(step), step, 0.0)
+        smallest = float(finite_step.min())
+        if smallest < STEP_COLLAPSE * self.initial:
+            chain, index = np.unravel_index(int(np.argmin(finite_step)), finite_step.shape)
+            where = (f"chain {int(chain)}'s step size fell to {smallest:.3g} at step "
+                     f"{first_step + int(index)}, below {STEP_COLLAPSE:g} x the initial "
+                     f"{self.initial:g}")
+            if nan_share >= NAN_DOMINATED:
+                return (f"warmup stopped: the log-density was NaN or infinite at "
+                        f"{100 * nan_share:.0f}% of the proposals, and {where} trying to avoid "
+                        "them; the model or the data are broken: " + _CHECKS)
+            return (f"warmup stopped: {where} ({100 * nan_share:.0f}% of the proposals had a "
+                    "NaN or infinite log-density): the posterior is far narrower than the "
+                    "sampler can move in: " + _CHECKS)
+        if (accept < ACCEPT_FLOOR).all():
+            self.stuck_chunks += 1
+            self.stuck_steps += n
+            if self.stuck_chunks >= STALL_CHUNKS and self.stuck_steps >= STALL_MIN_STEPS:
+                cause = ("the log-density was NaN or infinite at most proposals"
+                         if nan_share >= NAN_DOMINATED else "no proposal is accepted")
+                return (f"warmup stopped: every chain's acceptance stayed below "
+                        f"{ACCEPT_FLOOR:g} for {self.stuck_steps} steps ({self.stuck_chunks} "
+                        f"chunks, up to {steps}); {cause}: " + _CHECKS)
+        else:
+            self.stuck_chunks = self.stuck_steps = 0
+        return None
+
+
+@dataclass
+class Control:
+    """Commands from outside, checked between chunks (thread-safe enough: plain flags)."""
+
+    stop: bool = False
+    pause: bool = False
+
+    def wait_while_paused(self, on_pause: Callable[[], None], on_resume: Callable[[], None]):
+        if not self.pause:
+            return
+        on_pause()
+        while self.pause and not self.stop:
+            time.sleep(0.05)
+        on_resume()
+
+
+@dataclass
+class Schedule:
+    num_warmup: int
+    num_samples: int
+    chunk_size: int
+    mass_start: int | None = None
+    mass_end: int | None = None
+
+    @property
+    def total(self) -> int:
+        return self.num_warmup + self.num_samples
+
+    def boundaries(self, start: int) -> list[tuple[int, int]]:
+        """Chunks (first step, n steps) from ``start`` to the end; adaptation points end chunks."""
+        stops = {self.num_warmup, self.total}
+        if self.mass_end is not None:
+            stops.add(self.mass_end)
+        out, g = [], start
+        while g < self.total:
+            nxt = min([s for s in stops if s > g] + [g + self.chunk_size])
+            out.append((g, nxt - g))
+            g = nxt
+        return out
+
+
+def _config_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Engine:
+    """Runs one config into one run directory. Use :meth:`start` or :meth:`resume`."""
+
+    def __init__(self, config: cfgmod.RunConfig, config_text: str, run_dir, *,
+                 emit: Callable[[dict], None] | None = None, control: Control | None = None):
+        self.config = config
+        self.config_text = config_text
+        self.run_dir = Path(run_dir)
+        self.emit = emit or (lambda event: None)
+        self.control = control or Control()
+        s = config.sampler
+        self.sampler = s
+        mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) if s.adapt_mass_matrix and s.num_warmup >= 20 \
+            else (None, None)
+        self.schedule = Schedule(s.num_warmup, s.num_samples, s.chunk_size, *mass)
+
+    # -- set-up -------------------------------------------------------------------
+
+    def _status(self, status: str, **extra):
+        self.emit({"type": "status", "status": status, **extra})
+
+    def _build(self, estimate: dict | None = None):
+        self._status("loading", **({"estimate": estimate} if estimate else {}))
+        self.model = build_model(self.config)
+        self.dtype = self.model.dtype
+        self._status("compiling")
+        self._chunk_fn = self._make_chunk_fn()
+
+    def _make_kernel(self, step_size, scale, num_adapt):
+        """DA(HMC or NUTS) on z, with x = scale * z (scale = 1 before mass adaptation)."""
+        s, model = self.sampler, self.model
+        target = model.target_log_prob_fn
+
+        def target_z(*z):
+            return target(*[si * zi for si, zi in zip(scale, z)])
+
+        if s.algorithm == "nuts":
+            inner = tfp.mcmc.NoUTurnSampler(target_z, step_size)
+        elif s.num_leapfrog_steps <= MAX_UNROLL:
+            inner = UnrolledHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)
+        else:
+            inner = tfp.mcmc.HamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)
+        return tfp.mcmc.DualAveragingStepSizeAdaptation(
+            inner, num_adaptation_steps=num_adapt, target_accept_prob=tf.constant(s.target_accept, self.dtype))
+
+    def _is_nuts(self) -> bool:
+        return self.sampler.algorithm == "nuts"
+
+    def _make_chunk_fn(self):
+        model, s, sched = self.model, self.sampler, self.schedule
+        dtype = self.dtype
+        chains = s.chains
+        base_seed = tf.constant([s.seed, 7919], tf.int32)
+        n_params = len(model.param_names)
+        max_fields = -(-s.chunk_size // s.thin) + 1 if model.has_field else 0
+        has_field = model.has_field
+        adapt_mass = sched.mass_end is not None
+
+        def chunk(state, tlp, grads, da, scale, mass_acc, moments, step0, n_steps):
+            # da: step_size, error_sum, log_avg (lists per part), da_step, num_adapt, shrink (list)
+            kernel = self._make_kernel(da["step_size"], scale, da["num_adapt"])
+
+            def x_of(z):
+                return [si * zi for si, zi in zip(scale, z)]
+            results = kernel.bootstrap_results(state)
+            inner = results.inner_results
+            if self._is_nuts():
+                inner = inner._replace(target_log_prob=tlp, grads_target_log_prob=grads)
+            else:
+                inner = inner._replace(accepted_results=inner.accepted_results._replace(
+                    target_log_prob=tlp, grads_target_log_prob=grads))
+            results = results._replace(
+                inner_results=inner, new_step_size=da["step_size"], error_sum=da["error_sum"],
+                log_averaging_step=da["log_avg"], step=da["da_step"], log_shrinkage_target=da["shrink"])
+
+            def ta(dt, size=s.chunk_size):
+                return tf.TensorArray(dt, size=size, element_shape=None)
+
+            traces = {name: ta(dtype) for name in ("lp", "acceptance_rate", "step_size", "energy_error",
+                                                   "grad_norm")}
+            traces["diverging"] = ta(tf.bool)
+            traces["n_steps"] = ta(tf.int32)
+            params_ta = ta(dtype)
+            field_buf = (tf.zeros([max(max_fields, 1), chains, *model.grid.shape], dtype)
+                         if has_field else tf.zeros([1], dtype))
+            power_buf = (tf.zeros([max(max_fields, 1), chains, len(model.k_centres)], dtype)
+                         if has_field else tf.zeros([1], dtype))
+
+            def body(t, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc):
+                g = step0 + t
+                seed = tf.random.experimental.stateless_fold_in(base_seed, g)
+                used_step = results.new_step_size[0]
+                state, results = kernel.one_step(state, results, seed=seed)
+                inner = results.inner_results
+                if self._is_nuts():
+                    lp, grads_now, lar = inner.target_log_prob, inner.grads_target_log_prob, inner.log_accept_ratio
+                    n_leap = tf.cast(inner.leapfrogs_taken, tf.int32)
+                    diverging = inner.has_divergence
+                else:
+                    lp = inner.accepted_results.target_log_prob
+                    grads_now = inner.accepted_results.grads_target_log_prob
+                    lar = inner.log_accept_ratio
+                    n_leap = tf.fill([chains], tf.constant(s.num_leapfrog_steps, tf.int32))
+                    diverging = tf.logical_or(~tf.math.is_finite(lar), -lar > DIVERGENCE_THRESHOLD)
+                # the gradient with respect to x: d/dx = (d/dz) / scale
+                grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gp / si, [chains, -1])**2, axis=1)
+                                    for gp, si in zip(grads_now, scale)])
+                accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
+                traces = dict(traces)
+                traces["lp"] = traces["lp"].write(t, lp)
+                traces["acceptance_rate"] = traces["acceptance_rate"].write(t, accept)
+                traces["step_size"] = traces["step_size"].write(t, tf.reshape(used_step, [chains]))
+                traces["energy_error"] = traces["energy_error"].write(t, -lar)
+                traces["grad_norm"] = traces["grad_norm"].write(t, tf.sqrt(grad_sq))
+                traces["diverging"] = traces["diverging"].write(t, diverging)
+                traces["n_steps"] = traces["n_steps"].write(t, n_leap)
+                x_parts = x_of(state)
+                params_ta = params_ta.write(t, tf.reshape(model.params(x_parts), [chains, n_params]))
+                if adapt_mass:
+                    in_window = tf.logical_and(g >= sched.mass_start, g < sched.mass_end)
+                    count, mean, m2 = mass_acc
+
+                    def update():
+                        new_count = count + 1.0
+                        new_mean, new_m2 = [], []
+                        for part, mu, q in zip(x_parts, mean, m2):
+                            batch_mean = tf.reduce_mean(part, axis=0)
+                            delta = batch_mean - mu
+                            mu_new = mu + delta / new_count
+                            new_mean.append(mu_new)
+                            new_m2.append(q + tf.reduce_mean((part - mu) * (part - mu_new), axis=0))
+                        return new_count, new_mean, new_m2
+
+                    mass_acc = tf.cond(in_window, update, lambda: (count, list(mean), list(m2)))
+                if has_field:
+                    post = g >= sched.num_warmup
+
+                    def accumulate():
+                        x = model.field(x_parts)
+                        x64 = tf.cast(x, tf.float64)
+                        count, total, total_sq = moments
+                        keep = tf.equal(tf.math.floormod(g - sched.num_warmup, s.thin), 0)
+
+                        def store():
+                            return (tf.tensor_scatter_nd_update(field_buf, [[n_fields]], x[None]),
+                                    tf.tensor_scatter_nd_update(power_buf, [[n_fields]], model.field_power(x)[None]),
+                                    n_fields + 1)
+
+                        fb, pb, nf = tf.cond(keep, store, lambda: (field_buf, power_buf, n_fields))
+                        return (count + chains, total + tf.reduce_sum(x64, axis=0),
+                                total_sq + tf.reduce_sum(x64 * x64, axis=0)), fb, pb, nf
+
+                    moments, field_buf, power_buf, n_fields = tf.cond(
+                        post, accumulate, lambda: (moments, field_buf, power_buf, n_fields))
+                return t + 1, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc
+
+            loop_vars = (tf.constant(0), state, results, traces, params_ta, field_buf, power_buf,
+                         tf.constant(0), moments, mass_acc)
+            (_, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments,
+             mass_acc) = tf.while_loop(lambda t, *rest: t < n_steps, body, loop_vars,
+                                       maximum_iterations=s.chunk_size)
+            inner = results.inner_results
+            if self._is_nuts():
+                tlp_out, grads_out = inner.target_log_prob, inner.grads_target_log_prob
+            else:
+                tlp_out = inner.accepted_results.target_log_prob
+                grads_out = inner.accepted_results.grads_target_log_prob
+            da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
+                      "log_avg": list(results.log_averaging_step), "da_step": results.step,
+                      "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
+            stacked = {name: arr.stack() for name, arr in traces.items()}
+            return (list(state), tlp_out, list(grads_out), da_out, mass_acc, moments, stacked,
+                    params_ta.stack(), field_buf, power_buf, n_fields)
+
+        return tf.function(chunk, jit_compile=True)
+
+    # -- state: fresh, checkpointed, restored -----------------------------------------
+
+    def _fresh_state(self):
+        s, model = self.sampler, self.model
+        parts = [tf.convert_to_tensor(p, self.dtype) for p in model.initial_state(s.chains, s.seed)]
+        lp_and_grad = tf.function(
+            lambda *p: tfp.math.value_and_gradient(lambda *q: model.target_log_prob_fn(*q), list(p)),
+            jit_compile=True)
+        tlp, grads = lp_and_grad(*parts)
+        if not np.all(np.isfinite(tlp.numpy())):
+            raise EngineError("the log-density is not finite at the initial state; check the data, "
+                              "noise and prior settings")
+        step = [tf.fill([s.chains] + [1] * (len(p.shape) - 1), tf.constant(s.step_size, self.dtype)) for p in parts]
+        da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
+        scale = [tf.ones_like(p) for p in parts]
+        mass_acc = (tf.constant(0.0, self.dtype), [tf.zeros_like(p[0]) for p in parts],
+                    [tf.zeros_like(p[0]) for p in parts])
+        if model.has_field:
+            shape = model.grid.shape
+            moments = (tf.constant(0.0, tf.float64), tf.zeros(shape, tf.float64), tf.zeros(shape, tf.float64))
+        else:
+            moments = (tf.constant(0.0, tf.float64), tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))
+        return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
+                    moments=moments, step=0, progress={"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0})
+
+    def _first_adapt_steps(self) -> int:
+        sched = self.schedule
+        return sched.mass_end if sched.mass_end is not None else sched.num_warmup
+
+    def _da_state(self, step_size, da_step, num_adapt):
+        return {"step_size": list(step_size),
+                # as TFP's bootstrap: one accumulated error per chain (the reduced acceptance)
+                "error_sum": [tf.zeros([self.sampler.chains], self.dtype) for _ in step_size],
+                "log_avg": [tf.zeros_like(v) for v in step_size],
+                "da_step": tf.constant(da_step, tf.int32),
+                "num_adapt": tf.constant(num_adapt, tf.int32),
+                "shrink": [tf.math.log(10.0 * v) for v in step_size]}
+
+    def _checkpoint(self, st):
+        arrays = {}
+
+        def put(prefix, tensors):
+            for i, v in enumerate(tensors):
+                arrays[f"{prefix}_{i}"] = np.asarray(v)
+
+        put("state", st["state"])
+        put("grads", st["grads"])
+        arrays["tlp"] = np.asarray(st["tlp"])
+        for key in ("step_size", "error_sum", "log_avg", "shrink"):
+            put(f"da_{key}", st["da"][key])
+        arrays["da_step"] = np.asarray(st["da"]["da_step"])
+        arrays["da_num_adapt"] = np.asarray(st["da"]["num_adapt"])
+        put("scale", st["scale"])
+        arrays["mass_count"] = np.asarray(st["mass_acc"][0])
+        put("mass_mean", st["mass_acc"][1])
+        put("mass_m2", st["mass_acc"][2])
+        arrays["mom_count"], arrays["mom_sum"], arrays["mom_sumsq"] = (np.asarray(m) for m in st["moments"])
+        meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
+                "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
+        write_checkpoint(self.run_dir, arrays, meta)
+
+    def _restore(self):
+        arrays, meta = read_checkpoint(self.run_dir)
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            raise EngineError(f"{self.run_dir}: the checkpoint was written by another version of "
+                              "Fieldscope and cannot be resumed by this one")
+        try:
+            return self._restore_arrays(arrays, meta)
+        except (KeyError, TypeError, ValueError) as err:
+            raise EngineError(f"{self.run_dir}: the checkpoint is incomplete or damaged ({err}); "
+                              "the run cannot be resumed") from None
+
+    def _restore_arrays(self, arrays, meta):
+        n = meta["n_parts"]
+
+        def get(prefix, dtype=None):
+            return [tf.constant(arrays[f"{prefix}_{i}"], dtype) for i in range(n)]
+
+        st = dict(state=get("state"), grads=get("grads"), tlp=tf.constant(arrays["tlp"]),
+                  scale=get("scale"),
+                  mass_acc=(tf.constant(arrays["mass_count"]), get("mass_mean"), get("mass_m2")),
+                  moments=(tf.constant(arrays["mom_count"]), tf.constant(arrays["mom_sum"]),
+                           tf.constant(arrays["mom_sumsq"])),
+                  step=int(meta["step"]), progress=dict(meta["progress"]))
+        st["da"] = {key: get(f"da_{key}") for key in ("step_size", "error_sum", "log_avg", "shrink")}
+        st["da"]["da_step"] = tf.constant(arrays["da_step"])
+        st["da"]["num_adapt"] = tf.constant(arrays["da_num_adapt"])
+        return st, meta
+
+    # -- running ------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        """Become the run directory's only writer (core.store.run_lock); released when the run
+        ends. A live writer elsewhere (another terminal, the GUI) is refused by name."""
+        try:
+            run_lock.acquire(self.run_dir)
+        except run_lock.LockHeld as err:
+            raise EngineError(str(err)) from None
+        except OSError as err:
+            raise EngineError(f"{self.run_dir}: cannot write the run directory: "
+                              f"{err.strerror or err}") from None
+
+    def _preflight(self) -> dict | None:
+        """Refuse a field run this machine cannot hold (``core.run.resources``), before the
+        model loads. Returns the estimate for the "loading" status event: bytes,
+        available, gradient_seconds, run_seconds, text."""
+        if self.config.model.kind != "field":
+            return None
+        from core import io as loaders
+        from core.run import resources
+
+        try:
+            info = loaders.array_info(self.config.data_path, self.config.data.key)
+        except loaders.LoadError:
+            return None       # loading the model reports it, with every check
+        if info.shape is None or len(info.shape) != 3 or 0 in info.shape:
+            return None
+        estimate = resources.estimate_for_config(self.config, info.shape)
+        available = resources.available_memory()
+        # this process has imported TensorFlow already: its memory is not free any more
+        problem = resources.memory_problem(estimate, available, include_import=False)
+        if problem is not None:
+            raise resources.ResourceError(f"{self.config.data_path}: {problem}")
+        return {"bytes": estimate.total, "available": available,
+                "gradient_seconds": estimate.gradient_seconds,
+                "run_seconds": estimate.run_seconds, "text": estimate.describe()}
+
+    def start(self) -> str:
+        """A new run in an empty run directory. Returns the final status."""
+        self._build(self._preflight())
+        if (self.run_dir / STORE_NAME).exists():
+            raise RunStoreError(f"{self.run_dir}: already holds a run; resume it, or choose a "
+                                "new directory")
+        self._take_lock()
+        try:
+            return self._start()
+        finally:
+            run_lock.release(self.run_dir)
+
+    def _start(self) -> str:
+        model, s = self.model, self.sampler
+        extra = {}
+        if model.has_field:
+            extra = dict(grid_shape=model.grid.shape, k_centres=model.k_centres, k_counts=model.k_counts)
+        self.store = RunStoreWriter.create(
+            self.run_dir, config_text=self.config_text, model_kind=model.kind, chains=s.chains,
+            num_warmup=s.num_warmup, num_samples=s.num_samples, thin=s.thin, param_names=model.param_names,
+            observed=model.observed,
+            extra_attrs={"algorithm": s.algorithm, "config_dir": str(self.config.base_dir)}, **extra)
+        return self._run(self._fresh_state())
+
+    def resume(self, num_samples: int | None = None) -> str:
+        """Continue the chains of a stopped (or finished, with more ``num_samples``) run."""
+        if not (self.run_dir / STORE_NAME).exists():
+            raise RunStoreError(f"{self.run_dir}: not a Fieldscope run directory (no {STORE_NAME})")
+        self._take_lock()
+        try:
+            return self._resume(num_samples)
+        finally:
+            run_lock.release(self.run_dir)
+
+    def _resume(self, num_samples: int | None) -> str:
+        self._build(self._preflight())
+        st, meta = self._restore()
+        if meta.get("config_digest") != _config_digest(self.config_text):
+            raise EngineError("the run's configuration changed since the checkpoint; resume needs the same config")
+        if num_samples is not None:
+            if num_samples < st["progress"]["draws"]:
+                raise EngineError(f"the run already has {st['progress']['draws']} draws; "
+                                  f"--num-samples {num_samples} would not add any")
+            self.schedule.num_samples = num_samples
+        if st["step"] >= self.schedule.total:
+            raise EngineError(f"the run is already finished ({st['progress']['draws']} draws); "
+                              "give a larger number of samples to extend it")
+        self.store = RunStoreWriter.reopen(self.run_dir, st["progress"])
+        if num_samples is not None:
+            self.store.root.attrs["num_samples"] = int(num_samples)
+        return self._run(st)
+
+    def _run(self, st) -> str:
+        sched, s = self.schedule, self.sampler
+        self.store.set_status("running")
+        started = time.perf_counter()
+        # wall time of the warmup and post-warmup chunks, over every session of the run (a
+        # resumed run goes on from what the store holds); chunks never straddle num_warmup
+        stored = self.store.root.attrs.get("timing") or {}
+        timing = {key: float(stored.get(key, 0.0)) for key in ("warmup_seconds", "sampling_seconds")}
+        steps_done_here = 0
+        watch = WarmupWatch(s.step_size)
+        published = st["progress"]["chunks"]     # chunks readers can see in the store
+        try:
+            for first, n in sched.boundaries(st["step"]):
+                if self.control.stop:
+                    return self._finish("stopped", st)
+                self.control.wait_while_paused(lambda: self._paused(True), lambda: self._paused(False))
+                if self.control.stop:
+                    return self._finish("stopped", st)
+                phase = "warmup" if first < sched.num_warmup else "sampling"
+                self._status(phase)
+                t0 = time.perf_counter()
+                out = self._chunk_fn(st["state"], st["tlp"], st["grads"], st["da"], st["scale"],
+                                     st["mass_acc"], st["moments"], tf.constant(first, tf.int32),
+                                     tf.constant(n, tf.int32))
+                (state, tlp, grads, da, mass_acc, moments, traces, params, field_buf, power_buf, n_fields) = out
+                elapsed = time.perf_counter() - t0
+                st.update(state=state, tlp=tlp, grads=grads, da=da, mass_acc=mass_acc, moments=moments)
+                st["step"] = first + n
+                diagnosis = None
+                if first < sched.num_warmup:
+                    diagnosis = watch.update({name: np.asarray(traces[name])[:n].T for name in
+                                              ("lp", "acceptance_rate", "step_size",
+                                               "energy_error")}, first)
+                self._adapt_at_boundary(st)
+                record, event = self._record(first, n, traces, params, field_buf, power_buf,
+                                             int(n_fields), st)
+                timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
+                self.store.append(record, st["progress"], timing)
+                published = st["progress"]["chunks"]
+                self._checkpoint(st)
+                steps_done_here += n
+                event.update(elapsed=elapsed, steps_per_second=n / max(elapsed, 1e-9),
+                             total_elapsed=time.perf_counter() - started)
+                self.emit(event)
+                if diagnosis is not None:     # the chunk that shows it is stored first
+                    raise EngineError(diagnosis)
+            return self._finish("finished", st)
+        except StoreWriteError as err:
+            if published:
+                kept = (f"the {published} chunk{'s' if published != 1 else ''} written before "
+                        f"{'stay' if published != 1 else 'stays'} readable. Once the cause is "
+                        f"fixed (e.g. free disk space), continue with: fieldscope resume "
+                        f"{self.run_dir}")
+            else:
+                kept = ("no chunk had been written yet; start the run again once the cause is "
+                        "fixed (e.g. free disk space)")
+            message = f"{err}. The run stopped as failed; {kept}"
+            self._fail(message)
+            raise StoreWriteError(message, err.errno) from None
+        except (EngineError, RunStoreError) as err:
+            self._fail(str(err))
+            raise
+        except Exception as err:
+            self._fail(f"{type(err).__name__}: {err}")
+            raise
+
+    def _fail(self, message: str) -> None:
+        """Record "failed" and the reason in the store if it can still be written (a full
+        disk may refuse even that), and tell the listeners in any case."""
+        try:
+            self.store.set_status("failed", message)
+        except RunStoreError:
+            pass
+        self._status("failed", error=message)
+
+    def _paused(self, paused: bool):
+        self.store.set_status("paused" if paused else "running")
+        self._status("paused" if paused else "running")
+
+    def _finish(self, status: str, st) -> str:
+        self.store.set_status(status)
+        self._status(status, progress=dict(st["progress"]))
+        return status
+
+    def _adapt_at_boundary(self, st):
+        """At the end of the mass-matrix window: rescale z to the new x = s z, restart dual averaging."""
+        sched = self.schedule
+        if sched.mass_end is None or st["step"] != sched.mass_end:
+            return
+        count, mean, m2 = st["mass_acc"]
+        c = float(count.numpy())
+        if c < 2:
+            return
+        chains = self.sampler.chains
+        new_scale = []
+        for q in m2:
+            var = q / (c - 1.0)
+            # regularised towards 1e-3 as Stan does: (n / (n + 5)) var + 1e-3 (5 / (n + 5))
+            var = (c / (c + 5.0)) * var + 1e-3 * (5.0 / (c + 5.0))
+            new_scale.append(tf.broadcast_to(tf.sqrt(var)[None], [chains, *var.shape]))
+        old_scale = st["scale"]
+        # same x, new coordinates: z' = z s / s', and d/dz' = (d/dz) s' / s
+        st["state"] = [z * so / sn for z, so, sn in zip(st["state"], old_scale, new_scale)]
+        st["grads"] = [g * sn / so for g, so, sn in zip(st["grads"], old_scale, new_scale)]
+        st["scale"] = new_scale
+        step = st["da"]["step_size"]
+        st["da"] = self._da_state(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
+
+    def _record(self, first, n, traces, params, field_buf, power_buf, n_fields, st):
+        sched = self.schedule
+        steps = np.arange(first, first + n)
+        warm = steps < sched.num_warmup
+        stats = {name: np.asarray(v)[:n].T for name, v in traces.items()}   # (chains, n)
+        par = np.asarray(params)[:n]                                          # (n, chains, p)
+        names = self.model.param_names
+        record = ChunkRecord(
+            warmup_stats={k: v[:, warm] for k, v in stats.items()},
+            stats={k: v[:, ~warm] for k, v in stats.items()},
+            warmup_params={nm: par[warm, :, i].T for i, nm in enumerate(names)},
+            params={nm: par[~warm, :, i].T for i, nm in enumerate(names)})
+        prog = st["progress"]
+        n_post = int((~warm).sum())
+        event = {"type": "chunk", "first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
+                 "stats": {k: v for k, v in stats.items()},
+                 "params": {nm: par[:, :, i].T for i, nm in enumerate(names)},
+                 "steps_total": sched.total}
+        if self.model.has_field and n_fields:
+            fields = np.asarray(field_buf)[:n_fields].transpose(1, 0, 2, 3, 4)
+            powers = np.asarray(power_buf)[:n_fields].transpose(1, 0, 2).astype(np.float64)
+            post_steps = steps[~warm] - sched.num_warmup
+            index = post_steps[post_steps % self.sampler.thin == 0]
+            record.fields, record.powers, record.field_draw_index = fields, powers, index
+            event["latest_field"] = fields[:, -1]
+            event["latest_power"] = powers[:, -1]
+        if self.model.has_field:
+            count, total, total_sq = (np.asarray(m) for m in st["moments"])
+            if count > 0:
+                mean = total / count
+                std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0) * count / max(count - 1, 1))
+                record.moments = (mean, std, int(count))
+                event["moments"] = (mean.astype(np.float32), std.astype(np.float32), int(count))
+        prog.update(warmup_draws=prog["warmup_draws"] + int(warm.sum()), draws=prog["draws"] + n_post,
+                    field_draws=prog["field_draws"] + (n_fields if self.model.has_field else 0),
+                    chunks=prog["chunks"] + 1)
+        event["progress"] = dict(prog)
+        return record, event
+
+
+def load_run_config(path) -> tuple[cfgmod.RunConfig, str]:
+    """The parsed config and its exact text (stored with the run)."""
+    path = Path(path)
+    config = cfgmod.load_config(path)
+    return config, path.read_text()
+
+
+def stored_run_config(run_dir) -> tuple[cfgmod.RunConfig, str]:
+    """The config a run was started with, parsed relative to its original directory."""
+    from core.store.run_store import RunReader
+
+    reader = RunReader(run_dir)
+    text = reader.config_text
+    base = reader.attrs.get("config_dir", str(run_dir))
+    return cfgmod.parse_config(text, base_dir=base, source=f"{run_dir} (stored config)"), text

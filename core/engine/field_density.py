@@ -1,0 +1,352 @@
+"""The field posterior in TensorFlow: parameterisations, hyperparameters, likelihoods.
+
+Conventions are those of ``core.field.grid`` (read its docstring): a DFT mode of the field
+has prior variance S_k = P(|k|) N^2 / V, S_0 = 0 (the field's mean is not part of the
+random field; a fixed ``field_mean`` is added before the likelihood).
+
+Field parameterisations (all give the same prior on the field; the latent always
+has the grid shape (n0, n1, n2), with any leading batch (chain) axes):
+
+whitened (default)
+    u ~ Normal(0, I) indexed by the full-grid wavevector k. The half-spectrum is
+
+        X[k] = sqrt(S_k) * ((1 + i)/2 u[k] + (1 - i)/2 u[-k])      (k in the half grid)
+
+    i.e. for each pair (k, -k) of distinct modes Re X = sqrt(S/2) (u[k]+u[-k])/sqrt 2
+    and Im X = sqrt(S/2) (u[k]-u[-k])/sqrt 2: a fixed 45 degree rotation of two
+    independent standard normals into the real and imaginary parts, so Re and Im are
+    independent with variance S/2 each; on self-conjugate modes (k = -k) X = sqrt(S) u[k]
+    is real. Every entry of u is used exactly once, the map onto Hermitian spectra is
+    a bijection, and the field is x = irfft3d(X): one inverse FFT per density, one
+    forward FFT per gradient; the prior is the identity (ideal for HMC). The entry u[0]
+    multiplies S_0 = 0: an inert N(0, 1) coordinate.
+white_noise
+    u ~ Normal(0, I) in real space, X = rfft3d(u) * sqrt(S_k / N), x = irfft3d(X): no
+    Hermitian bookkeeping, two FFTs per density.
+raw_modes
+    v indexed like u with v[k] ~ Normal(0, S_k), X = (1 + i)/2 v[k] + (1 - i)/2 v[-k]: the
+    modes themselves, as the seed question sampled them. The prior precision is
+    diag(1/S_k), badly conditioned (its condition number is max S / min S), which is why
+    whitening matters. With sampled hyperparameters the prior carries the
+    normalisation -1/2 sum log(2 pi S_k(theta)). v[0] is inert with a N(0, 1) prior.
+
+Hyperparameters of P(k) (amplitude, index, cutoff_scale) are fixed or sampled. A
+sampled one is represented by an unconstrained eta with theta = b(eta): Exp for a
+lognormal prior (positive), Sigmoid onto (low, high) for a uniform prior, identity for
+a normal prior; the density of eta includes log |d theta / d eta|.
+
+Likelihoods (``core.field.observations``): Gaussian with per-voxel noise and a mask, or
+Poisson counts with lambda = nbar exp(x); an optional Gaussian smoothing
+exp(-(k R)^2 / 2) multiplies X before the inverse FFT (free in every parameterisation).
+
+All log-densities are normalised (they include the 2 pi and sigma terms), so they
+can be compared with dense multivariate-normal densities.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from core.engine import fft
+from core.field.grid import Grid
+from core.field.observations import Observations
+from core.field.power_spectrum import HyperPrior, PowerLaw, PowerLawCutoff, PowerSpectrum
+
+tfb = tfp.bijectors
+tfd = tfp.distributions
+
+PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
+_POSITIVE = {"amplitude", "cutoff_scale"}
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def mirror(u: tf.Tensor) -> tf.Tensor:
+    """u[-k] over the trailing three axes (indices taken modulo the axis lengths)."""
+    axes = [-3, -2, -1]
+    return tf.roll(tf.reverse(u, axis=axes), shift=[1, 1, 1], axis=axes)
+
+
+def _half_and_mirrored_half(u: tf.Tensor, m: int):
+    """u[k] and u[-k] for k on the half grid (last axis 0 .. m-1)."""
+    n2 = u.shape[-1]
+    neg_last = tf.concat([u[..., 0:1], tf.reverse(u[..., n2 - m + 1:], axis=[-1])], axis=-1) \
+        if m > 1 else u[..., 0:1]
+    neg = tf.roll(tf.reverse(neg_last, axis=[-3, -2]), shift=[1, 1], axis=[-3, -2])
+    return u[..., :m], neg
+
+
+def hermitian_from_real(u: tf.Tensor, m: int, scale=None) -> tf.Tensor:
+    """X[k] = scale_k ((1 + i)/2 u[k] + (1 - i)/2 u[-k]) on the half grid (see module doc)."""
+    half, neg = _half_and_mirrored_half(u, m)
+    re = 0.5 * (half + neg)
+    im = 0.5 * (half - neg)
+    if scale is not None:
+        re, im = re * scale, im * scale
+    return tf.complex(re, im)
+
+
+@dataclass(frozen=True)
+class SampledHyper:
+    name: str
+    prior: HyperPrior
+
+    def bijector(self, dtype=tf.float32) -> tfb.Bijector:
+        p = self.prior
+        if p.dist == "lognormal":
+            return tfb.Exp()
+        if p.dist == "uniform":
+            return tfb.Sigmoid(low=tf.constant(p.low, dtype), high=tf.constant(p.high, dtype))
+        return tfb.Identity()
+
+    def distribution(self, dtype) -> tfd.Distribution:
+        p = self.prior
+        if p.dist == "normal":
+            return tfd.Normal(tf.constant(p.loc, dtype), tf.constant(p.scale, dtype))
+        if p.dist == "lognormal":
+            return tfd.LogNormal(tf.constant(p.loc, dtype), tf.constant(p.scale, dtype))
+        return tfd.Uniform(tf.constant(p.low, dtype), tf.constant(p.high, dtype))
+
+    def initial_unconstrained(self) -> float:
+        """A central value of eta: the prior median (uniform: the midpoint)."""
+        p = self.prior
+        if p.dist == "normal":
+            return p.loc
+        if p.dist == "lognormal":
+            return p.loc
+        return 0.0  # Sigmoid(0) = midpoint
+
+
+class FieldPosterior:
+    """Log-density of the field latent (and sampled P(k) hyperparameters) given data.
+
+    The state is a list: ``[latent]`` or ``[latent, eta]``, with latent of shape
+    (chains, n0, n1, n2) and eta of shape (chains, n_hyper). ``log_prob`` works in
+    ``tf.function(jit_compile=True)`` and with TFP kernels; gradients are exact
+    (core.engine.fft). ``dtype`` is tf.float32 or tf.float64.
+    """
+
+    def __init__(self, grid: Grid, spectrum: PowerSpectrum, observations: Observations, *,
+                 hyper_priors: dict[str, HyperPrior] | None = None,
+                 parameterisation: str = "whitened", dtype=tf.float32):
+        if parameterisation not in PARAMETERISATIONS:
+            raise ValueError(f"parameterisation {parameterisation!r} is not known "
+                             f"(known: {', '.join(PARAMETERISATIONS)})")
+        if tuple(observations.data.shape) != grid.shape:
+            raise ValueError(f"data shape {observations.data.shape} does not match grid shape {grid.shape}")
+        if dtype not in (tf.float32, tf.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+        self.grid = grid
+        self.spectrum = spectrum
+        self.observations = observations
+        self.parameterisation = parameterisation
+        self.dtype = dtype
+        self.cdtype = tf.complex64 if dtype == tf.float32 else tf.complex128
+        self.sampled = self._sampled_hypers(spectrum, hyper_priors or {})
+        self._build_constants()
+
+    # -- set-up ---------------------------------------------------------------
+
+    @staticmethod
+    def _sampled_hypers(spectrum, hyper_priors) -> list[SampledHyper]:
+        sampled = []
+        for name, prior in hyper_priors.items():
+            if name not in spectrum.parameters:
+                raise ValueError(f"prior: {name!r} is not a hyperparameter of {type(spectrum).__name__} "
+                                 f"(it has: {', '.join(spectrum.parameters) or 'none'})")
+            if prior.is_fixed:
+                continue
+            if name in _POSITIVE:
+                if prior.dist == "normal":
+                    raise ValueError(f"prior of {name!r}: must be positive; use dist = \"lognormal\" "
+                                     "or \"uniform\" with low > 0")
+                if prior.dist == "uniform" and prior.low < 0:
+                    raise ValueError(f"prior of {name!r}: must be positive; uniform low = {prior.low} < 0")
+            sampled.append(SampledHyper(name, prior))
+        return sampled
+
+    def _build_constants(self):
+        g, obs, rd = self.grid, self.observations, self.dtype
+        n0, n1, n2 = g.shape
+        self.m = n2 // 2 + 1
+        k_half = g.k_magnitude_half()
+        nonzero = k_half > 0
+        self._norm = g.n_cells**2 / g.volume                      # S_k = P(k) N^2 / V
+        self._dc_mask_half = tf.constant(nonzero.astype(np.float64), rd)
+        safe_k = np.where(nonzero, k_half, 1.0)
+        spec = self.spectrum
+        if isinstance(spec, (PowerLaw, PowerLawCutoff)):
+            self._log_k_ratio = tf.constant(np.log(safe_k / spec.k_pivot), rd)
+            self._k2 = tf.constant(safe_k**2, rd)
+        fixed_s = self._mode_variance_numpy(k_half)
+        self._fixed_sqrt_s = tf.constant(np.sqrt(fixed_s), rd) if not self.sampled else None
+        if self.parameterisation == "raw_modes":
+            k_full = g.k_magnitude_full()
+            self._k_full_nonzero = tf.constant((k_full > 0).astype(np.float64), rd)
+            self._dc_full = tf.constant((k_full == 0).astype(np.float64), rd)
+            self._log_k_ratio_full = (tf.constant(np.log(np.where(k_full > 0, k_full, 1.0) / spec.k_pivot), rd)
+                                      if isinstance(spec, (PowerLaw, PowerLawCutoff)) else None)
+            self._k2_full = tf.constant(np.where(k_full > 0, k_full, 1.0)**2, rd)
+            self._fixed_s_full = tf.constant(
+                np.where(k_full > 0, self._mode_variance_numpy(k_full), 1.0), rd) if not self.sampled else None
+        beam = None
+        if obs.smoothing_scale is not None:
+            beam = np.exp(-0.5 * (k_half * obs.smoothing_scale)**2)
+        self._beam = None if beam is None else tf.constant(beam, rd)
+        mask = obs.mask
+        self._mask = tf.constant(mask.astype(np.float64), rd)
+        self._data = tf.constant(obs.data, rd)
+        self._field_mean = obs.field_mean
+        if obs.kind == "gaussian":
+            inv = np.where(mask, 1.0 / obs.noise, 0.0)
+            self._inv_sigma = tf.constant(inv, rd)
+            self._lik_const = float(-np.sum(np.log(obs.noise[mask])) - 0.5 * mask.sum() * _LOG_2PI)
+        else:
+            from scipy.special import gammaln
+            counts = obs.data[mask]
+            self._log_nbar = math.log(obs.mean_count)
+            self._nbar = obs.mean_count
+            self._lik_const = float(-np.sum(gammaln(counts + 1.0)))
+
+    def _mode_variance_numpy(self, k):
+        """S_k = P(k) N^2 / V with the fixed hyperparameter values (0 at k = 0)."""
+        p = self.spectrum.evaluate(k)
+        return np.where(k > 0, p * self._norm, 0.0)
+
+    # -- hyperparameters ------------------------------------------------------
+
+    @property
+    def hyper_names(self) -> list[str]:
+        return [h.name for h in self.sampled]
+
+    def hyperparameters(self, eta: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Constrained values theta = b(eta), each of shape eta.shape[:-1]."""
+        return {h.name: h.bijector(self.dtype).forward(eta[..., i]) for i, h in enumerate(self.sampled)}
+
+    def _hyper_log_prior(self, eta):
+        total = 0.0
+        for i, h in enumerate(self.sampled):
+            e = eta[..., i]
+            b = h.bijector(self.dtype)
+            theta = b.forward(e)
+            total += h.distribution(self.dtype).log_prob(theta) + b.forward_log_det_jacobian(e, event_ndims=0)
+        return total
+
+    def _log_power_with(self, theta, log_k_ratio, k2):
+        """log P(k; theta) for the analytic families, broadcasting theta over chains."""
+        spec = self.spectrum
+        def value(name):
+            if name in theta:
+                return tf.reshape(theta[name], [-1, 1, 1, 1])
+            return tf.constant(getattr(spec, name), self.dtype)
+        logp = tf.math.log(value("amplitude")) + value("index") * log_k_ratio
+        if isinstance(spec, PowerLawCutoff):
+            logp -= k2 * value("cutoff_scale")**2
+        return logp
+
+    def _sqrt_mode_variance(self, eta):
+        """sqrt(S_k) on the half grid; shape (n0, n1, m) or (chains, n0, n1, m)."""
+        if not self.sampled:
+            return self._fixed_sqrt_s
+        theta = self.hyperparameters(eta)
+        log_s = self._log_power_with(theta, self._log_k_ratio, self._k2) + math.log(self._norm)
+        return tf.exp(0.5 * log_s) * self._dc_mask_half
+
+    # -- the field ------------------------------------------------------------
+
+    def _spectrum_of(self, latent, eta):
+        if self.parameterisation == "whitened":
+            x_spec = hermitian_from_real(latent, self.m, self._sqrt_mode_variance(eta))
+        elif self.parameterisation == "white_noise":
+            scale = self._sqrt_mode_variance(eta) / math.sqrt(self.grid.n_cells)
+            x_spec = fft.rfft3d(latent) * tf.cast(scale, self.cdtype)
+        else:
+            x_spec = hermitian_from_real(latent * self._k_full_nonzero, self.m)
+        if self._beam is not None:
+            x_spec = x_spec * tf.cast(self._beam, self.cdtype)
+        return x_spec
+
+    def field(self, latent, eta=None) -> tf.Tensor:
+        """The field x (without the fixed mean) for a latent state."""
+        return fft.irfft3d(self._spectrum_of(latent, eta), fft_length=self.grid.shape)
+
+    def signal(self, latent, eta=None) -> tf.Tensor:
+        """The noiseless model of the data: smoothed field plus the fixed mean."""
+        return self.field(latent, eta) + self._field_mean
+
+    # -- densities ------------------------------------------------------------
+
+    def log_prior(self, latent, eta=None) -> tf.Tensor:
+        n = self.grid.n_cells
+        if self.parameterisation in ("whitened", "white_noise"):
+            lp = -0.5 * tf.reduce_sum(latent**2, axis=[-3, -2, -1]) - 0.5 * n * _LOG_2PI
+        else:
+            if self.sampled:
+                theta = self.hyperparameters(eta)
+                log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full) + math.log(self._norm)
+                log_s = log_s * self._k_full_nonzero  # log 1 = 0 for the inert DC entry
+            else:
+                log_s = tf.math.log(self._fixed_s_full)
+            lp = tf.reduce_sum(-0.5 * latent**2 * tf.exp(-log_s) - 0.5 * log_s, axis=[-3, -2, -1]) \
+                - 0.5 * n * _LOG_2PI
+        if self.sampled:
+            lp += self._hyper_log_prior(eta)
+        return lp
+
+    def log_likelihood_of_signal(self, signal) -> tf.Tensor:
+        if self.observations.kind == "gaussian":
+            r = (self._data - signal) * self._inv_sigma
+            return -0.5 * tf.reduce_sum(r**2, axis=[-3, -2, -1]) + self._lik_const
+        log_rate = signal + self._log_nbar
+        terms = self._data * log_rate - tf.exp(log_rate)
+        return tf.reduce_sum(terms * self._mask, axis=[-3, -2, -1]) + self._lik_const
+
+    def log_prob(self, latent, eta=None) -> tf.Tensor:
+        """log p(latent, eta, data): normalised joint density, shape = batch shape."""
+        return self.log_prior(latent, eta) + self.log_likelihood_of_signal(self.signal(latent, eta))
+
+    def target_log_prob_fn(self):
+        """A function of the state parts, as TFP kernels take it."""
+        if self.sampled:
+            return lambda latent, eta: self.log_prob(latent, eta)
+        return lambda latent: self.log_prob(latent)
+
+    # -- prior draws and initial states ----------------------------------------
+
+    def draw_prior(self, chains: int, seed) -> list[tf.Tensor]:
+        """State parts drawn from the prior (hyperparameters too), stateless-seeded."""
+        seeds = tf.random.split(tf.convert_to_tensor(seed, tf.int32) if not isinstance(seed, int)
+                                else tf.constant([seed, 0], tf.int32), 2)
+        eta = None
+        if self.sampled:
+            draws = []
+            hseeds = tf.random.split(seeds[1], len(self.sampled))
+            for i, h in enumerate(self.sampled):
+                theta = h.distribution(self.dtype).sample(chains, seed=hseeds[i])
+                draws.append(h.bijector(self.dtype).inverse(theta))
+            eta = tf.stack(draws, axis=-1)
+        shape = (chains, *self.grid.shape)
+        latent = tf.random.stateless_normal(shape, seed=seeds[0], dtype=self.dtype)
+        if self.parameterisation == "raw_modes":
+            if self.sampled:
+                theta = self.hyperparameters(eta)
+                log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full) + math.log(self._norm)
+                log_s = log_s * self._k_full_nonzero
+                latent = latent * tf.exp(0.5 * log_s)
+            else:
+                latent = latent * tf.sqrt(self._fixed_s_full)
+        return [latent] if eta is None else [latent, eta]
+
+    def initial_state(self, chains: int, seed, jitter: float = 0.1) -> list[tf.Tensor]:
+        """A starting point near the prior's centre: small random latents, central hyperparameters."""
+        parts = self.draw_prior(chains, seed)
+        latent = parts[0] * jitter
+        if not self.sampled:
+            return [latent]
+        centre = tf.constant([h.initial_unconstrained() for h in self.sampled], self.dtype)
+        eta = centre + jitter * (parts[1] - tf.reduce_mean(parts[1], axis=0))
+        return [latent, eta]

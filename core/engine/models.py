@@ -1,0 +1,197 @@
+"""From a run config to a model the engine can sample: the field model or the integral model.
+
+TensorFlow is imported here (the engine process only). A model adapter gives the engine
+everything it needs in one shape:
+
+    initial_state(chains, seed)  list of state parts, each (chains, ...)
+    target_log_prob_fn           f(*parts) -> (chains,)
+    param_names                  names of the scalar parameters recorded every draw
+    params(parts)                (chains, n_params) constrained values (TF)
+    has_field                    whether a field is stored
+    field(parts)                 (chains, n0, n1, n2) (TF), field_power(x) (chains, n_shells)
+    observed                     name -> (dims, array) for the store's observed_data
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from core.config import Distribution, RunConfig
+from core.engine import fft
+from core.engine.field_density import FieldPosterior
+from core.field.grid import Grid
+from core.field.observations import Observations
+from core.field.power_estimator import measure_power
+from core.field.power_spectrum import HyperPrior, hyperparameter_names, prior_spectrum
+
+_DTYPES = {"float32": tf.float32, "float64": tf.float64}
+
+
+def _hyper_prior(name: str, value) -> HyperPrior:
+    if isinstance(value, Distribution):
+        return HyperPrior(dist=value.dist, loc=value.loc, scale=value.scale, low=value.low,
+                          high=value.high, name=name)
+    return HyperPrior(value=float(value), name=name)
+
+
+def _central_value(prior: HyperPrior) -> float:
+    """A representative value of a sampled hyperparameter (its prior median)."""
+    if prior.dist == "normal":
+        return prior.loc
+    if prior.dist == "lognormal":
+        return math.exp(prior.loc)
+    return 0.5 * (prior.low + prior.high)
+
+
+class FieldModel:
+    """The Gaussian-random-field model of a run config."""
+
+    kind = "field"
+
+    def __init__(self, config: RunConfig):
+        from core.io import load_field_inputs
+
+        self.config = config
+        inputs = load_field_inputs(config)
+        self.truth = inputs.truth
+        lik = config.likelihood
+        data_cfg = config.data
+        obs_kwargs = dict(kind=lik.kind, mask=inputs.mask, field_mean=lik.field_mean,
+                          smoothing_scale=lik.smoothing_scale or None, name=str(config.data_path))
+        if lik.kind == "gaussian":
+            if inputs.noise_map is not None:
+                obs_kwargs["noise_map"] = inputs.noise_map
+            else:  # from the config, or a single number stored as the noise map
+                obs_kwargs["noise_sigma"] = inputs.noise_sigma if inputs.noise_sigma is not None \
+                    else data_cfg.noise_sigma
+        else:
+            obs_kwargs["mean_count"] = lik.mean_count
+        self.observations = Observations.create(inputs.data, **obs_kwargs)
+        self.grid = Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
+        prior = config.prior
+        hyper = {name: _hyper_prior(name, getattr(prior, name))
+                 for name in hyperparameter_names(prior.kind)}
+        values = {name: (h.value if h.is_fixed else _central_value(h)) for name, h in hyper.items()}
+        spectrum = prior_spectrum(prior, config.resolve_path, values)
+        self.spectrum = spectrum
+        self.dtype = _DTYPES[config.field.dtype]
+        self.posterior = FieldPosterior(self.grid, spectrum, self.observations, hyper_priors=hyper,
+                                        parameterisation=config.field.parameterisation, dtype=self.dtype)
+        self.param_names = self.posterior.hyper_names
+        self.has_field = True
+        self._build_power_estimator()
+
+    def _build_power_estimator(self):
+        g = self.grid
+        reference = measure_power(np.zeros(g.shape), g)
+        self.k_centres, self.k_counts, self.k_edges = reference.k, reference.counts, reference.edges
+        shell = g.shell_index_half(reference.edges)
+        n_shells = len(reference.k)
+        # modes in no shell (k = 0, beyond the edges) go to an extra bin that is dropped
+        self._shell = tf.constant(np.where(shell >= 0, shell, n_shells).astype(np.int32))
+        self._n_bins = n_shells + 1
+        weight = g.multiplicity_half() * g.volume / g.n_cells**2
+        self._power_weight = tf.constant(weight, self.dtype)
+        self._inv_counts = tf.constant(np.where(reference.counts > 0, 1.0 / np.maximum(reference.counts, 1), 0.0),
+                                       self.dtype)
+
+    def initial_state(self, chains: int, seed: int):
+        return self.posterior.initial_state(chains, seed)
+
+    @property
+    def target_log_prob_fn(self):
+        return self.posterior.target_log_prob_fn()
+
+    def params(self, parts):
+        if not self.param_names:
+            return tf.zeros([tf.shape(parts[0])[0], 0], self.dtype)
+        theta = self.posterior.hyperparameters(parts[1])
+        return tf.stack([theta[n] for n in self.param_names], axis=-1)
+
+    def field(self, parts):
+        return self.posterior.field(*parts) + self.observations.field_mean
+
+    def field_power(self, x):
+        """Shell-averaged P(k) of fields x (chains, n0, n1, n2), as core.field.power_estimator."""
+        spectrum = fft.rfft3d(x)  # the k = 0 mode is in no shell
+        per_mode = tf.math.real(spectrum * tf.math.conj(spectrum)) * self._power_weight
+        flat = tf.reshape(per_mode, [tf.shape(x)[0], -1])
+        ids = tf.reshape(self._shell, [-1])
+        sums = tf.transpose(tf.math.unsorted_segment_sum(tf.transpose(flat), ids, self._n_bins))
+        return sums[:, :-1] * self._inv_counts
+
+    @property
+    def observed(self):
+        obs = self.observations
+        out = {"data": (["x", "y", "z"], np.where(obs.mask, obs.data, np.nan)),
+               "mask": (["x", "y", "z"], obs.mask)}
+        if obs.noise is not None:
+            out["noise"] = (["x", "y", "z"], obs.noise)
+        if self.truth is not None:
+            out["truth"] = (["x", "y", "z"], np.asarray(self.truth, np.float64))
+        return out
+
+
+class IntegralModel:
+    """The 1D integral model y(t) = c + int_0^t exp(A s) f(s) ds of a run config."""
+
+    kind = "integral"
+
+    def __init__(self, config: RunConfig):
+        from core import integral as im
+        from core.engine.integral_density import make_log_density
+        from core.io import load_series_inputs
+
+        self.config = config
+        series = load_series_inputs(config)
+        self.spec = im.spec_from_config(config, series.t, series.y, series.f)
+        self.dtype = tf.float64
+        im.check_overflow(self.spec, np.float64)
+        self.density = make_log_density(self.spec, self.dtype)
+        self.param_names = list(self.density.names)
+        self.has_field = False
+
+    def initial_state(self, chains: int, seed: int):
+        d = len(self.density.unconstrained_names)
+        centre = self.density.unconstrain(self._central_values())
+        noise = tf.random.stateless_normal([chains, d], seed=[seed, 1], dtype=self.dtype)
+        return [tf.broadcast_to(centre, [chains, d]) + 0.1 * noise]
+
+    def _central_values(self):
+        from core import integral as im
+        values = {}
+        for name in self.param_names:
+            prior = self.spec.priors[name]
+            if isinstance(prior, im.NormalPrior):
+                values[name] = prior.loc
+            elif isinstance(prior, im.LogNormalPrior):
+                values[name] = math.exp(prior.loc)
+            elif isinstance(prior, im.HalfNormalPrior):
+                values[name] = prior.scale * 0.6745
+            else:
+                values[name] = 0.5 * (prior.low + prior.high)
+        return values
+
+    @property
+    def target_log_prob_fn(self):
+        return lambda u: self.density(u)
+
+    def params(self, parts):
+        values = self.density.constrain(parts[0])
+        return tf.stack([values[n] for n in self.param_names], axis=-1)
+
+    @property
+    def observed(self):
+        out = {"t": (["time"], np.asarray(self.spec.t)), "y": (["time"], np.asarray(self.spec.y))}
+        if self.spec.f is not None:
+            out["f"] = (["time"], np.asarray(self.spec.f))
+        return out
+
+
+def build_model(config: RunConfig):
+    if config.model.kind == "integral":
+        return IntegralModel(config)
+    return FieldModel(config)

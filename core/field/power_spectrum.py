@@ -1,0 +1,562 @@
+"""Isotropic power spectra P(k) and the priors of their hyperparameters (numpy only).
+
+Conventions
+-----------
+k is an angular wavenumber |k| in 1 / (length unit) (k_i = 2 pi m / L_i); P(k) is in
+(length unit)^3, normalised as in powerbox / nbodykit: with
+delta_tilde(k) = (V / N) * DFT(delta)(k) (DFT = numpy's unnormalised forward fftn),
+<|delta_tilde(k)|^2> = V P(|k|). A DFT mode therefore has variance P(k) N^2 / V and the
+real-space variance is (1 / V) sum_k P(k) over the full grid (see ``core.field.grid``).
+
+k = 0. The mean mode is not part of the random field (prior variance 0), so every
+family returns P(0) = 0 -- also where its formula diverges (a negative index) -- and
+never lets a divide-by-zero or overflow warning escape from k = 0. ``log_power``
+returns -inf at k = 0. Negative or NaN k is an error.
+
+Families (the registry ``SPECTRA`` maps config names to classes)
+----------------------------------------------------------------
+"power_law"         P(k) = A (k / k_p)^n
+                    log P = log A + n log(k / k_p)
+"power_law_cutoff"  P(k) = A (k / k_p)^n exp(-(k R)^2)
+                    log P = log A + n log(k / k_p) - (k R)^2
+"table"             a (k, P) table, linear interpolation in (log k, log P); beyond the
+                    table, power laws continuing the first and last segments.
+
+A = ``amplitude`` (unit^3, > 0), n = ``index`` (any finite number), k_p = ``k_pivot``
+(1 / unit, > 0, a fixed convention, never sampled), R = ``cutoff_scale`` (unit, >= 0).
+Each class lists the hyperparameters a sampler may treat as random in ``parameters``;
+``evaluate(k, **overrides)`` / ``log_power(k, **overrides)`` take them separately
+(scalars or arrays broadcasting against k), so a sampler can evaluate P for proposed
+hyperparameters without building a new object. The TensorFlow density reimplements
+the two analytic formulas above; these numpy versions are the reference.
+
+Hyperparameter priors: ``HyperPrior`` -- a fixed value, or a "normal", "lognormal"
+(of log x) or "uniform" distribution, with a numpy log-density and draws.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+__all__ = [
+    "PowerSpectrum",
+    "PowerLaw",
+    "PowerLawCutoff",
+    "TabulatedPower",
+    "SPECTRA",
+    "spectrum_from_config",
+    "spectrum_to_json",
+    "HyperPrior",
+    "DISTRIBUTIONS",
+]
+
+
+def _is_real_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_k(k) -> np.ndarray:
+    k = np.asarray(k, dtype=np.float64)
+    if np.any(np.isnan(k)) or np.any(k < 0):
+        bad = k[np.isnan(k) | (k < 0)].ravel()[0]
+        raise ValueError(f"wavenumber k = {bad!r}: must be >= 0 (|k|, not a component)")
+    return k
+
+
+def _check_parameter(family: str, name: str, value, rule: str):
+    """Validate a scalar or array hyperparameter against ``rule``; return float array."""
+    arr = np.asarray(value, dtype=np.float64) if _is_real_number(value) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in "iuf") else None
+    if arr is None:
+        raise ValueError(f"{family} {name} = {value!r}: must be a number")
+    ok = np.isfinite(arr)
+    if rule == "positive":
+        ok &= arr > 0
+    elif rule == "nonnegative":
+        ok &= arr >= 0
+    if not np.all(ok):
+        bad = arr[~ok].ravel()[0] if arr.ndim else arr
+        need = {"positive": "positive and finite", "nonnegative": ">= 0 and finite",
+                "finite": "finite"}[rule]
+        raise ValueError(f"{family} {name} = {float(bad)!r}: must be {need}")
+    return arr
+
+
+class PowerSpectrum:
+    """Base of the P(k) families. P in unit^3, k in 1 / unit (see module docstring).
+
+    Subclasses set ``kind`` (the registry name), ``parameters`` (hyperparameters a
+    sampler may sample) and implement ``log_power``; ``evaluate`` and calling the
+    object are exp(log_power) with P(0) = 0.
+    """
+
+    kind: ClassVar[str] = ""
+    parameters: ClassVar[tuple[str, ...]] = ()
+
+    def log_power(self, k, **overrides) -> np.ndarray:
+        raise NotImplementedError
+
+    def evaluate(self, k, **overrides) -> np.ndarray:
+        """P(k), float64, the shape of k broadcast with any array overrides; P(0) = 0."""
+        logp = self.log_power(k, **overrides)
+        with np.errstate(under="ignore"):
+            return np.exp(logp)        # exp(-inf) = 0 at k = 0, silently
+
+    def __call__(self, k) -> np.ndarray:
+        return self.evaluate(k)
+
+    def to_config(self) -> dict[str, Any]:
+        """Constructor arguments as plain JSON-able values (without the kind)."""
+        raise NotImplementedError
+
+    def _merged(self, overrides: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        unknown = [name for name in overrides if name not in self.parameters]
+        if unknown:
+            raise ValueError(f"{self.kind}: unknown hyperparameter {unknown[0]!r} "
+                             f"(this family has {', '.join(self.parameters) or 'none'})")
+        values = {name: getattr(self, name) for name in self.parameters}
+        values.update(overrides)
+        return {name: _check_parameter(self.kind, name, value, self._rules[name])
+                for name, value in values.items()}
+
+    _rules: ClassVar[dict[str, str]] = {}
+
+
+def _log_k_over_pivot(k: np.ndarray, k_pivot: float) -> tuple[np.ndarray, np.ndarray]:
+    """log(k / k_p) with 0 in place of -inf at k = 0, and the k > 0 mask."""
+    positive = k > 0
+    safe = np.where(positive, k, k_pivot)
+    return np.log(safe / k_pivot), positive
+
+
+@dataclass(frozen=True)
+class PowerLaw(PowerSpectrum):
+    """P(k) = A (k / k_p)^n, log P = log A + n log(k / k_p); P(0) = 0.
+
+    amplitude A (unit^3, > 0), index n (finite), k_pivot k_p (1 / unit, > 0).
+    """
+
+    amplitude: float
+    index: float
+    k_pivot: float
+
+    kind: ClassVar[str] = "power_law"
+    parameters: ClassVar[tuple[str, ...]] = ("amplitude", "index")
+    _rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite"}
+
+    def __post_init__(self):
+        for name, rule in (("amplitude", "positive"), ("index", "finite"),
+                           ("k_pivot", "positive")):
+            value = getattr(self, name)
+            if np.ndim(value) != 0:
+                raise ValueError(f"{self.kind} {name} = {value!r}: must be one number")
+            object.__setattr__(self, name, float(_check_parameter(self.kind, name, value, rule)))
+
+    def log_power(self, k, **overrides) -> np.ndarray:
+        """log P(k); -inf at k = 0. Overrides: amplitude, index."""
+        p = self._merged(overrides)
+        log_kp, positive = _log_k_over_pivot(_check_k(k), self.k_pivot)
+        logp = np.log(p["amplitude"]) + p["index"] * log_kp
+        return np.where(positive, logp, -np.inf)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"amplitude": self.amplitude, "index": self.index, "k_pivot": self.k_pivot}
+
+
+@dataclass(frozen=True)
+class PowerLawCutoff(PowerSpectrum):
+    """P(k) = A (k / k_p)^n exp(-(k R)^2); log P = log A + n log(k / k_p) - (k R)^2.
+
+    amplitude A (unit^3, > 0), index n (finite), k_pivot k_p (1 / unit, > 0),
+    cutoff_scale R (unit, >= 0; R = 0 is the plain power law). P(0) = 0.
+    """
+
+    amplitude: float
+    index: float
+    k_pivot: float
+    cutoff_scale: float
+
+    kind: ClassVar[str] = "power_law_cutoff"
+    parameters: ClassVar[tuple[str, ...]] = ("amplitude", "index", "cutoff_scale")
+    _rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite",
+                                        "cutoff_scale": "nonnegative"}
+
+    def __post_init__(self):
+        for name, rule in (("amplitude", "positive"), ("index", "finite"),
+                           ("k_pivot", "positive"), ("cutoff_scale", "nonnegative")):
+            value = getattr(self, name)
+            if np.ndim(value) != 0:
+                raise ValueError(f"{self.kind} {name} = {value!r}: must be one number")
+            object.__setattr__(self, name, float(_check_parameter(self.kind, name, value, rule)))
+
+    def log_power(self, k, **overrides) -> np.ndarray:
+        """log P(k); -inf at k = 0. Overrides: amplitude, index, cutoff_scale."""
+        p = self._merged(overrides)
+        k = _check_k(k)
+        log_kp, positive = _log_k_over_pivot(k, self.k_pivot)
+        kr = k * p["cutoff_scale"]
+        logp = np.log(p["amplitude"]) + p["index"] * log_kp - kr * kr
+        return np.where(positive, logp, -np.inf)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"amplitude": self.amplitude, "index": self.index, "k_pivot": self.k_pivot,
+                "cutoff_scale": self.cutoff_scale}
+
+
+class TabulatedPower(PowerSpectrum):
+    """P(k) from a table of (k, P) rows, interpolated linearly in (log k, log P).
+
+    Inside [k_1, k_m] the interpolant passes exactly through the nodes. Outside, it
+    extrapolates as power laws with the slopes of the first and last segments:
+    log P = log P_1 + s_first (log k - log k_1) below k_1, and likewise above k_m
+    (documented choice: a table that stops short of the grid's k range still gives a
+    finite, smooth spectrum; check the range if the ends matter). P(0) = 0.
+
+    Validation: at least 2 rows, k and P finite, k > 0 strictly increasing, P > 0.
+    Errors name ``source`` (the file, if any) and the offending row. The table has no
+    sampled hyperparameters (``parameters`` is empty).
+    """
+
+    kind: ClassVar[str] = "table"
+    parameters: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, k, p, source: str | None = None, _rows: list[str] | None = None):
+        self.source = None if source is None else str(source)
+        where = f"power table {self.source!r}" if self.source else "power table"
+        k_arr = np.asarray(k, dtype=np.float64)
+        p_arr = np.asarray(p, dtype=np.float64)
+        if k_arr.ndim != 1 or p_arr.ndim != 1 or k_arr.shape != p_arr.shape:
+            raise ValueError(f"{where}: k and P must be 1-D of equal length, got shapes "
+                             f"{k_arr.shape} and {p_arr.shape}")
+        rows = _rows or [f"row {i + 1}" for i in range(k_arr.size)]
+        if k_arr.size < 2:
+            raise ValueError(f"{where}: needs at least 2 rows (k, P), got {k_arr.size}")
+        for i in range(k_arr.size):
+            if not (math.isfinite(k_arr[i]) and math.isfinite(p_arr[i])):
+                raise ValueError(f"{where}, {rows[i]}: k = {k_arr[i]!r}, P = {p_arr[i]!r} "
+                                 "must be finite")
+            if k_arr[i] <= 0:
+                raise ValueError(f"{where}, {rows[i]}: k = {k_arr[i]!r} must be positive")
+            if p_arr[i] <= 0:
+                raise ValueError(f"{where}, {rows[i]}: P = {p_arr[i]!r} must be positive")
+            if i > 0 and k_arr[i] <= k_arr[i - 1]:
+                raise ValueError(f"{where}, {rows[i]}: k = {k_arr[i]!r} is not greater than "
+                                 f"the previous k = {k_arr[i - 1]!r} (k must increase)")
+        self.k = k_arr
+        self.p = p_arr
+        self.k.setflags(write=False)
+        self.p.setflags(write=False)
+        self._log_k = np.log(k_arr)
+        self._log_p = np.log(p_arr)
+        self._slope_first = (self._log_p[1] - self._log_p[0]) / (self._log_k[1] - self._log_k[0])
+        self._slope_last = ((self._log_p[-1] - self._log_p[-2])
+                            / (self._log_k[-1] - self._log_k[-2]))
+
+    @classmethod
+    def from_file(cls, path) -> "TabulatedPower":
+        """Read a text table: two columns k, P (whitespace or comma separated).
+
+        '#' starts a comment (whole line or trailing); blank lines are skipped.
+        Errors are ``ValueError`` naming the file and line.
+        """
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                lines = handle.read().splitlines()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"power table {path!r}: not a text file ({exc.reason})") from None
+        ks, ps, rows = [], [], []
+        for number, line in enumerate(lines, start=1):
+            text = line.split("#", 1)[0].replace(",", " ").strip()
+            if not text:
+                continue
+            columns = text.split()
+            if len(columns) != 2:
+                raise ValueError(f"power table {path!r}, line {number}: expected 2 columns "
+                                 f"(k, P), found {len(columns)}: {line.strip()!r}")
+            values = []
+            for column in columns:
+                try:
+                    values.append(float(column))
+                except ValueError:
+                    raise ValueError(f"power table {path!r}, line {number}: {column!r} is "
+                                     "not a number") from None
+            ks.append(values[0])
+            ps.append(values[1])
+            rows.append(f"line {number}")
+        return cls(ks, ps, source=path, _rows=rows)
+
+    def log_power(self, k, **overrides) -> np.ndarray:
+        """log P(k) (log-log linear, power-law extrapolation); -inf at k = 0."""
+        if overrides:
+            raise ValueError(f"table: unknown hyperparameter {next(iter(overrides))!r} "
+                             "(a table has none)")
+        k = _check_k(k)
+        positive = k > 0
+        log_k = np.log(np.where(positive, k, 1.0))
+        logp = np.interp(log_k, self._log_k, self._log_p)
+        below = log_k < self._log_k[0]
+        above = log_k > self._log_k[-1]
+        logp = np.where(below, self._log_p[0] + self._slope_first * (log_k - self._log_k[0]),
+                        logp)
+        logp = np.where(above, self._log_p[-1] + self._slope_last * (log_k - self._log_k[-1]),
+                        logp)
+        return np.where(positive, logp, -np.inf)
+
+    def to_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"k": self.k.tolist(), "p": self.p.tolist()}
+        if self.source:
+            config["source"] = self.source
+        return config
+
+    def __repr__(self) -> str:
+        where = f", source={self.source!r}" if self.source else ""
+        return (f"TabulatedPower({self.k.size} rows, k in [{self.k[0]:g}, {self.k[-1]:g}]"
+                f"{where})")
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, TabulatedPower) and np.array_equal(self.k, other.k)
+                and np.array_equal(self.p, other.p))
+
+    __hash__ = None
+
+
+SPECTRA: dict[str, type[PowerSpectrum]] = {
+    "power_law": PowerLaw,
+    "power_law_cutoff": PowerLawCutoff,
+    "table": TabulatedPower,
+}
+
+
+def hyperparameter_names(kind: str) -> list[str]:
+    """The hyperparameters of a config's P(k) family (``[prior] kind``); none for a table."""
+    if kind == "table":
+        return []
+    return ["amplitude", "index"] + (["cutoff_scale"] if kind == "power_law_cutoff" else [])
+
+
+def prior_spectrum(prior, resolve_path, values: Mapping[str, float] | None = None) -> PowerSpectrum:
+    """The P(k) of a field config's ``[prior]`` section (``core.config.PriorSection``).
+
+    A table is read from its file (``resolve_path(prior.table)``; ``core.io.LoadError``
+    when it cannot be). A family takes ``values[name]`` for each hyperparameter given there
+    and the section's number for the others; a sampled hyperparameter must be given
+    (ValueError otherwise). The engine's model, the exact posterior and the P(k) panel all
+    build their spectrum here.
+    """
+    if prior.kind == "table":
+        from core.io import load_power_table
+
+        return load_power_table(resolve_path(prior.table))
+    values = dict(values or {})
+    params: dict[str, Any] = {"k_pivot": prior.k_pivot}
+    for name in hyperparameter_names(prior.kind):
+        value = values.get(name, getattr(prior, name))
+        if not isinstance(value, numbers.Real):
+            raise ValueError(f"prior.{name} is sampled: its value must be given")
+        params[name] = float(value)
+    return spectrum_from_config(prior.kind, params)
+
+
+def spectrum_from_config(kind: str, params: Mapping[str, Any],
+                         source: str | None = None) -> PowerSpectrum:
+    """Build a spectrum from a registry name and plain parameters.
+
+    ``params`` holds the constructor arguments as numbers (the inverse of
+    ``to_config``); for "table" either ``path`` (a file to read) or ``k`` and ``p``
+    lists (and optionally ``source``). ``source`` prefixes error messages (e.g. the
+    config file). Unknown kinds or keys raise ``ValueError`` naming them.
+    """
+    prefix = f"{source}: " if source else ""
+    if kind not in SPECTRA:
+        raise ValueError(f"{prefix}unknown power spectrum kind {kind!r} "
+                         f"(known: {', '.join(SPECTRA)})")
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{prefix}{kind} parameters must be a table of name = value, "
+                         f"got {params!r}")
+    if kind == "table":
+        allowed = {"path", "k", "p", "source"}
+        unknown = [key for key in params if key not in allowed]
+        if unknown:
+            raise ValueError(f"{prefix}table: unknown key {unknown[0]!r} "
+                             "(allowed: path, or k and p)")
+        if "path" in params:
+            if "k" in params or "p" in params:
+                raise ValueError(f"{prefix}table: give either 'path' or 'k' and 'p', not both")
+            return TabulatedPower.from_file(params["path"])
+        if "k" not in params or "p" not in params:
+            raise ValueError(f"{prefix}table: needs 'path', or both 'k' and 'p'")
+        return TabulatedPower(params["k"], params["p"], source=params.get("source"))
+    cls = SPECTRA[kind]
+    names = [f.name for f in fields(cls)]
+    unknown = [key for key in params if key not in names]
+    if unknown:
+        raise ValueError(f"{prefix}{kind}: unknown key {unknown[0]!r} "
+                         f"(allowed: {', '.join(names)})")
+    missing = [name for name in names if name not in params]
+    if missing:
+        raise ValueError(f"{prefix}{kind}: missing key {missing[0]!r}")
+    try:
+        return cls(**params)
+    except ValueError as exc:
+        raise ValueError(f"{prefix}{exc}") from None
+
+
+# ---------------------------------------------------------------------------
+# Hyperparameter priors
+# ---------------------------------------------------------------------------
+
+# dist -> the parameters it needs
+DISTRIBUTIONS: dict[str, tuple[str, str]] = {
+    "normal": ("loc", "scale"),
+    "lognormal": ("loc", "scale"),
+    "uniform": ("low", "high"),
+}
+_PRIOR_KEYS = ("value", "dist", "loc", "scale", "low", "high")
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+@dataclass(frozen=True)
+class HyperPrior:
+    """The prior of one hyperparameter: a fixed value, or a distribution.
+
+    Fixed:      HyperPrior(value=x)
+    normal:     HyperPrior(dist="normal", loc=mu, scale=s)       x ~ N(mu, s^2)
+    lognormal:  HyperPrior(dist="lognormal", loc=mu, scale=s)    log x ~ N(mu, s^2)
+    uniform:    HyperPrior(dist="uniform", low=a, high=b)        x ~ U[a, b]
+
+    scale > 0, low < high, all finite. ``from_config`` accepts a number (fixed) or a
+    mapping such as {"dist": "normal", "loc": -2.0, "scale": 0.5}.
+    """
+
+    value: float | None = None
+    dist: str | None = None
+    loc: float | None = None
+    scale: float | None = None
+    low: float | None = None
+    high: float | None = None
+    name: str = field(default="", compare=False)    # used only in error messages
+
+    def __post_init__(self):
+        label = f"prior of {self.name!r}" if self.name else "prior"
+        given = [key for key in ("loc", "scale", "low", "high") if getattr(self, key) is not None]
+        for key in ("value",) + tuple(given):
+            v = getattr(self, key)
+            if v is None:
+                continue
+            if not _is_real_number(v) or not math.isfinite(v):
+                raise ValueError(f"{label}: {key} = {v!r} must be a finite number")
+            object.__setattr__(self, key, float(v))
+        if self.dist is None:
+            if self.value is None:
+                raise ValueError(f"{label}: give a fixed value or a dist "
+                                 f"({', '.join(DISTRIBUTIONS)})")
+            if given:
+                raise ValueError(f"{label}: key {given[0]!r} needs a dist; a fixed value "
+                                 "takes no other keys")
+            return
+        if self.value is not None:
+            raise ValueError(f"{label}: give either value (fixed) or dist, not both")
+        if self.dist not in DISTRIBUTIONS:
+            raise ValueError(f"{label}: unknown dist {self.dist!r} "
+                             f"(known: {', '.join(DISTRIBUTIONS)})")
+        needed = DISTRIBUTIONS[self.dist]
+        for key in given:
+            if key not in needed:
+                raise ValueError(f"{label}: key {key!r} does not apply to dist {self.dist!r} "
+                                 f"(it takes {' and '.join(needed)})")
+        for key in needed:
+            if getattr(self, key) is None:
+                raise ValueError(f"{label}: dist {self.dist!r} needs {key!r}")
+        if self.scale is not None and not self.scale > 0:
+            raise ValueError(f"{label}: scale = {self.scale!r} must be positive")
+        if self.dist == "uniform" and not self.high > self.low:
+            raise ValueError(f"{label}: uniform needs low < high, got low = {self.low!r}, "
+                             f"high = {self.high!r}")
+
+    @classmethod
+    def from_config(cls, config, name: str = "") -> "HyperPrior":
+        """From a number (fixed) or a mapping with keys among value, dist, loc, scale,
+        low, high. Unknown keys or dists raise ``ValueError`` naming them (and ``name``)."""
+        label = f"prior of {name!r}" if name else "prior"
+        if _is_real_number(config):
+            return cls(value=config, name=name)
+        if not isinstance(config, Mapping):
+            raise ValueError(f"{label}: {config!r} is neither a number nor a table like "
+                             '{dist = "normal", loc = 0.0, scale = 1.0}')
+        for key in config:
+            if key not in _PRIOR_KEYS:
+                raise ValueError(f"{label}: unknown key {key!r} "
+                                 f"(allowed: {', '.join(_PRIOR_KEYS)})")
+        dist = config.get("dist")
+        if dist is not None and not isinstance(dist, str):
+            raise ValueError(f"{label}: dist = {dist!r} must be a name "
+                             f"({', '.join(DISTRIBUTIONS)})")
+        return cls(**dict(config), name=name)
+
+    def to_config(self):
+        """A number (fixed) or a dict; ``from_config`` inverts it."""
+        if self.is_fixed:
+            return self.value
+        return {"dist": self.dist, **{key: getattr(self, key) for key in DISTRIBUTIONS[self.dist]}}
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.dist is None
+
+    @property
+    def support(self) -> tuple[float, float]:
+        """(lower, upper) bounds of x: lognormal (0, inf), uniform [low, high],
+        normal (-inf, inf), fixed (value, value)."""
+        if self.is_fixed:
+            return (self.value, self.value)
+        if self.dist == "lognormal":
+            return (0.0, math.inf)
+        if self.dist == "uniform":
+            return (self.low, self.high)
+        return (-math.inf, math.inf)
+
+    def log_density(self, x) -> np.ndarray:
+        """log p(x) (float64, shape of x); -inf outside the support, without warnings.
+
+        normal:    -((x - mu) / s)^2 / 2 - log s - log sqrt(2 pi)
+        lognormal: -((log x - mu) / s)^2 / 2 - log s - log x - log sqrt(2 pi), x > 0
+        uniform:   -log(b - a) on [a, b]
+        fixed:     0 at x = value, -inf elsewhere (a point mass).
+        """
+        x = np.asarray(x, dtype=np.float64)
+        if self.is_fixed:
+            return np.where(x == self.value, 0.0, -np.inf)
+        if self.dist == "normal":
+            z = (x - self.loc) / self.scale
+            return -0.5 * z * z - math.log(self.scale) - _LOG_SQRT_2PI
+        if self.dist == "lognormal":
+            positive = x > 0
+            log_x = np.log(np.where(positive, x, 1.0))
+            z = (log_x - self.loc) / self.scale
+            out = -0.5 * z * z - math.log(self.scale) - log_x - _LOG_SQRT_2PI
+            return np.where(positive, out, -np.inf)
+        inside = (x >= self.low) & (x <= self.high)
+        return np.where(inside, -math.log(self.high - self.low), -np.inf)
+
+    def draw(self, rng: np.random.Generator, size=None) -> np.ndarray:
+        """Draws from the prior (float64; a fixed prior repeats its value)."""
+        if self.is_fixed:
+            return np.full(() if size is None else size, self.value)
+        if self.dist == "normal":
+            return rng.normal(self.loc, self.scale, size=size)
+        if self.dist == "lognormal":
+            return rng.lognormal(self.loc, self.scale, size=size)
+        return rng.uniform(self.low, self.high, size=size)
+
+
+def spectrum_to_json(spectrum: PowerSpectrum) -> tuple[str, str]:
+    """(kind, JSON of ``to_config()``) for storing a spectrum in a file."""
+    return spectrum.kind, json.dumps(spectrum.to_config())

@@ -1,0 +1,297 @@
+"""What a run will need, estimated before it starts: memory and a time bound, checked
+against this machine's free memory.
+
+numpy only (the GUI's Grid panel and ``app.state.config_state`` import it; no TensorFlow).
+
+Memory. A field run's peak resident memory is modelled as three parts::
+
+    runtime      TensorFlow + TFP imported (ENGINE_IMPORT_BYTES), plus XLA's compiled
+                 chunk program and its runtime (PROGRAM_BASE_BYTES + PROGRAM_STEP_BYTES
+                 per unrolled leapfrog step L)
+    arrays       the arrays the engine holds, named and counted one by one (below)
+    xla          XLA's working set inside a chunk: XLA_BUFFERS_PER_STEP grid-sized
+                 buffers per chain per unrolled leapfrog step, C * N * b * 24 * L
+
+with C chains, N cells, b bytes per value (float32: 4, float64: 8). L is
+``num_leapfrog_steps`` for HMC (the engine unrolls up to 64 steps; beyond that TFP's
+loop keeps one step's buffers), and NUTS_EQUIVALENT_STEPS for NUTS (its trees keep a
+state per depth). The constants were measured as the peak resident memory of fresh
+engine processes on CPU (TensorFlow 2.21, TFP 0.25): grids 16^3 to 96^3, 1 to 4 chains,
+float32 and float64, L = 1 to 40 and NUTS; the estimate is within 3 % of each. Between grids the peak grows by about 24 grid-sized
+buffers per chain per leapfrog step (XLA does not reuse the unrolled steps' FFT
+buffers) on top of the named arrays; the program grows by about 15 MiB per step.
+tests/core/test_faults.py measures a run's peak against this estimate.
+
+The named arrays (``RunEstimate.arrays``, bytes):
+
+    model_state     ``Grid.memory_estimate``: state, proposal, momentum, gradients,
+                    half spectra, FFT scratch, running moments (float64), and the
+                    chunk's field buffer of ceil(chunk_size / thin) + 1 draws per chain
+    chunk_copies    the chunk's field draws copied out of XLA and cast for the store
+                    (2 copies), the moments' mean / std (float64) and their float32
+                    copies for the live views
+    checkpoint      the state, gradients and moments copied for checkpoint.npz, and
+                    the file's buffer
+    observed        data, mask, noise map and truth as loaded (float64) and as the
+                    model's constants (b bytes each), the store's observed_data copies
+
+Time. A lower bound from FFT work alone (the status bar shows measured draws/s)::
+
+    one real 3-D FFT pair of N cells     ~ 5 N log2 N flops
+    one gradient of the log-density      ~ P FFT pairs, P = 1 (whitened, raw_modes) or
+                                           2 (white_noise)
+    t_gradient >= C * P * 5 N log2 N / R
+
+R (flop/s) is measured once per process by timing numpy's rfftn + irfftn on a 32^3
+grid (median of 7; ``fft_rate``). HMC takes L gradients per step; NUTS at least one.
+
+Free memory: ``/proc/meminfo`` MemAvailable (what the kernel can give without
+swapping), else ``os.sysconf`` free pages. ``check_config`` refuses a run whose
+estimate exceeds it, with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from core.field.grid import Grid
+
+__all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
+           "available_memory", "physical_memory", "memory_problem", "check_config",
+           "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
+           "ENGINE_IMPORT_BYTES", "PROGRAM_BASE_BYTES", "PROGRAM_STEP_BYTES",
+           "XLA_BUFFERS_PER_STEP", "NUTS_EQUIVALENT_STEPS", "MAX_UNROLL"]
+
+MiB = 2**20
+ENGINE_IMPORT_BYTES = 680 * MiB      # the engine process with TensorFlow and TFP imported
+PROGRAM_BASE_BYTES = 290 * MiB       # XLA compiling and running a one-step chunk
+PROGRAM_STEP_BYTES = 15 * MiB        # ... and per further unrolled leapfrog step
+XLA_BUFFERS_PER_STEP = 24            # grid-sized buffers per chain per unrolled step
+NUTS_EQUIVALENT_STEPS = 13           # NUTS (max tree depth 10) measured as HMC with L = 13
+MAX_UNROLL = 64                      # core.engine.kernels.MAX_UNROLL (that module imports TF)
+LOOPED_STEPS = 2                     # L > MAX_UNROLL: TFP's leapfrog loop
+
+
+class ResourceError(ValueError):
+    """A run this machine cannot hold; the message names the need and what to change."""
+
+
+# --------------------------------------------------------------------------- time
+
+
+@lru_cache(maxsize=1)
+def fft_rate() -> float:
+    """Measured flop rate R of numpy's 3-D real FFT pair on this machine (module doc)."""
+    n = 32
+    x = np.random.default_rng(0).standard_normal((n, n, n))
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        np.fft.irfftn(np.fft.rfftn(x), s=x.shape, axes=(0, 1, 2))
+        times.append(time.perf_counter() - t0)
+    N = n ** 3
+    return 5.0 * N * math.log2(N) / max(float(np.median(times)), 1e-9)
+
+
+def fft_pairs(parameterisation: str) -> int:
+    """FFT pairs per gradient of the log-density (see the module docstring)."""
+    return 2 if parameterisation == "white_noise" else 1
+
+
+def gradient_seconds(shape, chains: int, parameterisation: str) -> float:
+    """t_gradient ~ chains * P * 5 N log2 N / R, all chains together (a lower bound)."""
+    N = math.prod(shape)
+    if N < 2:
+        return 0.0
+    return chains * fft_pairs(parameterisation) * 5.0 * N * math.log2(N) / fft_rate()
+
+
+# --------------------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """Memory (bytes) and time (seconds, lower bounds) of a field run; module doc."""
+
+    shape: tuple[int, int, int]
+    chains: int
+    dtype: str
+    algorithm: str
+    leapfrog_steps: int          # L: unrolled steps XLA keeps buffers for
+    arrays: dict[str, int] = field(default_factory=dict)
+    xla_working_set: int = 0
+    program: int = 0             # XLA's compiled program and runtime
+    engine_import: int = ENGINE_IMPORT_BYTES
+    gradient_seconds: float = 0.0
+    gradients_per_step: int = 1  # HMC: L; NUTS: at least 1
+    total_steps: int = 0
+
+    @property
+    def runtime(self) -> int:
+        return self.engine_import + self.program
+
+    @property
+    def total(self) -> int:
+        """Peak resident memory of the engine process for this run."""
+        return sum(self.arrays.values()) + self.xla_working_set + self.runtime
+
+    def needed(self, include_import: bool = True) -> int:
+        """``total``, less TensorFlow's import when an engine process already holds it."""
+        return self.total if include_import else self.total - self.engine_import
+
+    @property
+    def step_seconds(self) -> float:
+        return self.gradient_seconds * self.gradients_per_step
+
+    @property
+    def run_seconds(self) -> float:
+        return self.step_seconds * self.total_steps
+
+    def describe(self) -> str:
+        """One line: memory, its parts, and the time bounds."""
+        parts = ", ".join(f"{name.replace('_', ' ')} {format_bytes(v)}"
+                          for name, v in self.arrays.items())
+        bound = "≥" if self.algorithm == "hmc" else "≥ (NUTS: at least one gradient a step)"
+        return (f"memory ≈ {format_bytes(self.total)} (TensorFlow and XLA "
+                f"{format_bytes(self.runtime)}, XLA buffers "
+                f"{format_bytes(self.xla_working_set)}, {parts}); time {bound} "
+                f"{format_seconds(self.gradient_seconds)} per gradient, "
+                f"{format_seconds(self.run_seconds)} for the run (FFT bound)")
+
+
+def effective_steps(algorithm: str, num_leapfrog_steps: int) -> int:
+    """L of the module docstring."""
+    if algorithm == "nuts":
+        return NUTS_EQUIVALENT_STEPS
+    return num_leapfrog_steps if num_leapfrog_steps <= MAX_UNROLL else LOOPED_STEPS
+
+
+def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: str = "hmc",
+                 num_leapfrog_steps: int = 10, chunk_size: int = 25, thin: int = 5,
+                 num_warmup: int = 0, num_samples: int = 0,
+                 parameterisation: str = "whitened", noise_map: bool = False,
+                 truth: bool = True) -> RunEstimate:
+    """The estimate for a field run on a grid of ``shape`` (see the module docstring)."""
+    shape = tuple(int(n) for n in shape)
+    grid = Grid(shape, 1.0)
+    b = np.dtype(dtype).itemsize
+    c, n = int(chains), grid.n_cells
+    kept = -(-int(chunk_size) // int(thin)) + 1
+    model = grid.memory_estimate(chains=c, dtype=dtype, n_field_draws_kept=kept).total
+    maps = 1 + 1 + int(noise_map) + int(truth)           # data, mask, noise, truth
+    arrays = {
+        "model_state": model,
+        "chunk_copies": 2 * kept * c * n * 4 + 2 * n * 8 + 2 * n * 4,
+        "checkpoint": 2 * (2 * c * n * b + 2 * n * 8),
+        "observed": maps * n * 8 + 3 * n * b + maps * n * 8,
+    }
+    L = effective_steps(algorithm, int(num_leapfrog_steps))
+    return RunEstimate(
+        shape=shape, chains=c, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
+        arrays=arrays, xla_working_set=XLA_BUFFERS_PER_STEP * L * c * n * b,
+        program=PROGRAM_BASE_BYTES + PROGRAM_STEP_BYTES * (L - 1),
+        gradient_seconds=gradient_seconds(shape, c, parameterisation),
+        gradients_per_step=int(num_leapfrog_steps) if algorithm == "hmc" else 1,
+        total_steps=int(num_warmup) + int(num_samples))
+
+
+def estimate_for_config(config, shape) -> RunEstimate:
+    """``estimate_run`` with the settings of a field ``core.config.RunConfig``."""
+    s, f = config.sampler, config.field
+    return estimate_run(shape, chains=s.chains, dtype=f.dtype, algorithm=s.algorithm,
+                        num_leapfrog_steps=s.num_leapfrog_steps, chunk_size=s.chunk_size,
+                        thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
+                        parameterisation=f.parameterisation,
+                        noise_map=config.data.noise_map is not None)
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can give a new process without swapping, or None if unknown.
+
+    Linux: MemAvailable of /proc/meminfo. Elsewhere: free pages from ``os.sysconf``
+    (an underestimate: it leaves out reclaimable caches).
+    """
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    parts = line.split()
+                    return int(parts[1]) * (1024 if parts[2:3] == [b"kB"] else 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM of this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_problem(estimate: RunEstimate, available: int | None = None, *,
+                   include_import: bool = True) -> str | None:
+    """A one-line refusal when the run cannot fit in ``available`` bytes (default: this
+    machine's free memory now), else None. ``include_import=False`` for an engine
+    process that has already imported TensorFlow (the desktop app's)."""
+    if available is None:
+        available = available_memory()
+    need = estimate.needed(include_import)
+    if available is None or need <= available:
+        return None
+    shape = " x ".join(str(n) for n in estimate.shape)
+    hints = []
+    if estimate.chains > 1:
+        hints.append("fewer chains")
+    if estimate.dtype == "float64":
+        hints.append("field.dtype = 'float32'")
+    if estimate.algorithm == "hmc" and estimate.leapfrog_steps > 5:
+        hints.append("fewer leapfrog steps")
+    hints.append("a smaller grid")
+    remedy = (", ".join(hints[:-1]) + " or " if len(hints) > 1 else "") + hints[-1]
+    return (f"the run needs about {format_bytes(need)} ({shape} grid, {estimate.chains} "
+            f"chain{'s' if estimate.chains != 1 else ''}, {estimate.dtype}, "
+            f"{estimate.leapfrog_steps} leapfrog steps) but this machine has "
+            f"{format_bytes(available)} free; use {remedy}")
+
+
+def check_config(config, shape, available: int | None = None, *,
+                 include_import: bool = True) -> RunEstimate:
+    """The estimate of a field run; ResourceError when it cannot fit (``memory_problem``)."""
+    estimate = estimate_for_config(config, shape)
+    problem = memory_problem(estimate, available, include_import=include_import)
+    if problem is not None:
+        raise ResourceError(problem)
+    return estimate
+
+
+# --------------------------------------------------------------------------- text
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,294 @@
+"""Diagnostics of a stored run: the table ``fieldscope summary`` prints and the GUI shows.
+
+numpy only (reads the run store, computes with core.store.diagnostics). Rows: every sampled
+parameter and the log-density, with mean, sd, quantiles, R-hat, bulk and tail ESS;
+then the health of the chains (divergences, acceptance, step size, gradient evaluations
+per effective sample) and, for field runs, the voxel ESS summary and the worst k-shell.
+
+The diagnostics table (``RunSummary.table``, printed by ``fieldscope summary``, written by
+``summary --csv`` and shown by the GUI's diagnostics panel) has one row per quantity
+(each sampled parameter, then ``lp``) and scope: first ``pooled`` (all chains), then
+``chain 0``, ``chain 1``, ... Definitions, all over the post-warmup draws only:
+
+    r_hat, ess_bulk, ess_tail   core.store.diagnostics (rank-normalised split R-hat, bulk / tail
+                                ESS). For one chain, R-hat compares the chain's two halves
+                                (``split_single_chain=True``): a within-chain check of
+                                stationarity; ESS is that chain's own.
+    ess_bulk_per_second         ess_bulk / the wall time of the post-warmup chunks
+                                (``timing.sampling_seconds``, recorded by the engine in the
+                                store's root attributes; nan for stores without it). All
+                                chains run together, so a chain's figure is its ESS over
+                                the same time. The first chunk an engine process runs
+                                includes the XLA compilation (seconds): for a run resumed
+                                during sampling, or a very short one, ESS/s is understated.
+    ess_bulk_per_gradient       ess_bulk / the gradient evaluations (leapfrog steps, the
+                                ``n_steps`` statistic) of the post-warmup draws: summed
+                                over all chains for ``pooled``, the chain's own otherwise.
+    divergences                 divergent post-warmup transitions (total, or the chain's)
+    acceptance                  mean acceptance rate of the post-warmup draws
+    step_size                   the final (adapted) step size; ``pooled``: the mean over
+                                the chains
+    mean, sd, q5, q50, q95, mcse_mean   as ``core.store.diagnostics.ScalarSummary``
+
+Values that need attention (``needs_attention``): R-hat > 1.01, a bulk or tail ESS
+below 100, any divergence.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from core.store import diagnostics as dg
+from core.store.run_store import RunReader
+
+#: R-hat above this, an ESS below ESS_ATTENTION or any divergence needs attention
+RHAT_ATTENTION = 1.01
+ESS_ATTENTION = 100.0
+
+
+@dataclass(frozen=True)
+class DiagnosticsRow:
+    """One row of the diagnostics table: one quantity in one scope (see the module docstring)."""
+
+    scope: str                      # "pooled" or "chain <c>"
+    quantity: str                   # a parameter name or "lp"
+    mean: float
+    sd: float
+    q5: float
+    q50: float
+    q95: float
+    mcse_mean: float
+    ess_bulk: float
+    ess_tail: float
+    r_hat: float
+    ess_bulk_per_second: float
+    ess_bulk_per_gradient: float
+    divergences: int
+    acceptance: float
+    step_size: float
+
+
+#: the table's columns, in order (the CSV header)
+TABLE_COLUMNS = tuple(f.name for f in fields(DiagnosticsRow))
+#: the columns ``fieldscope summary`` prints (and the GUI shows), with their headers
+TEXT_COLUMNS = (("scope", "scope"), ("quantity", "quantity"), ("mean", "mean"), ("sd", "sd"),
+                ("r_hat", "R-hat"), ("ess_bulk", "ESS bulk"), ("ess_tail", "ESS tail"),
+                ("ess_bulk_per_second", "ESS/s"), ("ess_bulk_per_gradient", "ESS/grad"),
+                ("divergences", "div"), ("acceptance", "accept"), ("step_size", "step size"))
+
+
+def format_cell(column: str, value) -> str:
+    """How the summary prints one value of the table (the GUI shows the same text)."""
+    if column in ("scope", "quantity"):
+        return str(value)
+    if column == "divergences":
+        return str(int(value))
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if column == "r_hat":
+        return f"{value:.3f}"
+    if column in ("ess_bulk", "ess_tail"):
+        return f"{value:.0f}"
+    if column == "acceptance":
+        return f"{value:.3f}"
+    if column in ("ess_bulk_per_second", "ess_bulk_per_gradient"):
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
+def needs_attention(column: str, value) -> bool:
+    """Whether a table value is a warning sign: R-hat > 1.01, an ESS < 100, divergences > 0."""
+    if column == "r_hat":
+        return bool(value > RHAT_ATTENTION)           # nan compares False
+    if column in ("ess_bulk", "ess_tail"):
+        return bool(value < ESS_ATTENTION)
+    if column == "divergences":
+        return int(value) > 0
+    return False
+
+
+@dataclass
+class ChainHealth:
+    """One chain's post-warmup health and its own summaries (``rows``, one per quantity)."""
+
+    chain: int
+    rows: list                      # dg.ScalarSummary of this chain's draws alone
+    divergences: int
+    acceptance: float
+    step_size: float                # final step size
+    gradient_evaluations: int       # post-warmup leapfrog steps
+
+
+@dataclass
+class RunSummary:
+    status: str
+    progress: dict
+    rows: list                      # dg.ScalarSummary for parameters and lp
+    divergences: int
+    acceptance: float
+    step_size: list                 # final step size per chain
+    gradient_evaluations: int       # warmup and post-warmup, all chains
+    ess_min: float
+    field: dict | None = None
+    shells: dg.Diagnostics | None = None
+    shell_k: np.ndarray | None = None       # centres of the k-shells of ``shells``
+    chains: list | None = None              # ChainHealth per chain
+    sampling_seconds: float = float("nan")  # wall time of the post-warmup chunks
+    warmup_seconds: float = float("nan")
+    sampling_gradient_evaluations: int = 0  # post-warmup, all chains
+
+    @property
+    def gradients_per_effective_sample(self) -> float:
+        return self.gradient_evaluations / self.ess_min if self.ess_min > 0 else float("nan")
+
+    # -- the diagnostics table ------------------------------------------------------------
+
+    def table(self) -> list[DiagnosticsRow]:
+        """Rows pooled first, then chain by chain; quantities in ``rows`` order."""
+        out = []
+        seconds = self.sampling_seconds
+        pooled_step = float(np.mean(self.step_size)) if self.step_size else float("nan")
+        for row in self.rows:
+            out.append(_table_row("pooled", row, seconds, self.sampling_gradient_evaluations,
+                                  self.divergences, self.acceptance, pooled_step))
+        for ch in self.chains or []:
+            for row in ch.rows:
+                out.append(_table_row(f"chain {ch.chain}", row, seconds, ch.gradient_evaluations,
+                                      ch.divergences, ch.acceptance, ch.step_size))
+        return out
+
+    def table_csv(self) -> str:
+        """The table as CSV (``summary --csv``): header ``TABLE_COLUMNS``, floats at full
+        precision (``repr``), nan as nan."""
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(TABLE_COLUMNS)
+        for row in self.table():
+            writer.writerow([getattr(row, c) if c in ("scope", "quantity", "divergences")
+                             else repr(float(getattr(row, c))) for c in TABLE_COLUMNS])
+        return buf.getvalue()
+
+    def table_text(self) -> str:
+        """The table's ``TEXT_COLUMNS`` aligned (``format_cell``); names left, numbers right."""
+        cells = [[header for _, header in TEXT_COLUMNS]]
+        for row in self.table():
+            cells.append([format_cell(c, getattr(row, c)) for c, _ in TEXT_COLUMNS])
+        widths = [max(len(line[i]) for line in cells) for i in range(len(TEXT_COLUMNS))]
+        lines = []
+        for line in cells:
+            parts = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+            lines.append("  ".join(parts).rstrip())
+        return "\n".join(lines) + "\n"
+
+    def text(self) -> str:
+        p = self.progress
+        lines = [f"status: {self.status}   warmup draws: {p.get('warmup_draws', 0)}   "
+                 f"draws: {p.get('draws', 0)}   field draws: {p.get('field_draws', 0)}"]
+        if self.rows:
+            lines.append(dg.summary_table_text(self.rows))
+        lines.append(f"divergences: {self.divergences}   mean acceptance: {self.acceptance:.3f}   "
+                     f"step size per chain: {', '.join(f'{s:.4g}' for s in self.step_size)}")
+        lines.append(f"gradient evaluations: {self.gradient_evaluations}   "
+                     f"per effective sample (worst quantity): {self.gradients_per_effective_sample:.1f}")
+        if math.isnan(self.sampling_seconds):
+            lines.append("sampling time: not recorded in this store (ESS/s is nan)")
+        else:
+            lines.append(f"sampling time: {self.sampling_seconds:.3g} s post-warmup, "
+                         f"{self.warmup_seconds:.3g} s warmup")
+        if self.rows:
+            lines.append("per chain and pooled (post-warmup draws; chain R-hat compares its halves):")
+            lines.append(self.table_text())
+        if self.field:
+            f = self.field
+            lines.append(f"field: voxel bulk ESS min {f['ess_bulk_min']:.0f}, 5% {f['ess_bulk_p05']:.0f}, "
+                         f"median {f['ess_bulk_median']:.0f}; max voxel R-hat {f['rhat_max']:.3f}")
+        if self.shells:
+            s = self.shells
+            lines.append(f"P(k) shells: max R-hat {_nanmax(s.rhat):.3f}, "
+                         f"min bulk ESS {_nanmin(s.ess_bulk):.0f}")
+        return "\n".join(lines)
+
+
+def _nanmax(a) -> float:
+    a = np.asarray(a, float)
+    return float(np.nanmax(a)) if np.isfinite(a).any() else float("nan")
+
+
+def _nanmin(a) -> float:
+    a = np.asarray(a, float)
+    return float(np.nanmin(a)) if np.isfinite(a).any() else float("nan")
+
+
+def _table_row(scope, row, seconds, gradients, divergences, acceptance, step_size) -> DiagnosticsRow:
+    return DiagnosticsRow(
+        scope=scope, quantity=row.name, mean=row.mean, sd=row.sd, q5=row.q5, q50=row.q50, q95=row.q95,
+        mcse_mean=row.mcse_mean, ess_bulk=row.ess_bulk, ess_tail=row.ess_tail, r_hat=row.rhat,
+        ess_bulk_per_second=float(dg.ess_per_second(row.ess_bulk, seconds)),
+        ess_bulk_per_gradient=float(dg.ess_per_gradient(row.ess_bulk, gradients)),
+        divergences=int(divergences), acceptance=float(acceptance), step_size=float(step_size))
+
+
+def _seconds(timing, key: str) -> float:
+    try:
+        value = float(timing[key])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+    return value if math.isfinite(value) and value >= 0 else float("nan")
+
+
+def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool = True) -> RunSummary:
+    """The summary of the run store in ``run_dir`` (also while another process writes it:
+    only the draws its ``progress`` counts are read).
+
+    ``field_diagnostics=False`` skips the voxel-wise ESS of the field draws (it reads up to
+    ``field_draw_limit`` whole fields; the GUI's live panel leaves it out). The k-shell
+    diagnostics of the stored P(k) draws are always computed (they are small).
+    Raises ``core.store.run_store.RunStoreError`` when ``run_dir`` holds no readable store.
+    """
+    reader = RunReader(run_dir)
+    progress = reader.progress
+    draws = {name: reader.param(name) for name in reader.param_names}
+    lp = reader.stat("lp")
+    draws["lp"] = lp
+    has_draws = lp.shape[1] > 0
+    rows = dg.summarize(draws) if has_draws else []
+    diverging = reader.stat("diverging")
+    post_steps = reader.stat("n_steps")
+    n_steps = np.concatenate([reader.stat("n_steps", warmup=True), post_steps], axis=1)
+    acceptance = reader.stat("acceptance_rate")
+    step = reader.stat("step_size")
+    ess = [r.ess_bulk for r in rows] + [r.ess_tail for r in rows]
+    ess_min = float(np.nanmin(ess)) if ess and np.isfinite(ess).any() else float("nan")
+    chains = []
+    if has_draws:
+        for c in range(lp.shape[0]):
+            one = {name: value[c:c + 1] for name, value in draws.items()}
+            chains.append(ChainHealth(
+                chain=c, rows=dg.summarize(one, split_single_chain=True),
+                divergences=int(diverging[c].sum()), acceptance=float(np.mean(acceptance[c])),
+                step_size=float(step[c, -1]), gradient_evaluations=int(post_steps[c].sum())))
+    timing = reader.attrs.get("timing") or {}
+    summary = RunSummary(
+        status=reader.status, progress=progress, rows=rows,
+        divergences=int(diverging.sum()),
+        acceptance=float(np.mean(acceptance)) if acceptance.size else float("nan"),
+        step_size=[float(v) for v in step[:, -1]] if step.size else [],
+        gradient_evaluations=int(n_steps.sum()), ess_min=ess_min, chains=chains,
+        sampling_seconds=_seconds(timing, "sampling_seconds"),
+        warmup_seconds=_seconds(timing, "warmup_seconds"),
+        sampling_gradient_evaluations=int(post_steps.sum()))
+    if reader.has_field and progress.get("field_draws", 0) >= 4:
+        n = progress["field_draws"]
+        if field_diagnostics:
+            take = slice(max(0, n - field_draw_limit), n)
+            summary.field = dg.field_ess_summary(reader.field_draws(draws=take))
+        k, _, power = reader.powers()
+        summary.shells = dg.shell_diagnostics(power)
+        summary.shell_k = k
+    return summary

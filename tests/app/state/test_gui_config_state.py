@@ -1,0 +1,138 @@
+"""The config state behind the panels: plain Python, no Qt (napari's model tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.state.config_state import ConfigState, key_of_error, parse_number
+from core.config import ConfigError, load_config
+from core.demo import write_demo
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return write_demo(tmp_path_factory.mktemp("demo"))
+
+
+def test_a_config_file_round_trips_through_the_state(demo, tmp_path):
+    state = ConfigState.from_file(demo["field_config"])
+    assert state.validate() == {} and not state.modified and state.ignored == []
+    assert state["prior.index.sampled"] and state["prior.index.loc"] == -1.5
+    assert state["data.noise"] == "sigma" and state["data.mask"] == "mask"
+    out = state.save(demo["field_config"].parent / "copy.toml")
+    assert load_config(out) == load_config(demo["field_config"])
+    integral = ConfigState.from_file(demo["integral_config"])
+    assert integral.validate() == {}
+    assert integral.config() == load_config(demo["integral_config"])
+
+
+def test_callbacks_fire_on_change_only_and_once_per_batch(demo):
+    state = ConfigState.from_file(demo["field_config"])
+    seen, batches = [], []
+    state.connect("sampler.chains", seen.append)
+    state.connect_any(batches.append)
+    state["sampler.chains"] = 2          # unchanged: no callback
+    state["sampler.chains"] = 4
+    with state.batch():
+        state["sampler.seed"] = 1
+        state["sampler.thin"] = 3
+    assert seen == [4]
+    assert batches == [{"sampler.chains"}, {"sampler.seed", "sampler.thin"}]
+    assert state.modified
+
+
+def test_every_bad_key_is_reported_with_a_message_naming_it(demo):
+    state = ConfigState.from_file(demo["field_config"])
+    state["sampler.num_warmup"] = parse_number("-1")
+    state["sampler.step_size"] = parse_number("fast")
+    state["prior.index.scale"] = -0.3
+    state["grid.box_size"] = [100.0, -2.0, 100.0]
+    errors = state.validate()
+    assert set(errors) == {"sampler.num_warmup", "sampler.step_size", "prior.index",
+                           "grid.box_size"}
+    for key, message in errors.items():
+        assert message.startswith(key), message
+    assert "'fast'" in errors["sampler.step_size"] or '"fast"' in errors["sampler.step_size"]
+    with pytest.raises(ConfigError, match="sampler.num_warmup"):
+        state.to_toml()
+
+
+def test_files_are_checked_by_their_headers(demo, tmp_path):
+    state = ConfigState.from_file(demo["field_config"])
+    state["data.key"] = "nothing"
+    assert "has no array 'nothing'" in state.validate()["data.key"]
+    state["data.key"] = "data"
+    state["data.mask"] = "masque"
+    assert "data.mask" in state.validate()
+    state["data.mask"] = "mask"
+    state["data.path"] = "missing.npz"
+    assert "no such file" in state.validate()["data.path"]
+    (tmp_path / "broken.npz").write_bytes(b"this is not a zip archive at all")
+    state["data.path"] = str(tmp_path / "broken.npz")
+    assert "broken.npz" in state.validate()["data.path"]
+    state["data.path"] = "demo_field.npz"
+    assert state.validate() == {} and state.data_shape() == (32, 32, 32)
+
+
+def test_hyperparameters_keep_both_halves_when_toggled(demo):
+    state = ConfigState.from_file(demo["field_config"])
+    state.set_sampled("index", False)        # fixed at the prior's centre
+    assert state.hyper_value("index") == -1.5
+    state["prior.index.value"] = -1.2
+    state.set_sampled("index", True)
+    assert state.hyper_value("index") == {"dist": "normal", "loc": -1.5, "scale": 0.3}
+    state.set_sampled("index", False)
+    assert state.hyper_value("index") == -1.2
+    state.set_sampled("amplitude", True)     # centred on the fixed value; scale to give
+    assert state.hyper_value("amplitude") == {"dist": "normal", "loc": 2000.0}
+    assert "needs 'scale'" in state.validate()["prior.amplitude"]
+    state["prior.amplitude.dist"] = "lognormal"
+    state["prior.amplitude.loc"] = 7.6
+    state["prior.amplitude.scale"] = 0.5
+    assert state.validate() == {}
+
+
+def test_only_the_keys_that_apply_are_written(demo):
+    state = ConfigState.from_file(demo["field_config"])
+    state["likelihood.kind"] = "poisson_lognormal"
+    doc = state.document()
+    assert "noise_sigma" not in doc["data"] and doc["likelihood"]["mean_count"] == 1.0
+    state["likelihood.kind"] = "gaussian"
+    state["data.noise"] = "map"
+    state["data.noise_map"] = "noise"
+    assert state.document()["data"]["noise_map"] == "noise"
+    assert state.validate() == {}
+    state["prior.kind"] = "power_law"
+    assert "cutoff_scale" not in state.document()["prior"]
+    state["prior.kind"] = "power_law_cutoff"       # the value was kept
+    assert state.document()["prior"]["cutoff_scale"] == 4.0
+
+
+def test_a_file_with_bad_values_loads_and_says_what_is_wrong(tmp_path, demo):
+    text = demo["field_config"].read_text().replace("chains = 2", "chains = 0")
+    text = text.replace("[sampler]", "[sampler]\nturbo = true")
+    path = demo["field_config"].parent / "bad.toml"
+    path.write_text(text)
+    state = ConfigState.from_file(path)
+    assert state.ignored == ["sampler.turbo"]
+    assert set(state.validate()) == {"sampler.chains"}
+    (tmp_path / "syntax.toml").write_text("[sampler\nchains = 2\n")
+    with pytest.raises(ConfigError, match="syntax.toml: TOML syntax error"):
+        ConfigState.from_file(tmp_path / "syntax.toml")
+
+
+def test_saving_elsewhere_keeps_the_data_reachable(demo, tmp_path):
+    state = ConfigState.from_file(demo["field_config"])
+    target = tmp_path / "elsewhere" / "run.toml"
+    target.parent.mkdir()
+    state.save(target)
+    assert load_config(target).data_path == demo["field_data"]
+    state.save(demo["field_config"].parent / "back.toml")
+    assert state["data.path"] == "demo_field.npz"
+
+
+def test_error_keys():
+    assert key_of_error("grid.box_size[1]: must be positive") == "grid.box_size"
+    assert key_of_error("prior.A.dist: must be a name") == "prior.A"
+    assert key_of_error("[data] key 'noise_sigma' does not apply") == "data.noise_sigma"
+    assert key_of_error("missing table [data]") == "config"

@@ -1,0 +1,509 @@
+"""Tests of core.config: parsing, defaults, validation messages, TOML round trips, fuzz."""
+
+import ast
+import math
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core import config as C
+from core.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+RESOURCES = ROOT / "resources"
+
+FIELD = """
+[model]
+kind = "field"
+[data]
+path = "data.npz"
+"""
+INTEGRAL = """
+[model]
+kind = "integral"
+[data]
+path = "series.csv"
+"""
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_import_pulls_in_neither_tensorflow_nor_qt():
+    code = ("import sys, core.config as c; c.default_config('field'); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'PySide6', 'PyQt5', 'PyQt6', 'pyqtgraph', 'vispy', 'scipy')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # An integral config needs the integral model's prior registry (scipy), still no TF.
+    code = ("import sys, core.config as c; c.default_config('integral'); "
+            "assert 'tensorflow' not in sys.modules; assert 'PySide6' not in sys.modules")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", ["demo_field.toml", "demo_integral.toml"])
+def test_example_configs_parse_and_round_trip(name):
+    cfg = C.load_config(RESOURCES / name)
+    assert cfg.base_dir == RESOURCES
+    assert cfg.data_path == RESOURCES / cfg.data.path
+    assert C.parse_config(C.dump_config(cfg), base_dir=cfg.base_dir) == cfg
+
+
+def test_demo_field_values():
+    cfg = C.load_config(RESOURCES / "demo_field.toml")
+    assert cfg.prior.index == C.Distribution("normal", loc=-2.0, scale=0.5)
+    assert cfg.prior.amplitude == 1.0 and cfg.data.mask == "mask"
+    assert cfg.grid.box_size == (100.0, 100.0, 100.0) and cfg.grid.unit == "Mpc/h"
+    assert cfg.integral is None
+
+
+def test_defaults_are_filled():
+    cfg = C.parse_config(FIELD, base_dir="/tmp/run")
+    assert cfg.sampler == C.SamplerSection()
+    assert cfg.sampler.num_warmup == 200 and cfg.sampler.chunk_size == 25
+    assert cfg.field == C.FieldSection("whitened", "float32")
+    assert cfg.likelihood == C.LikelihoodSection("gaussian", 0.0, 0.0, None)
+    assert cfg.data == C.DataSection("data.npz", "data", 1.0, None, None)
+    assert cfg.prior.kind == "power_law" and cfg.prior.k_pivot == 0.1
+    assert cfg.prior.cutoff_scale is None
+    assert cfg.resolve_path("x.npy") == Path("/tmp/run/x.npy")
+    assert cfg.resolve_path("/abs/x.npy") == Path("/abs/x.npy")
+    assert C.default_config("field", "data.npz", base_dir="/tmp/run") == cfg
+
+    icfg = C.parse_config(INTEGRAL)
+    assert icfg.integral == C.IntegralSection(refine=8)
+    assert icfg.grid is icfg.likelihood is icfg.field is None
+    assert icfg.prior.sigma == C.Distribution("halfnormal", scale=1.0)
+    assert icfg.prior.kind is None
+    assert C.default_config("integral") == icfg
+
+
+def test_model_kind_defaults_to_field():
+    assert C.parse_config('[data]\npath = "d.npy"\n').model.kind == "field"
+
+
+def test_kind_specific_keys():
+    cfg = C.parse_config(FIELD + '[prior]\nkind = "power_law_cutoff"\n'
+                         'cutoff_scale = { dist = "uniform", low = 0.0, high = 5.0 }\n')
+    assert cfg.prior.cutoff_scale == C.Distribution("uniform", low=0.0, high=5.0)
+    cfg = C.parse_config(FIELD + '[prior]\nkind = "table"\ntable = "pk.txt"\n')
+    assert cfg.prior.table == "pk.txt" and cfg.prior.index is None
+    cfg = C.parse_config(FIELD.replace('path = "data.npz"', 'path = "d.h5"\nnoise_map = "n"')
+                         + "[grid]\nbox_size = [1, 2.5, 3]\n")
+    assert cfg.data.noise_map == "n" and cfg.data.noise_sigma is None
+    assert cfg.grid.box_size == (1.0, 2.5, 3.0)
+    cfg = C.parse_config(FIELD + '[likelihood]\nkind = "poisson_lognormal"\n')
+    assert cfg.likelihood.mean_count == 1.0 and cfg.data.noise_sigma is None
+    # a fixed value written as {value = x} is normalised to the number
+    cfg = C.parse_config(FIELD + "[prior]\nindex = { value = -1.5 }\n")
+    assert cfg.prior.index == -1.5
+    for text in (FIELD, INTEGRAL, C.dump_config(cfg)):
+        c = C.parse_config(text)
+        assert C.parse_config(C.dump_config(c)) == c
+
+
+def test_integral_noise_sigma_is_a_fixed_sigma():
+    cfg = C.parse_config(INTEGRAL + "noise_sigma = 0.5\n[prior]\nc = 0\n")
+    assert cfg.prior.sigma == 0.5 and cfg.prior.c == 0.0 and isinstance(cfg.prior.c, float)
+    assert "sigma = 0.5" in C.dump_config(cfg)
+    assert C.parse_config(C.dump_config(cfg)) == cfg
+
+
+def test_load_config_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        C.load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"[model]\nkind = \xff\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: not UTF-8"):
+        C.load_config(bad)
+    bad.write_text(FIELD + "[sampler]\nnum_warmup = -5\n")
+    with pytest.raises(ConfigError) as info:
+        C.load_config(bad)
+    assert str(info.value) == (f"{bad}: sampler.num_warmup: must be a non-negative integer, "
+                               "got -5 (an integer)")
+    bad.write_text("[model]\nkind = \"field\"\n[data]\npath = 'x.npz\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: TOML syntax error: .*end of document, "
+                       r"line 4"):
+        C.load_config(bad)
+    bad.write_text("[model]\nkind = \"field\"\n[data]\npath = x.npz\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: TOML syntax error: Invalid value "
+                       r"\(at line 4, column 8\)"):
+        C.load_config(bad)
+
+
+def test_registries_agree_with_the_model_modules():
+    from core import integral as integral_model
+    assert C.INTEGRAL_PARAMETERS == integral_model.PARAMETERS
+    # core.engine.field_density imports TensorFlow; read its constant from the source instead.
+    tree = ast.parse((ROOT / "core" / "engine" / "field_density.py").read_text())
+    found = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+             and any(getattr(t, "id", None) == "PARAMETERISATIONS" for t in node.targets)]
+    assert found == [C.PARAMETERISATIONS]
+
+
+# --------------------------------------------------------------------------- bad input
+
+F = FIELD
+I = INTEGRAL
+BAD = [
+    # (document, expected substring of the message)
+    (F + "[sampler]\nnum_warmpu = 3\n",
+     "[sampler] unknown key 'num_warmpu' (did you mean 'num_warmup'?)"),
+    (F + "[sampler]\nzzz = 3\n", "[sampler] unknown key 'zzz' (allowed:"),
+    (F + "[samplr]\nseed = 1\n", "unknown table [samplr] (did you mean [sampler]?)"),
+    (F + "[extra]\n", "unknown table [extra]"),
+    ("verbose = true\n" + F, "unknown top-level key 'verbose'"),
+    ("sampler = 3\n" + F, "sampler: must be a table [sampler], got 3"),
+    (F + "[sampler]\nnum_warmup = -5\n",
+     "sampler.num_warmup: must be a non-negative integer, got -5"),
+    (F + "[sampler]\nnum_samples = 0\n", "sampler.num_samples: must be a positive integer"),
+    (F + "[sampler]\nnum_samples = \"10\"\n", "sampler.num_samples: must be a positive integer, "
+     'got "10" (a string)'),
+    (F + "[sampler]\nnum_samples = 10.0\n", "sampler.num_samples: must be a positive integer"),
+    (F + "[sampler]\nchains = true\n", "sampler.chains: must be a positive integer, got true"),
+    (F + "[sampler]\nchains = 0\n", "sampler.chains"),
+    (F + "[sampler]\nthin = 0\n", "sampler.thin"),
+    (F + "[sampler]\nchunk_size = -1\n", "sampler.chunk_size"),
+    (F + "[sampler]\nnum_leapfrog_steps = 0\n", "sampler.num_leapfrog_steps"),
+    (F + "[sampler]\nseed = -1\n", "sampler.seed: must be a non-negative integer"),
+    (F + "[sampler]\nseed = 1.5\n", "sampler.seed"),
+    (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number"),
+    (F + "[sampler]\nstep_size = inf\n", "sampler.step_size"),
+    (F + "[sampler]\nstep_size = nan\n", "sampler.step_size"),
+    (F + "[sampler]\nstep_size = false\n", "sampler.step_size: must be a positive finite number, "
+     "got false (a boolean)"),
+    (F + "[sampler]\ntarget_accept = 1\n", "sampler.target_accept: must be a number strictly "
+     "between 0 and 1"),
+    (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept"),
+    (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false"),
+    (F + "[sampler]\nalgorithm = \"nutz\"\n", "sampler.algorithm: must be one of 'hmc', 'nuts', "
+     "got \"nutz\" (a string) (did you mean 'nuts'?)"),
+    (F + "[model]\n", "Cannot declare"),     # TOML syntax: table declared twice
+    ("[model]\nkind = \"fields\"\n[data]\npath = \"d.npz\"\n",
+     "model.kind: must be one of 'field', 'integral'"),
+    ("[model]\nkind = \"field\"\n", "data.path: missing"),
+    ("[model]\nkind = \"field\"\n[data]\nkey = \"x\"\n", "data.path: missing"),
+    (F.replace('"data.npz"', '""'), "data.path: must not be empty"),
+    (F.replace('"data.npz"', "3"), "data.path: must be a string, got 3"),
+    (F.replace('"data.npz"', '"data.csv"'), "data.path: 'data.csv' has extension '.csv'; "
+     "accepted: .npy, .npz, .h5, .hdf5"),
+    (I.replace('"series.csv"', '"s.npz"'), "accepted: .csv, .txt, .dat"),
+    (F.replace('"data.npz"', '"data"'), "extension '(none)'"),
+    (F + "noise_sigma = 0\n", "data.noise_sigma: must be a positive finite number"),
+    (F + "noise_sigma = 1.0\nnoise_map = \"n\"\n", "data.noise_map: give either"),
+    (F + "mask = true\n", "data.mask: must be a string, got true"),
+    (F + "[likelihood]\nkind = \"poisson_lognormal\"\n[data]\n", "Cannot declare"),
+    (F + "noise_sigma = 2.0\n[likelihood]\nkind = \"poisson_lognormal\"\n",
+     "[data] key 'noise_sigma' does not apply to likelihood.kind = 'poisson_lognormal'"),
+    (F + "[likelihood]\nmean_count = 3.0\n",
+     "[likelihood] key 'mean_count' applies only to likelihood.kind = 'poisson_lognormal'"),
+    (F + "[likelihood]\nkind = \"poisson_lognormal\"\nmean_count = 0\n",
+     "likelihood.mean_count: must be a positive finite number"),
+    (F + "[likelihood]\nsmoothing_scale = -1.0\n", "likelihood.smoothing_scale: must be a "
+     "finite number >= 0"),
+    (F + "[likelihood]\nkind = \"gauss\"\n", "likelihood.kind: must be one of"),
+    (F + "[likelihood]\nfield_mean = \"0\"\n", "likelihood.field_mean: must be a finite number"),
+    (F + "[grid]\nbox_size = 0\n", "grid.box_size: must be a positive finite number"),
+    (F + "[grid]\nbox_size = [1.0, 2.0]\n", "grid.box_size: must be one number or a list of "
+     "three"),
+    (F + "[grid]\nbox_size = [1.0, -2.0, 3.0]\n", "grid.box_size[1]: must be a positive"),
+    (F + "[grid]\nbox_size = \"100\"\n", "grid.box_size: must be one number or a list of three"),
+    (F + "[grid]\nbox_size = inf\n", "grid.box_size"),
+    (F + "[grid]\nunit = 3\n", "grid.unit: must be a string"),
+    (F + "[field]\ndtype = \"float16\"\n", "field.dtype: must be one of 'float32', 'float64'"),
+    (F + "[field]\nparameterisation = \"whitend\"\n", "(did you mean 'whitened'?)"),
+    (F + "[field]\nparameterization = \"whitened\"\n",
+     "[field] unknown key 'parameterization' (did you mean 'parameterisation'?)"),
+    (F + "[prior]\nindex = { dist = \"gamma\", loc = 0.0, scale = 1.0 }\n",
+     "prior.index: prior of 'index': unknown dist 'gamma'"),
+    (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, sigma = 1.0 }\n",
+     "prior.index: prior of 'index': unknown key 'sigma'"),
+    (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0 }\n", "prior.index: prior of 'index': "
+     "dist 'normal' needs 'scale'"),
+    (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, scale = -1.0 }\n", "prior.index"),
+    (F + "[prior]\nindex = { dist = 3 }\n", "prior.index"),
+    (F + "[prior]\nindex = { dist = [1] }\n", "prior.index"),
+    (F + "[prior]\nindex = \"flat\"\n", "prior.index"),
+    (F + "[prior]\namplitude = { dist = \"halfnormal\", scale = 1.0 }\n", "prior.amplitude"),
+    (F + "[prior]\namplitude = -1.0\n", "prior.amplitude: power_law amplitude = -1.0: must be "
+     "positive"),
+    (F + "[prior]\nk_pivot = { dist = \"normal\", loc = 0.1, scale = 0.01 }\n",
+     "prior.k_pivot: must be a number (a fixed convention, never sampled)"),
+    (F + "[prior]\nk_pivot = 0\n", "prior.k_pivot"),
+    (F + "[prior]\ncutoff_scale = 1.0\n",
+     "[prior] key 'cutoff_scale' applies only to prior.kind = 'power_law_cutoff'"),
+    (F + "[prior]\nkind = \"power_law_cutoff\"\ncutoff_scale = -1.0\n", "prior.cutoff_scale"),
+    (F + "[prior]\nkind = \"table\"\n", "prior.table: missing"),
+    (F + "[prior]\nkind = \"table\"\ntable = \"pk.txt\"\nindex = 1.0\n",
+     "[prior] key 'index' does not apply to prior.kind = 'table'"),
+    (F + "[prior]\ntable = \"pk.txt\"\n", "[prior] key 'table' applies only to prior.kind = "
+     "'table'"),
+    (F + "[prior]\nkind = \"powerlaw\"\n", "(did you mean 'power_law'?)"),
+    (F + "[prior]\nA = 1.0\n", "[prior] key 'A' applies only to the integral model"),
+    (F + "[integral]\nrefine = 4\n", "[integral] applies only to model.kind = 'integral'"),
+    (I + "[grid]\nbox_size = 1.0\n", "[grid] applies only to model.kind = 'field'"),
+    (I + "[field]\n", "[field] applies only"),
+    (I + "[likelihood]\n", "[likelihood] applies only"),
+    (I + "key = \"data\"\n", "[data] key 'key' applies only to the field model"),
+    (I + "[integral]\nrefine = 0\n", "integral.refine: must be a positive integer, got 0"),
+    (I + "[integral]\nrefine = true\n", "integral.refine: must be a positive integer, got true"),
+    (I + "[integral]\nrefin = 2\n", "(did you mean 'refine'?)"),
+    (I + "[prior]\nA = { dist = \"gamma\", loc = 0.0, scale = 1.0 }\n",
+     "prior.A: unknown dist 'gamma'"),
+    (I + "[prior]\nA = { loc = 0.0, scale = 1.0 }\n", "prior.A: a prior mapping needs a 'dist'"),
+    (I + "[prior]\nA = { dist = \"normal\", loc = 0.0, scale = 1.0, low = 0.0 }\n",
+     "prior.A: normal prior takes ['loc', 'scale']; unknown ['low']"),
+    (I + "[prior]\nA = { dist = [1] }\n", "prior.A.dist: must be a name"),
+    (I + "[prior]\nc = \"zero\"\n", "prior.c: must be a number (fixed) or a prior table"),
+    (I + "[prior]\nc = true\n", "prior.c: must be a number"),
+    (I + "[prior]\nsigma = -1.0\n", "prior.sigma: the noise sd must be > 0"),
+    (I + "[prior]\nsigma = { dist = \"normal\", loc = 1.0, scale = 1.0 }\n",
+     "prior.sigma: a normal prior allows sigma <= 0"),
+    (I + "[prior]\nsigma = { dist = \"uniform\", low = -1.0, high = 1.0 }\n", "prior.sigma: "
+     "uniform low = -1.0 < 0"),
+    (I + "[prior]\nB = 1.0\n", "[prior] unknown key 'B'"),
+    (I + "[prior]\nkind = \"power_law\"\n", "[prior] key 'kind' applies only to the field model"),
+    (I + "noise_sigma = -2\n", "data.noise_sigma: must be a positive finite number, got -2"),
+    (I + "noise_sigma = 1.0\n[prior]\nsigma = 1.0\n", "data.noise_sigma: give either"),
+    (F + "[sampler]\nseed = 99999999999999999999\n", "sampler.seed: must be a non-negative integer"),
+    ("x = \n", "TOML syntax error: Invalid value (at line 1, column 5)"),
+    ("[model\nkind = 1\n", "TOML syntax error"),
+    ("a = 1\na = 2\n", "line 2"),
+    ("v = " + "9" * 5000 + "\n", "TOML value error"),
+    ("v = " + "[" * 50000 + "\n", "TOML"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_names_the_key(text, expected):
+    with pytest.raises(ConfigError) as info:
+        C.parse_config(text)
+    assert expected in str(info.value), str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+# --------------------------------------------------------------------------- round trips
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+positive = st.floats(min_value=1e-300, max_value=1e300)
+distribution = st.one_of(
+    st.builds(lambda a, b: {"dist": "normal", "loc": a, "scale": b}, finite, positive),
+    st.builds(lambda a, b: {"dist": "lognormal", "loc": a, "scale": b}, finite, positive),
+    st.builds(lambda a, w: {"dist": "uniform", "low": a, "high": a + w},
+              st.floats(-1e6, 1e6), st.floats(1e-3, 1e6)),
+)
+sampler = st.fixed_dictionaries({}, optional={
+    "algorithm": st.sampled_from(C.ALGORITHMS),
+    "num_warmup": st.integers(0, 2**63 - 1),
+    "num_samples": st.integers(1, 10**9),
+    "num_leapfrog_steps": st.integers(1, 1000),
+    "step_size": positive,
+    "target_accept": st.floats(1e-9, 1 - 1e-9),
+    "adapt_mass_matrix": st.booleans(),
+    "chains": st.integers(1, 64),
+    "seed": st.integers(0, 2**63 - 1),
+    "thin": st.integers(1, 100),
+    "chunk_size": st.integers(1, 10**6),
+})
+text = st.text(max_size=30).filter(lambda s: s.strip())
+
+
+@st.composite
+def field_documents(draw):
+    kind = draw(st.sampled_from(["power_law", "power_law_cutoff", "table"]))
+    if kind == "table":
+        prior = {"kind": kind, "table": draw(text)}
+    else:
+        prior = {"kind": kind, "k_pivot": draw(positive),
+                 "amplitude": draw(st.one_of(positive, distribution)),
+                 "index": draw(st.one_of(finite, distribution))}
+        if kind == "power_law_cutoff":
+            prior["cutoff_scale"] = draw(st.one_of(st.floats(0, 1e6), distribution))
+    likelihood_kind = draw(st.sampled_from(["gaussian", "poisson_lognormal"]))
+    data = {"path": draw(text) + draw(st.sampled_from(C.FIELD_DATA_EXTENSIONS + (".NPZ",))),
+            "key": draw(text)}
+    likelihood = {"kind": likelihood_kind, "smoothing_scale": draw(st.floats(0, 1e6)),
+                  "field_mean": draw(finite)}
+    if likelihood_kind == "gaussian":
+        data.update(draw(st.one_of(st.fixed_dictionaries({"noise_sigma": positive}),
+                                   st.fixed_dictionaries({"noise_map": text}))))
+    else:
+        likelihood["mean_count"] = draw(positive)
+    if draw(st.booleans()):
+        data["mask"] = draw(text)
+    box = draw(st.one_of(positive, st.lists(positive, min_size=3, max_size=3)))
+    return {"model": {"kind": "field"}, "data": data,
+            "grid": {"box_size": box, "unit": draw(st.text(max_size=10))},
+            "prior": prior, "likelihood": likelihood,
+            "field": {"parameterisation": draw(st.sampled_from(C.PARAMETERISATIONS)),
+                      "dtype": draw(st.sampled_from(C.DTYPES))},
+            "sampler": draw(sampler)}
+
+
+integral_prior = st.one_of(
+    finite, distribution,
+    st.builds(lambda s: {"dist": "halfnormal", "scale": s}, positive))
+sigma_prior = st.one_of(
+    positive,
+    st.builds(lambda s: {"dist": "halfnormal", "scale": s}, positive),
+    st.builds(lambda a, b: {"dist": "lognormal", "loc": a, "scale": b}, finite, positive),
+    st.builds(lambda a, w: {"dist": "uniform", "low": a, "high": a + w},
+              st.floats(0, 1e6), st.floats(1e-3, 1e6)))
+
+
+@st.composite
+def integral_documents(draw):
+    return {"model": {"kind": "integral"},
+            "data": {"path": draw(text) + draw(st.sampled_from(C.INTEGRAL_DATA_EXTENSIONS))},
+            "integral": {"refine": draw(st.integers(1, 10**6))},
+            "prior": {"A": draw(integral_prior), "c": draw(integral_prior),
+                      "sigma": draw(sigma_prior)},
+            "sampler": draw(sampler)}
+
+
+documents = st.one_of(field_documents(), integral_documents())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents)
+def test_dump_parse_round_trip(document):
+    cfg = C.config_from_dict(document, base_dir="/runs/a")
+    text = C.dump_config(cfg)
+    again = C.parse_config(text, base_dir="/runs/a")
+    assert again == cfg
+    assert C.dump_config(again) == text
+    assert C.config_from_dict(C.config_to_dict(cfg), "/runs/a") == cfg
+    # every value the user gave survives exactly (floats bit for bit)
+    out = C.config_to_dict(cfg)
+    for table, entries in document.items():
+        for key, value in entries.items():
+            if table == "grid" and key == "box_size" or table == "data" and key == "noise_sigma" \
+                    and document["model"]["kind"] == "integral":
+                continue
+            assert out[table][key] == value, (table, key)
+
+
+# arbitrary TOML-able documents, for the serializer alone
+scalars = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1),
+                    st.floats(allow_nan=False), st.text())
+keys = st.text(max_size=8)
+values = st.recursive(scalars | st.lists(scalars, max_size=4),
+                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                          keys, inner, max_size=3), max_leaves=12)
+toml_documents = st.dictionaries(keys, values | st.dictionaries(keys, values, max_size=4),
+                                 max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(toml_documents)
+def test_to_toml_round_trips_through_tomllib(document):
+    assert tomllib.loads(C.to_toml(document)) == document
+
+
+def test_to_toml_details():
+    doc = {"s": 'a"b\\c\n\t\x00\x7f\u00e9\U0001f600', "f": [0.1, -0.0, 1e300, 5e-324, 1e16],
+           "i": [0, -2**63, 2**63 - 1], "t": {"x y": {"nested": {"deep": True}}, "e": {}}}
+    text = C.to_toml(doc)
+    back = tomllib.loads(text)
+    assert back == doc
+    assert math.copysign(1.0, back["f"][1]) == -1.0
+    special = tomllib.loads(C.to_toml({"v": [math.inf, -math.inf, math.nan]}))["v"]
+    assert special[:2] == [math.inf, -math.inf] and math.isnan(special[2])
+    with pytest.raises(ValueError):
+        C.to_toml({"big": 2**63})
+    with pytest.raises(ValueError):
+        C.to_toml({"s": "\ud800"})
+    with pytest.raises(TypeError):
+        C.to_toml({"o": object()})
+    # a key that ends in a newline is not bare ("$" would have matched before the newline)
+    assert tomllib.loads(C.to_toml({"0\n": {"a\n": 1}})) == {"0\n": {"a\n": 1}}
+
+
+# --------------------------------------------------------------------------- fuzz
+
+FUZZ_COUNT = {"documents": 0, "mutations": 0, "text": 0, "parsed": 0, "rejected": 0}
+
+
+def _parse_or_config_error(text):
+    try:
+        C.parse_config(text)
+    except ConfigError as exc:
+        assert str(exc)
+        FUZZ_COUNT["rejected"] += 1
+    else:
+        FUZZ_COUNT["parsed"] += 1
+
+
+fuzz_scalars = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(),
+                         st.text(max_size=12), st.sampled_from(
+                             ["field", "integral", "normal", "halfnormal", "uniform", "table",
+                              "power_law_cutoff", "poisson_lognormal", "nuts", "d.npz",
+                              "s.csv", "dist", ""]))
+fuzz_keys = st.one_of(st.sampled_from(
+    ["model", "data", "grid", "prior", "likelihood", "field", "sampler", "integral", "kind",
+     "path", "key", "noise_sigma", "noise_map", "mask", "box_size", "unit", "k_pivot",
+     "amplitude", "index", "cutoff_scale", "table", "smoothing_scale", "field_mean",
+     "mean_count", "parameterisation", "dtype", "algorithm", "num_warmup", "seed",
+     "step_size", "target_accept", "refine", "A", "c", "sigma", "dist", "loc", "scale",
+     "low", "high", "value"]), st.text(max_size=6))
+fuzz_values = st.recursive(fuzz_scalars | st.lists(fuzz_scalars, max_size=4),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                               fuzz_keys, inner, max_size=4), max_leaves=10)
+fuzz_documents = st.dictionaries(
+    fuzz_keys, st.dictionaries(fuzz_keys, fuzz_values, max_size=6) | fuzz_values, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fuzz_documents)
+def test_fuzz_random_documents(document):
+    FUZZ_COUNT["documents"] += 1
+    _parse_or_config_error(C.to_toml(document))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents, st.data())
+def test_fuzz_mutated_valid_documents(document, data):
+    """A valid document with one entry replaced, removed or added: deep validation paths."""
+    FUZZ_COUNT["mutations"] += 1
+    table = data.draw(st.sampled_from(sorted(document)))
+    action = data.draw(st.sampled_from(["replace", "remove", "add", "replace_table"]))
+    entries = dict(document[table])
+    if action == "replace_table":
+        document[table] = data.draw(fuzz_values)
+    elif action == "add" or not entries:
+        entries[data.draw(fuzz_keys)] = data.draw(fuzz_values)
+        document[table] = entries
+    else:
+        key = data.draw(st.sampled_from(sorted(entries)))
+        if action == "remove":
+            del entries[key]
+        else:
+            entries[key] = data.draw(fuzz_values)
+        document[table] = entries
+    _parse_or_config_error(C.to_toml(document))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(max_size=200),
+                 st.binary(max_size=200).map(lambda b: b.decode("utf-8", errors="replace")),
+                 st.lists(st.sampled_from(["[model]", "[data]", "[prior]", "kind = ", "path = ",
+                                           '"field"', '"d.npz"', "1", "{", "}", "[", "]", "=",
+                                           "\n", "'", '"', ",", "dist", "inf", "true"]),
+                          max_size=30).map("".join)))
+def test_fuzz_random_text(text):
+    FUZZ_COUNT["text"] += 1
+    _parse_or_config_error(text)
+
+
+def test_zz_report_fuzz_counts(capsys):
+    with capsys.disabled():
+        print(f"\nconfig fuzz cases run: {FUZZ_COUNT}")

@@ -1,0 +1,287 @@
+"""The sampling engine and the run store against exact answers and crash scenarios.
+
+References: the Wiener filter (closed form, and conjugate gradients with a mask), a
+brute-force quadrature of the integral model's posterior, an uninterrupted run (for
+resume after a stop and after kill -9), and xarray reading the store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from core import integral as im
+from core.config import parse_config
+from core.engine.engine import Control, Engine, EngineError, stored_run_config
+from core.reference.wiener import wiener_posterior
+from core.store.run_store import RunReader
+from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
+
+
+def test_gaussian_field_matches_the_wiener_filter(tmp_path):
+    config, text, data, grid, spectrum = write_field_case(tmp_path, warmup=200, samples=600, chains=4)
+    status, events = run(config, text, tmp_path / "run")
+    assert status == "finished"
+    reader = RunReader(tmp_path / "run")
+    mean, std, count = reader.field_moments()
+    assert count == 4 * 600
+    exact = wiener_posterior(data.data, prior_mode_variance(grid, spectrum), 0.5)
+    assert exact.mean_method == "closed_form"
+    rms_diff = np.sqrt(np.mean((mean - exact.mean) ** 2))
+    posterior_sd = float(np.mean(exact.std))
+    assert rms_diff < 0.25 * posterior_sd, (rms_diff, posterior_sd)
+    assert np.mean(std) == pytest.approx(posterior_sd, rel=0.05)
+    # the stored P(k) of each field draw equals core's estimator on that draw
+    from core.field.power_estimator import measure_power
+    k, counts, power = reader.powers()
+    draw = reader.field_draws(chain=0, draws=slice(-1, None))[0]
+    np.testing.assert_allclose(power[0, -1], measure_power(draw.astype(np.float64), grid).power, rtol=1e-4)
+
+
+def test_masked_field_mean_matches_conjugate_gradient_wiener(tmp_path):
+    config, text, data, grid, spectrum = write_field_case(tmp_path, mask=True, warmup=200, samples=600,
+                                                          chains=4, leapfrog=15)
+    status, _ = run(config, text, tmp_path / "run")
+    assert status == "finished"
+    mean, std, _ = RunReader(tmp_path / "run").field_moments()
+    exact = wiener_posterior(np.where(data.mask, data.data, 0.0), prior_mode_variance(grid, spectrum), 0.5,
+                             mask=data.mask, std="sample", n_samples=64, rng=np.random.default_rng(0))
+    assert exact.mean_method == "cg" and exact.converged
+    rms_diff = np.sqrt(np.mean((mean - exact.mean) ** 2))
+    assert rms_diff < 0.25 * float(np.mean(exact.std)), rms_diff
+    assert np.mean(std) == pytest.approx(float(np.mean(exact.std)), rel=0.08)
+
+
+@pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
+def test_integral_model_posterior_matches_quadrature(tmp_path, algorithm):
+    series = im.make_demo_series(5, n=40)
+    im.save_series_csv(tmp_path / "series.csv", series.t, series.y)
+    text = """\
+[model]
+kind = "integral"
+[data]
+path = "series.csv"
+[integral]
+refine = 4
+[prior]
+A = { dist = "normal", loc = 0.0, scale = 1.0 }
+c = { dist = "normal", loc = 0.0, scale = 10.0 }
+sigma = 0.5
+[sampler]
+algorithm = "{algorithm}"
+num_warmup = 300
+num_samples = 1500
+num_leapfrog_steps = 8
+step_size = 0.01
+adapt_mass_matrix = true
+chains = 4
+seed = 9
+thin = 1
+chunk_size = 200
+""".replace("{algorithm}", algorithm)
+    config = parse_config(text, base_dir=tmp_path)
+    status, _ = run(config, text, tmp_path / "run")
+    assert status == "finished"
+    reader = RunReader(tmp_path / "run")
+    draws = reader.param("A")
+    if algorithm == "nuts":   # NUTS chooses its own trajectory lengths
+        assert len(np.unique(reader.stat("n_steps"))) > 1
+    spec = im.IntegralModelSpec(series.t, series.y, refine=4,
+                                priors={"A": {"dist": "normal", "loc": 0.0, "scale": 1.0},
+                                        "c": {"dist": "normal", "loc": 0.0, "scale": 10.0}, "sigma": 0.5})
+    exact = im.posterior_quadrature(spec)
+    from core.store.diagnostics import ess_bulk
+    mc_error = draws.std() / np.sqrt(ess_bulk(draws))
+    assert abs(draws.mean() - exact.mean["A"]) < 4 * mc_error
+    assert draws.std() == pytest.approx(exact.sd["A"], rel=0.1)
+
+
+def test_stop_and_resume_give_the_same_draws_as_one_run(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=60, samples=90, chunk=20, shape=(8, 8, 8))
+    status, _ = run(config, text, tmp_path / "straight")
+    assert status == "finished"
+
+    control = Control()
+
+    def stop_midway(event):
+        if event.get("type") == "chunk" and event["progress"]["draws"] >= 40:
+            control.stop = True
+
+    engine = Engine(config, text, tmp_path / "resumed", emit=stop_midway, control=control)
+    assert engine.start() == "stopped"
+    stopped = RunReader(tmp_path / "resumed")
+    assert stopped.status == "stopped" and 40 <= stopped.progress["draws"] < 90
+    config2, text2 = stored_run_config(tmp_path / "resumed")
+    assert Engine(config2, text2, tmp_path / "resumed").resume() == "finished"
+    assert_same_run(tmp_path / "straight", tmp_path / "resumed")
+
+
+def test_extending_a_finished_run_equals_a_longer_run(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=40, samples=80, chunk=30, shape=(8, 8, 8))
+    run(config, text, tmp_path / "long")
+    short_cfg, short_text, *_ = write_field_case(tmp_path, warmup=40, samples=50, chunk=30, shape=(8, 8, 8))
+    run(short_cfg, short_text, tmp_path / "short")
+    cfg, txt = stored_run_config(tmp_path / "short")
+    assert Engine(cfg, txt, tmp_path / "short").resume(num_samples=80) == "finished"
+    ra, rb = RunReader(tmp_path / "long"), RunReader(tmp_path / "short")
+    np.testing.assert_array_equal(ra.stat("lp"), rb.stat("lp"))
+    np.testing.assert_array_equal(ra.param("index") if ra.param_names else ra.stat("grad_norm"),
+                                  rb.param("index") if rb.param_names else rb.stat("grad_norm"))
+
+
+def test_resume_refuses_a_finished_run_and_a_damaged_checkpoint(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=10, samples=10, shape=(8, 8, 8))
+    run(config, text, tmp_path / "run")
+    cfg, txt = stored_run_config(tmp_path / "run")
+    with pytest.raises(EngineError, match="already finished"):
+        Engine(cfg, txt, tmp_path / "run").resume()
+    with pytest.raises(EngineError, match="would not add any"):
+        Engine(cfg, txt, tmp_path / "run").resume(num_samples=5)
+    with np.load(tmp_path / "run" / "checkpoint.npz") as data:
+        kept = {k: data[k] for k in data.files if k != "state_0"}
+    np.savez(tmp_path / "run" / "checkpoint.npz", **kept)
+    with pytest.raises(EngineError, match="incomplete or damaged"):
+        Engine(cfg, txt, tmp_path / "run").resume(num_samples=20)
+
+
+def test_seed_reproducibility(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8))
+    run(config, text, tmp_path / "a")
+    run(config, text, tmp_path / "b")
+    assert_same_run(tmp_path / "a", tmp_path / "b")
+    other, other_text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8), seed=4)
+    run(other, other_text, tmp_path / "c")
+    assert not np.array_equal(RunReader(tmp_path / "a").stat("lp"), RunReader(tmp_path / "c").stat("lp"))
+
+
+def test_divergences_are_recorded_and_rejected(tmp_path):
+    """A huge initial step size makes the first trajectories blow up: recorded, rejected, no crash."""
+    config, text, *_ = write_field_case(tmp_path, warmup=30, samples=20, shape=(8, 8, 8), mass="false")
+    text = text.replace("step_size = 0.1", "step_size = 80.0")
+    config = parse_config(text, base_dir=tmp_path)
+    status, _ = run(config, text, tmp_path / "run")
+    assert status == "finished"
+    reader = RunReader(tmp_path / "run")
+    diverging = reader.stat("diverging", warmup=True)
+    assert diverging[:, 0].all()
+    assert np.isfinite(reader.stat("lp", warmup=True)).all()   # the chain stayed where it was
+    assert (reader.stat("acceptance_rate", warmup=True)[diverging] == 0).all()
+
+
+def test_non_finite_initial_density_is_a_clear_error(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "counts.npz", data=rng.poisson(2.0, size=(8, 8, 8)).astype(float))
+    text = """\
+[model]
+kind = "field"
+[data]
+path = "counts.npz"
+noise_sigma = 1.0
+[grid]
+box_size = 10.0
+[likelihood]
+kind = "poisson_lognormal"
+mean_count = 1e308
+[prior]
+kind = "power_law"
+amplitude = 1.0
+index = -1.0
+[sampler]
+num_warmup = 10
+num_samples = 10
+"""
+    text = text.replace("noise_sigma = 1.0\n", "")
+    config = parse_config(text, base_dir=tmp_path)
+    with pytest.raises(EngineError, match="not finite at the initial state"):
+        run(config, text, tmp_path / "run")
+
+
+def test_store_opens_with_xarray(tmp_path):
+    import xarray as xr
+
+    config, text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8),
+                                        index='{ dist = "normal", loc = -1.5, scale = 0.3 }')
+    run(config, text, tmp_path / "run")
+    tree = xr.open_datatree(tmp_path / "run" / "run.zarr", engine="zarr")
+    assert tree["posterior"].dataset["index"].shape == (2, 30)
+    assert tree["sample_stats"].dataset["diverging"].dtype == bool
+    assert tree["sample_stats"].dataset["n_steps"].dtype.kind == "i"
+    assert tree["posterior_field"].dataset["field"].shape == (2, 6, 8, 8, 8)
+    np.testing.assert_array_equal(tree["posterior_field"].dataset["field_draw"].values, np.arange(0, 30, 5))
+    assert tree.attrs["status"] == "finished" and "[sampler]" in tree.attrs["config"]
+
+
+@pytest.mark.slow
+def test_kill_minus_nine_then_resume_loses_nothing_but_the_chunk_in_flight(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=60, samples=400, chunk=20, shape=(16, 16, 16))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", str(tmp_path / "run.toml"),
+                             "--out", str(tmp_path / "killed")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            time.sleep(0.2)
+            try:
+                reader = RunReader(tmp_path / "killed")
+            except Exception:
+                continue
+            prog = reader.progress
+            seen.append(prog.get("draws", 0))
+            # a store being written is readable and consistent
+            assert reader.stat("lp").shape == (2, prog["draws"])
+            if prog.get("draws", 0) >= 100:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert seen and max(seen) >= 100 and sorted(seen) == seen
+    reader = RunReader(tmp_path / "killed")
+    assert reader.status == "running"           # killed: nobody wrote a final status
+    done_before = reader.progress["draws"]
+    assert done_before >= 100
+    out = subprocess.run([sys.executable, "-m", "app", "resume", str(tmp_path / "killed")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run(config, text, tmp_path / "straight")
+    assert_same_run(tmp_path / "straight", tmp_path / "killed")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_after_the_chunk_and_the_run_resumes(tmp_path):
+    config, text, *_ = write_field_case(tmp_path, warmup=20, samples=100000, chunk=10, shape=(8, 8, 8))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", str(tmp_path / "run.toml"),
+                             "--out", str(tmp_path / "run")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            time.sleep(0.2)
+            try:
+                if RunReader(tmp_path / "run").progress.get("draws", 0) >= 20:
+                    break
+            except Exception:
+                continue
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "fieldscope resume" in out
+    reader = RunReader(tmp_path / "run")
+    assert reader.status == "stopped"
+    n = reader.progress["draws"]
+    cfg, txt = stored_run_config(tmp_path / "run")
+    assert Engine(cfg, txt, tmp_path / "run").resume(num_samples=n + 20) == "finished"
+    assert RunReader(tmp_path / "run").progress["draws"] == n + 20

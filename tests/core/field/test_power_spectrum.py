@@ -1,0 +1,275 @@
+"""Tests for core.field.power_spectrum: formulas, tables, registry, hyperparameter priors."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.field.power_spectrum import (
+    DISTRIBUTIONS,
+    SPECTRA,
+    HyperPrior,
+    PowerLaw,
+    PowerLawCutoff,
+    PowerSpectrum,
+    TabulatedPower,
+    spectrum_from_config,
+)
+
+
+def test_power_law_formula_at_sample_points():
+    spectrum = PowerLaw(amplitude=2.5e3, index=-1.5, k_pivot=0.2)
+    for k in (0.01, 0.2, 0.37, 3.0):
+        assert spectrum(np.array(k)) == pytest.approx(2.5e3 * (k / 0.2) ** -1.5, rel=1e-12)
+    assert spectrum(0.2) == pytest.approx(2.5e3)
+    k = np.array([0.05, 0.1, 0.4])
+    np.testing.assert_allclose(spectrum.log_power(k), np.log(2.5e3) - 1.5 * np.log(k / 0.2),
+                               rtol=1e-12)
+
+
+def test_power_law_cutoff_formula_at_sample_points():
+    spectrum = PowerLawCutoff(amplitude=40.0, index=0.8, k_pivot=1.0, cutoff_scale=1.7)
+    for k in (0.05, 0.5, 1.0, 2.0):
+        expected = 40.0 * k**0.8 * math.exp(-(k * 1.7) ** 2)
+        assert spectrum(k) == pytest.approx(expected, rel=1e-12)
+    plain = PowerLawCutoff(amplitude=40.0, index=0.8, k_pivot=1.0, cutoff_scale=0.0)
+    np.testing.assert_allclose(plain([0.3, 2.0]), PowerLaw(40.0, 0.8, 1.0)([0.3, 2.0]))
+
+
+@pytest.mark.parametrize("spectrum", [
+    PowerLaw(1.0, -3.0, 0.1),
+    PowerLaw(1.0, 2.0, 0.1),
+    PowerLawCutoff(1.0, -2.0, 0.1, 5.0),
+    TabulatedPower([0.1, 1.0], [10.0, 0.1]),
+])
+def test_zero_k_gives_zero_without_warnings(spectrum):
+    k = np.array([[0.0, 0.5], [1.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = spectrum(k)
+        logp = spectrum.log_power(k)
+    assert p[0, 0] == 0.0 and p[1, 1] == 0.0
+    assert np.all(np.isfinite(p)) and np.all(p[k > 0] > 0)
+    assert logp[0, 0] == -np.inf and np.all(np.isfinite(logp[k > 0]))
+    with pytest.raises(ValueError, match="-1.0"):
+        spectrum(np.array([-1.0]))
+    with pytest.raises(ValueError, match="nan"):
+        spectrum(np.array([np.nan]))
+
+
+def test_overrides_broadcast_and_unknown_names_rejected():
+    spectrum = PowerLaw(amplitude=1.0, index=-2.0, k_pivot=1.0)
+    amplitudes = np.array([1.0, 2.0, 4.0])[:, None]
+    k = np.array([0.5, 1.0, 2.0])
+    p = spectrum.evaluate(k, amplitude=amplitudes, index=-1.0)
+    np.testing.assert_allclose(p, amplitudes * k[None, :] ** -1.0)
+    with pytest.raises(ValueError, match="'k_pivot'"):
+        spectrum.evaluate(k, k_pivot=2.0)       # a convention, not a hyperparameter
+    with pytest.raises(ValueError, match="amplitude"):
+        spectrum.evaluate(k, amplitude=-1.0)
+    cutoff = PowerLawCutoff(1.0, 0.0, 1.0, 0.0)
+    np.testing.assert_allclose(cutoff.evaluate(k, cutoff_scale=1.0), np.exp(-(k**2)))
+    assert PowerLaw.parameters == ("amplitude", "index")
+    assert PowerLawCutoff.parameters == ("amplitude", "index", "cutoff_scale")
+    assert TabulatedPower.parameters == ()
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(amplitude=0.0, index=1.0, k_pivot=1.0), "amplitude"),
+    (dict(amplitude=1.0, index=float("nan"), k_pivot=1.0), "index"),
+    (dict(amplitude=1.0, index=1.0, k_pivot=-1.0), "k_pivot"),
+    (dict(amplitude="a lot", index=1.0, k_pivot=1.0), "amplitude"),
+])
+def test_bad_analytic_parameters(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        PowerLaw(**kwargs)
+
+
+def test_table_exact_at_nodes_and_loglog_linear_between():
+    k = np.array([0.01, 0.03, 0.1, 0.5, 2.0])
+    p = np.array([300.0, 900.0, 2000.0, 150.0, 3.0])
+    table = TabulatedPower(k, p)
+    np.testing.assert_allclose(table(k), p, rtol=1e-12)
+    # geometric midpoint of a segment: P is the geometric mean of the ends
+    for i in range(len(k) - 1):
+        mid = math.sqrt(k[i] * k[i + 1])
+        assert table(mid) == pytest.approx(math.sqrt(p[i] * p[i + 1]), rel=1e-12)
+        # any point: log P linear in log k
+        t = 0.3
+        kt = math.exp((1 - t) * math.log(k[i]) + t * math.log(k[i + 1]))
+        pt = math.exp((1 - t) * math.log(p[i]) + t * math.log(p[i + 1]))
+        assert table(kt) == pytest.approx(pt, rel=1e-12)
+    # extrapolation continues the end segments as power laws
+    slope_lo = math.log(p[1] / p[0]) / math.log(k[1] / k[0])
+    slope_hi = math.log(p[-1] / p[-2]) / math.log(k[-1] / k[-2])
+    assert table(0.001) == pytest.approx(p[0] * (0.001 / k[0]) ** slope_lo, rel=1e-12)
+    assert table(10.0) == pytest.approx(p[-1] * (10.0 / k[-1]) ** slope_hi, rel=1e-12)
+
+
+def test_table_from_file_with_comments_and_commas(tmp_path):
+    path = tmp_path / "pk.txt"
+    path.write_text("# k [h/Mpc]   P [(Mpc/h)^3]\n"
+                    "\n"
+                    "0.01  1.0e3\n"
+                    "0.1, 2.0e3   # peak\n"
+                    "1.0 \t 20.0\n")
+    table = TabulatedPower.from_file(path)
+    np.testing.assert_allclose(table.k, [0.01, 0.1, 1.0])
+    np.testing.assert_allclose(table.p, [1e3, 2e3, 20.0])
+    assert table.source == str(path)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("0.1 1.0\n0.1 2.0\n", "line 2"),             # k not increasing
+    ("0.1 1.0\n0.05 2.0\n", "line 2"),
+    ("0.1 1.0\n0.2 -2.0\n", "line 2"),            # negative P
+    ("0.1 1.0\n0.2 0.0\n", "line 2"),             # zero P
+    ("0.1 1.0\n# gap\n0.2 nan\n", "line 3"),      # NaN
+    ("0.0 1.0\n0.2 1.0\n", "line 1"),             # k = 0
+    ("0.1 1.0\n", "at least 2 rows"),             # one row
+    ("", "at least 2 rows"),
+    ("hello world\n", "'hello'"),                  # garbage text
+    ("0.1 1.0 7.0\n0.2 1.0 7.0\n", "2 columns"),
+])
+def test_bad_table_files_name_the_file(tmp_path, text, fragment):
+    path = tmp_path / "bad_table.dat"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        TabulatedPower.from_file(path)
+    message = str(info.value)
+    assert "bad_table.dat" in message and fragment in message
+
+
+def test_binary_garbage_file_is_a_value_error(tmp_path):
+    path = tmp_path / "binary.bin"
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ValueError, match="binary.bin"):
+        TabulatedPower.from_file(path)
+
+
+def test_realistic_table_roundtrip(tmp_path):
+    """A CAMB-like matter power spectrum shape (camb is not a dependency): an
+    Eisenstein-Hu-like turnover, k from 1e-4 to 10 h/Mpc, written and read back."""
+    k = np.logspace(-4, 1, 200)
+    keq = 0.015
+    p = 2.0e4 * (k / keq) / (1 + (k / keq) ** 2) ** 1.4
+    path = tmp_path / "matterpower.dat"
+    np.savetxt(path, np.c_[k, p], header="k/h  P(k)")
+    table = TabulatedPower.from_file(path)
+    np.testing.assert_allclose(table(k), p, rtol=1e-10)
+    # between nodes of a dense smooth table the interpolant is very close
+    k_mid = np.sqrt(k[:-1] * k[1:])
+    p_mid = 2.0e4 * (k_mid / keq) / (1 + (k_mid / keq) ** 2) ** 1.4
+    np.testing.assert_allclose(table(k_mid), p_mid, rtol=1e-3)
+
+
+def test_registry_and_config_roundtrip(tmp_path):
+    assert SPECTRA == {"power_law": PowerLaw, "power_law_cutoff": PowerLawCutoff,
+                       "table": TabulatedPower}
+    for spectrum in (PowerLaw(3.0, -2.0, 0.5), PowerLawCutoff(3.0, -2.0, 0.5, 4.0),
+                     TabulatedPower([0.1, 0.2, 0.4], [1.0, 2.0, 0.5])):
+        assert isinstance(spectrum, PowerSpectrum)
+        assert SPECTRA[spectrum.kind] is type(spectrum)
+        rebuilt = spectrum_from_config(spectrum.kind, spectrum.to_config())
+        assert rebuilt == spectrum
+    path = tmp_path / "t.txt"
+    path.write_text("1 1\n2 4\n")
+    assert spectrum_from_config("table", {"path": str(path)})(2.0) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="'gaussian'"):
+        spectrum_from_config("gaussian", {})
+    with pytest.raises(ValueError, match="'slope'"):
+        spectrum_from_config("power_law", {"amplitude": 1, "slope": 2, "k_pivot": 1})
+    with pytest.raises(ValueError, match="'k_pivot'"):
+        spectrum_from_config("power_law", {"amplitude": 1, "index": 2})
+    with pytest.raises(ValueError, match="config.toml"):
+        spectrum_from_config("power_law", {"amplitude": -1, "index": 2, "k_pivot": 1},
+                             source="config.toml")
+
+
+# -- hyperparameter priors ----------------------------------------------------
+
+
+def test_hyperprior_from_config():
+    fixed = HyperPrior.from_config(-2.0, "index")
+    assert fixed.is_fixed and fixed.value == -2.0
+    assert HyperPrior.from_config(3) == HyperPrior(value=3.0)
+    normal = HyperPrior.from_config({"dist": "normal", "loc": -2.0, "scale": 0.5})
+    assert (normal.dist, normal.loc, normal.scale) == ("normal", -2.0, 0.5)
+    uniform = HyperPrior.from_config({"dist": "uniform", "low": 0.0, "high": 2.0})
+    assert uniform.support == (0.0, 2.0)
+    for prior in (fixed, normal, uniform):
+        assert HyperPrior.from_config(prior.to_config()) == prior
+    assert set(DISTRIBUTIONS) == {"normal", "lognormal", "uniform"}
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ({"dist": "normal", "loc": 0.0, "sigma": 1.0}, "'sigma'"),
+    ({"dist": "cauchy", "loc": 0.0, "scale": 1.0}, "'cauchy'"),
+    ({"dist": "normal", "loc": 0.0}, "'scale'"),
+    ({"dist": "normal", "loc": 0.0, "scale": -1.0}, "scale"),
+    ({"dist": "normal", "loc": 0.0, "scale": 1.0, "low": 0.0}, "'low'"),
+    ({"dist": "uniform", "low": 2.0, "high": 1.0}, "low < high"),
+    ({"value": 1.0, "dist": "normal", "loc": 0.0, "scale": 1.0}, "not both"),
+    ({"dist": "normal", "loc": "zero", "scale": 1.0}, "'zero'"),
+    ({}, "fixed value or a dist"),
+    ("normal", "'normal'"),
+    (True, "True"),
+    (float("inf"), "inf"),
+])
+def test_hyperprior_bad_config_names_the_problem(config, fragment):
+    with pytest.raises(ValueError) as info:
+        HyperPrior.from_config(config, "amplitude")
+    assert fragment in str(info.value) and "'amplitude'" in str(info.value)
+
+
+def test_hyperprior_log_densities_against_closed_forms():
+    x = np.array([-1.0, 0.0, 0.5, 2.0])
+    normal = HyperPrior(dist="normal", loc=0.5, scale=2.0)
+    np.testing.assert_allclose(
+        normal.log_density(x),
+        np.log(np.exp(-0.5 * ((x - 0.5) / 2.0) ** 2) / (2.0 * np.sqrt(2 * np.pi))))
+    lognormal = HyperPrior(dist="lognormal", loc=0.3, scale=0.7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ld = lognormal.log_density(x)
+    assert ld[0] == -np.inf and ld[1] == -np.inf
+    pos = x[2:]
+    np.testing.assert_allclose(
+        ld[2:], np.log(np.exp(-0.5 * ((np.log(pos) - 0.3) / 0.7) ** 2)
+                       / (pos * 0.7 * np.sqrt(2 * np.pi))))
+    uniform = HyperPrior(dist="uniform", low=0.0, high=4.0)
+    np.testing.assert_allclose(uniform.log_density(x), [-np.inf, -np.log(4), -np.log(4),
+                                                       -np.log(4)])
+    fixed = HyperPrior(value=0.5)
+    np.testing.assert_array_equal(fixed.log_density(x), [-np.inf, -np.inf, 0.0, -np.inf])
+
+
+@settings(max_examples=20, deadline=None)
+@given(loc=st.floats(-3, 3), scale=st.floats(0.1, 3))
+def test_hyperprior_densities_integrate_to_one(loc, scale):
+    for prior, lo, hi in ((HyperPrior(dist="normal", loc=loc, scale=scale),
+                           loc - 12 * scale, loc + 12 * scale),
+                          (HyperPrior(dist="uniform", low=loc, high=loc + scale),
+                           loc - 1, loc + scale + 1)):
+        x = np.linspace(lo, hi, 200001)
+        integral = np.trapezoid(np.exp(prior.log_density(x)), x)
+        assert integral == pytest.approx(1.0, abs=2e-3)
+    lognormal = HyperPrior(dist="lognormal", loc=loc, scale=scale)
+    u = np.linspace(loc - 12 * scale, loc + 12 * scale, 200001)   # x = exp(u)
+    integral = np.trapezoid(np.exp(lognormal.log_density(np.exp(u)) + u), u)
+    assert integral == pytest.approx(1.0, abs=1e-6)
+
+
+def test_hyperprior_draws_match_moments():
+    rng = np.random.default_rng(7)
+    n = 20000
+    d = HyperPrior(dist="normal", loc=-2.0, scale=0.5).draw(rng, n)
+    assert abs(d.mean() + 2.0) < 5 * 0.5 / np.sqrt(n) and abs(d.std() - 0.5) < 0.02
+    d = HyperPrior(dist="lognormal", loc=0.2, scale=0.3).draw(rng, n)
+    assert abs(np.log(d).mean() - 0.2) < 5 * 0.3 / np.sqrt(n)
+    d = HyperPrior(dist="uniform", low=1.0, high=3.0).draw(rng, n)
+    assert d.min() >= 1.0 and d.max() <= 3.0 and abs(d.mean() - 2.0) < 0.03
+    np.testing.assert_array_equal(HyperPrior(value=1.5).draw(rng, 3), [1.5, 1.5, 1.5])

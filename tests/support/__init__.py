@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: GUI fixtures, fake runs, hand-written files."""

@@ -1,0 +1,94 @@
+"""Engine events of a fake run, built exactly as ``core.engine.engine.Engine._record`` builds them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, grid=(6, 5, 4),
+             param_names=("index", "amplitude"), seed=0, first_step=0, dtype=np.float32):
+    """The "chunk" events of a run, and everything it drew (for the expected values).
+
+    Returns (events, info); info["chunk_fields"][c] is (fields, powers, field draw index)
+    of chunk c, or None, as the engine hands them to the run store.
+
+    Mirrors Engine._chunk_fn / Engine._record: traces come out of the compiled chunk as
+    (chunk_size, chains) arrays of which the first n are used, parameters as
+    (chunk_size, chains, p); every thin-th post-warmup field is kept in a
+    (max_fields, chains, *grid) buffer; moments run over every post-warmup draw.
+    """
+    rng = np.random.default_rng(seed)
+    total = num_warmup + num_samples
+    max_fields = -(-chunk_size // thin) + 1
+    events, kept_fields, kept_steps, chunk_fields = [], [], [], []
+    count, s1, s2 = 0.0, np.zeros(grid), np.zeros(grid)
+    progress = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0}
+    g = first_step
+    while g < total:
+        stop = min([s for s in (num_warmup, total) if s > g] + [g + chunk_size])
+        first, n = g, stop - g
+        traces = {name: rng.normal(size=(chunk_size, chains)).astype(dtype)
+                  for name in ("lp", "acceptance_rate", "step_size", "energy_error", "grad_norm")}
+        traces["grad_norm"] = np.abs(traces["grad_norm"]) + 1
+        traces["acceptance_rate"] = rng.uniform(size=(chunk_size, chains)).astype(dtype)
+        traces["diverging"] = rng.uniform(size=(chunk_size, chains)) < 0.1
+        traces["n_steps"] = rng.integers(1, 20, size=(chunk_size, chains)).astype(np.int32)
+        params = rng.normal(size=(chunk_size, chains, len(param_names))).astype(dtype)
+        field_buf = np.zeros((max_fields, chains, *grid), dtype)
+        power_buf = np.zeros((max_fields, chains, 3), dtype)
+        n_fields = 0
+        for t in range(n):
+            step = first + t
+            if step >= num_warmup:
+                x = rng.normal(size=(chains, *grid)).astype(dtype)
+                count += chains
+                s1 += x.sum(axis=0)
+                s2 += (x.astype(np.float64) ** 2).sum(axis=0)
+                if (step - num_warmup) % thin == 0:
+                    field_buf[n_fields] = x
+                    power_buf[n_fields] = rng.uniform(size=(chains, 3))
+                    n_fields += 1
+                    kept_fields.append(x)
+                    kept_steps.append(step)
+        # --- as Engine._record ---
+        steps = np.arange(first, first + n)
+        warm = steps < num_warmup
+        stats = {name: np.asarray(v)[:n].T for name, v in traces.items()}
+        par = np.asarray(params)[:n]
+        event = {"type": "chunk", "first_step": first, "n_steps": n,
+                 "phase": "warmup" if warm.all() else "sampling",
+                 "stats": {k: v for k, v in stats.items()},
+                 "params": {nm: par[:, :, i].T for i, nm in enumerate(param_names)},
+                 "steps_total": total}
+        if n_fields:
+            fields = np.asarray(field_buf)[:n_fields].transpose(1, 0, 2, 3, 4)
+            powers = np.asarray(power_buf)[:n_fields].transpose(1, 0, 2).astype(np.float64)
+            event["latest_field"] = fields[:, -1]
+            event["latest_power"] = powers[:, -1]
+            post_steps = steps[~warm] - num_warmup
+            chunk_fields.append((fields, powers, post_steps[post_steps % thin == 0]))
+        else:
+            chunk_fields.append(None)
+        if count > 0:
+            mean = s1 / count
+            std = np.sqrt(np.maximum(s2 / count - mean**2, 0.0) * count / max(count - 1, 1))
+            event["moments"] = (mean.astype(np.float32), std.astype(np.float32), int(count))
+        progress = dict(progress, warmup_draws=progress["warmup_draws"] + int(warm.sum()),
+                        draws=progress["draws"] + int((~warm).sum()),
+                        field_draws=progress["field_draws"] + n_fields, chunks=progress["chunks"] + 1)
+        event["progress"] = dict(progress)
+        event.update(elapsed=0.1, steps_per_second=n / 0.1, total_elapsed=0.1 * (progress["chunks"]))
+        events.append(event)
+        g = stop
+    return events, {"kept_fields": kept_fields, "kept_steps": kept_steps, "chunk_fields": chunk_fields}
+
+
+def meta_for(chains=2, num_warmup=40, num_samples=60, thin=3, grid=(6, 5, 4),
+             param_names=("index", "amplitude"), **extra):
+    return {"chains": chains, "param_names": list(param_names), "grid_shape": grid,
+            "num_warmup": num_warmup, "num_samples": num_samples, "thin": thin, **extra}
+
+
+def feed(state, events):
+    for event in events:
+        state.on_event(event)
