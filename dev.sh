@@ -82,8 +82,14 @@ run_tests() {
   # TensorFlow tests and GUI/OpenGL tests run in separate pytest processes: on these
   # machines TensorFlow and Mesa's software OpenGL crash when they share a process.
   local py="$VENV/bin/python" status=0
+  # The architecture is checked first, in seconds: pyflakes and import order (ruff), and the
+  # import contracts of pyproject.toml (import-linter: only core.engine imports TensorFlow,
+  # core never imports Qt, app never imports TensorFlow or core.engine).
+  say "lint: ruff, import contracts"
+  "$VENV/bin/ruff" check . || status=$?
+  "$VENV/bin/lint-imports" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: numerical core (TensorFlow)"
-  "$py" -m pytest tests/core -p no:xvfb -q "$@" || status=$?
+  "$py" -m pytest tests/core -p no:xvfb -q "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
   "$py" -m pytest tests/app -q "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   return "$status"
