@@ -10,7 +10,7 @@ with four. The price is compile time, which grows with ``num_leapfrog_steps``, s
 engine unrolls up to ``MAX_UNROLL`` steps and uses TFP's kernel beyond.
 
 It relies on TFP 0.25's internal layout (``HamiltonianMonteCarlo._impl`` and the hmc
-module's helpers); tests/core/test_hmc_kernel.py checks it against TFP's own kernel.
+module's helpers); tests/core/engine/test_hmc_kernel.py checks it against TFP's own kernel.
 """
 
 from __future__ import annotations
