@@ -8,6 +8,7 @@ checks that refuse an array before any of its bytes are read.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import os
 import stat
@@ -101,6 +102,16 @@ _FILE_ERRORS = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError,
                 OverflowError, ZeroDivisionError, SyntaxError, UnicodeError, RuntimeError,
                 NotImplementedError, zipfile.BadZipFile, zlib.error, struct.error,
                 tokenize.TokenError, LZMAError)
+
+
+def _optional_import(path: str, module: str, package: str, what: str):
+    """``module``, imported on first use (the GUI imports core.io at start and most files
+    need neither h5py nor astropy), or a LoadError naming the package to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise LoadError(f"{path}: reading {what} files needs the {package} package ({exc})") \
+            from None
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:

@@ -24,6 +24,7 @@ from core.io.arrays import (
     _listing,
     _missing,
     _nbytes,
+    _optional_import,
     _pick_key,
     _reading,
 )
@@ -34,12 +35,7 @@ __all__ = ['FitsLoader']
 
 
 def _fits(path: str):
-    try:
-        from astropy.io import fits
-    except ImportError as exc:
-        raise LoadError(f"{path}: reading FITS files needs the astropy package ({exc})") \
-            from None
-    return fits
+    return _optional_import(path, "astropy.io.fits", "astropy", "FITS")
 
 
 def _fits_errors(fits) -> tuple:

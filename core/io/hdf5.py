@@ -19,6 +19,7 @@ from core.io.arrays import (
     _listing,
     _missing,
     _nbytes,
+    _optional_import,
     _pick_key,
     _plain,
     _reading,
@@ -32,12 +33,7 @@ __all__ = ['Hdf5Loader']
 
 
 def _h5py(path: str):
-    try:
-        import h5py
-    except ImportError as exc:
-        raise LoadError(f"{path}: reading HDF5 files needs the h5py package ({exc})") \
-            from None
-    return h5py
+    return _optional_import(path, "h5py", "h5py", "HDF5")
 
 
 class _Unreadable(NamedTuple):
