@@ -216,7 +216,7 @@ class MainWindow(QMainWindow):
             problem = f"app.state.run_state: {type(exc).__name__}: {exc}"
         if self.run_state is not None:
             try:
-                from app.views import LiveViews
+                from app.views.live import LiveViews
 
                 self.views = LiveViews(self.run_state)
             except Exception as exc:
