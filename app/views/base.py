@@ -54,7 +54,7 @@ class RunView(QtWidgets.QWidget):
     a table to write (then it sets ``csv_contents``).
     """
 
-    #: the tab's text; unique among the views (the registry checks)
+    #: the tab's text, unique among the views; also the view's name in menus and --show
     title: ClassVar[str] = ""
     #: FIELD_VIEWS or PLOTS
     group: ClassVar[str] = PLOTS
