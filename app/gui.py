@@ -113,12 +113,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     show = [name.strip() for name in (args.show or "").split(",") if name.strip()]
-    from app.views.live import LEFT_TABS, RIGHT_TABS
+    from app.views.registry import titles
 
-    unknown = [name for name in show if name not in LEFT_TABS + RIGHT_TABS]
+    unknown = [name for name in show if name not in titles()]
     if unknown:
         print(f"fieldscope gui: --show {', '.join(unknown)}: no such view; the views are "
-              f"{', '.join(LEFT_TABS + RIGHT_TABS)}", file=sys.stderr)
+              f"{', '.join(titles())}", file=sys.stderr)
         return 2
 
     from PySide6.QtCore import QTimer

@@ -216,7 +216,7 @@ class MainWindow(QMainWindow):
             problem = f"app.state.run_state: {type(exc).__name__}: {exc}"
         if self.run_state is not None:
             try:
-                from app.views import LiveViews
+                from app.views.live import LiveViews
 
                 self.views = LiveViews(self.run_state)
             except Exception as exc:
@@ -438,12 +438,11 @@ class MainWindow(QMainWindow):
             action = menu.addAction(f"{name} as PNG…")
             action.triggered.connect(lambda _c=False, n=name: self._export_png_dialog(n))
         menu.addSeparator()
-        if self.views is not None:
-            csv = menu.addAction("Diagnostics table as CSV…")
-            csv.triggered.connect(lambda _c=False: self._export_csv_dialog("Diagnostics"))
-            if "P(k)" in names:
-                pk = menu.addAction("P(k) curves as CSV…")
-                pk.triggered.connect(lambda _c=False: self._export_csv_dialog("P(k)"))
+        for name in names:
+            contents = self.views.view(name).csv_contents
+            if contents is not None:
+                action = menu.addAction(f"{contents} as CSV…")
+                action.triggered.connect(lambda _c=False, n=name: self._export_csv_dialog(n))
 
     def _export_start(self, suffix: str, name: str) -> str:
         base = self.run_dir if self.run_dir is not None else self.state.base_dir
@@ -476,11 +475,8 @@ class MainWindow(QMainWindow):
                 from PySide6.QtWidgets import QApplication
 
                 QApplication.processEvents()
-                if hasattr(view, "export_png"):
-                    view.export_png(path)
-                    ok = Path(path).exists()
-                else:
-                    ok = view.grab().save(str(path), "PNG")
+                view.export_png(path)
+                ok = Path(path).exists()
             if not ok:
                 raise OSError(f"the image could not be written to {path}")
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
@@ -490,13 +486,13 @@ class MainWindow(QMainWindow):
         return True
 
     def export_csv(self, name: str, path) -> bool:
-        """Save the diagnostics table ("Diagnostics", as ``fieldscope summary --csv``
-        writes it) or the P(k) curves ("P(k)") as CSV."""
+        """Save the table of the view called ``name`` as CSV: the diagnostics table
+        ("Diagnostics", as ``fieldscope summary --csv`` writes it) or the P(k) curves
+        ("P(k)"); a view without a table (``csv_contents`` None) refuses with a message."""
         try:
             if self.views is None:
                 raise ValueError("the live views are not available")
-            view = {"Diagnostics": self.views.diagnostics, "P(k)": self.views.power}[name]
-            view.export_csv(path)
+            self.views.view(name).export_csv(path)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             self.show_message("Export failed", f"{name} was not saved: {exc}")
             return False

@@ -1,13 +1,13 @@
 """The Data panel: the data file, its arrays, statistics and a slice preview; mask and noise.
 
-Arrays above ``DataPanel.async_bytes`` (16 MiB) are read in a worker thread; a result for a
-file or array no longer chosen is dropped.
+Arrays above ``DataPanel.async_bytes`` (16 MiB) are read in a worker thread (the views'
+``app.views.jobs.LatestJob``: one read at a time, the newest waiting request replaces an
+older one); a result for a file or array no longer chosen is dropped.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ from app.state.config_state import (
     ConfigState,
     format_value,
 )
+from app.views.jobs import LatestJob
 from core import config as cfg
 
 __all__ = ["DataPanel"]
@@ -82,17 +83,17 @@ class DataPanel(SetupPanel):
     keys = ("model.kind", "data.path", "data.key", "data.noise", "data.noise_sigma",
             "data.noise_map", "data.mask")
     file_chosen = Signal(str)
-    #: (key, LoadedArray | None, ArrayStats | None, error text) from the reading thread
-    array_read = Signal(object, object, object, str)
     #: arrays larger than this are read in a worker thread
     async_bytes = 16 * 2**20
 
     def __init__(self, state: ConfigState, parent=None):
         super().__init__(state, parent)
         s = state
-        self.array_read.connect(self._array_read)
-        self._reader_box: dict = {"pool": None}      # the reading thread, made when needed
-        self.destroyed.connect(lambda *_, box=self._reader_box: _stop_reader(box))
+        # reads of large arrays; results come back in the GUI thread, tagged with the key
+        # (file, array, mtime) they were asked for
+        self._reader = LatestJob(self, name="fieldscope-data")
+        self._reader.finished.connect(self._array_read)
+        self.destroyed.connect(lambda *_, job=self._reader: job.close())
         self._choice("model.kind", "Model", [("field (3-D grid)", "field"),
                                              ("integral (1-D series)", "integral")],
                      tip="model.kind: a Gaussian random field on a grid, or the 1-D "
@@ -306,31 +307,24 @@ class DataPanel(SetupPanel):
             self._set_volume(None)
             self._loaded_key = key
             self.info.setText(f"reading {info.name!r} ({_bytes(info.size_bytes)})…")
-            if self._reader_box["pool"] is None:
-                self._reader_box["pool"] = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="fieldscope-data")
-            future = self._reader_box["pool"].submit(_read_array, str(path), name)
-            future.add_done_callback(lambda f: self._deliver(key, f))
+            self._reader.request(key, _read_array, str(path), name)
             return
         self._loaded_key = key
         self._show_array(*_read_array(str(path), name))
 
-    def _deliver(self, key, future) -> None:
-        """In the reading thread: hand the result to the GUI thread (queued signal)."""
-        if _alive(self):
-            try:
-                self.array_read.emit(key, *future.result())
-            except RuntimeError:     # the panel was deleted meanwhile
-                pass
-
-    def _array_read(self, key, loaded, stats, error: str) -> None:
+    def _array_read(self, key, result, error: Exception | None) -> None:
+        """A large array's read ended (``LatestJob.finished``, in the GUI thread)."""
         if key != self._loaded_key or not _alive(self.info):
             return                   # a file or array chosen since: stale
-        self._show_array(loaded, stats, error)
+        if error is not None:        # _read_array reports LoadError itself: this is a bug
+            self._show_array(None, None, f"{type(error).__name__}: {error}")
+            return
+        self._show_array(*result)
 
     def shutdown(self) -> None:
-        """Stop the reading thread (also done when the panel is deleted)."""
-        _stop_reader(self._reader_box)
+        """Read no more arrays in the worker; a read under way is dropped (also done when
+        the panel is deleted)."""
+        self._reader.close()
 
     def _show_array(self, loaded, stats, error: str) -> None:
         if error:
@@ -374,12 +368,6 @@ class DataPanel(SetupPanel):
         self.slice_label.setText(f"{'xyz'[axis]} = {i}")
         plane = np.take(self._volume, i, axis=axis)
         self.preview.show_slice(np.asarray(plane, dtype=np.float32))
-
-
-def _stop_reader(box: dict) -> None:
-    pool, box["pool"] = box["pool"], None
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _read_array(path: str, name):

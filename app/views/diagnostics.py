@@ -34,6 +34,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
 from app.state.run_state import RunState
+from app.views.base import FIELD, INTEGRAL, PLOTS, RunView
 from app.views.jobs import LatestJob
 from app.views.style import add_empty_hint, add_legend, sparse_log_ticks
 from core.store import run_summary
@@ -70,7 +71,7 @@ def compute_summary(run_dir) -> run_summary.RunSummary:
     return run_summary.summarize_run(run_dir, field_diagnostics=False)
 
 
-class DiagnosticsView(QtWidgets.QWidget):
+class DiagnosticsView(RunView):
     """Table of R-hat / ESS / health per chain and pooled, and P(k)-shell diagnostics.
 
     ``table`` is the QTableWidget (each item also holds its raw value in
@@ -79,11 +80,15 @@ class DiagnosticsView(QtWidgets.QWidget):
     emitted after a result was shown (or an error reported).
     """
 
+    title = "Diagnostics"
+    group = PLOTS
+    kinds = frozenset({FIELD, INTEGRAL})
+    csv_contents = "Diagnostics table"
+
     computed = QtCore.Signal()
 
     def __init__(self, run_state: RunState, parent=None):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.summary: run_summary.RunSummary | None = None
         self.message = QtWidgets.QLabel("")
         self.message.setWordWrap(True)
@@ -269,11 +274,6 @@ class DiagnosticsView(QtWidgets.QWidget):
                 fh.write(self.summary.table_csv())
         except OSError as err:
             raise OSError(f"{path}: cannot write the diagnostics table: {err.strerror or err}") from None
-
-    def export_png(self, path) -> None:
-        """Save the panel as it is shown as PNG. Raises OSError when it cannot be written."""
-        if not self.grab().save(str(path), "PNG"):
-            raise OSError(f"{path}: cannot write the PNG image")
 
 
 def _column(name: str) -> int:

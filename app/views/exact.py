@@ -34,6 +34,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.state.run_state import RunState
+from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
 
@@ -101,7 +102,7 @@ def nice_limit(value: float) -> float:
 # --------------------------------------------------------------------------- the view
 
 
-class ExactComparisonView(QtWidgets.QWidget):
+class ExactComparisonView(RunView):
     """Wiener posterior vs HMC running moments on one slice plane, z histogram, summary.
 
     ``refresh(force=False) -> bool`` redraws when the run's field moments
@@ -115,12 +116,15 @@ class ExactComparisonView(QtWidgets.QWidget):
     ``images`` (key -> ImageItem, keys of ``PANELS``).
     """
 
+    title = "Exact posterior"
+    group = FIELD_VIEWS
+    kinds = frozenset({FIELD})
+
     exact_ready = QtCore.Signal()
     exact_failed = QtCore.Signal(str)
 
     def __init__(self, run_state: RunState, parent=None, *, n_samples: int = 64, batch: int = 8):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.n_samples = int(n_samples)
         self.batch = int(batch)
         self.status = "no run"
@@ -492,10 +496,3 @@ class ExactComparisonView(QtWidgets.QWidget):
             parts.append(f"Wiener std from {self.exact.n_samples} exact draws "
                          f"(+-{100 * self.exact.std_rel_error:.0f}% per voxel)")
         return "  |  ".join(parts)
-
-    # -- export --------------------------------------------------------------------------
-
-    def export_png(self, path) -> bool:
-        """Save the view as a PNG (what is on screen, at the widget's size). Returns
-        whether the file was written."""
-        return bool(self.grab().save(str(path), "PNG"))

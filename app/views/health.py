@@ -11,6 +11,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
+from app.views.base import FIELD, INTEGRAL, PLOTS, RunView
 from app.views.style import (
     DIVERGENCE_COLOUR,
     add_empty_hint,
@@ -28,12 +29,15 @@ HEALTH_PLOTS = (("grad_norm", "gradient norm", True),
 DIVERGENCE_PLOTS = ("grad_norm", "acceptance_rate")
 
 
-class HealthView(QtWidgets.QWidget):
+class HealthView(RunView):
     """Per-chain gradient norm, acceptance rate and step size against the step index."""
 
+    title = "Health"
+    group = PLOTS
+    kinds = frozenset({FIELD, INTEGRAL})
+
     def __init__(self, run_state: RunState, parent=None):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.graphics = pg.GraphicsLayoutWidget()
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -36,6 +36,7 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from scipy.special import ndtr
 
 from app.state.run_state import RunState
+from app.views.base import FIELD_VIEWS, INTEGRAL, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot
 
@@ -143,7 +144,7 @@ def _report(spec):
 # --------------------------------------------------------------------------- the view
 
 
-class IntegralView(QtWidgets.QWidget):
+class IntegralView(RunView):
     """Data and posterior predictive, parameter traces and histograms, discretisation report.
 
     ``refresh(force=False) -> bool`` redraws when the state's traces moved
@@ -159,13 +160,16 @@ class IntegralView(QtWidgets.QWidget):
     ``report`` (``DiscretisationReport`` or None) and ``report_text``.
     """
 
+    title = "Integral model"
+    group = FIELD_VIEWS
+    kinds = frozenset({INTEGRAL})
+
     band_ready = QtCore.Signal()
     report_ready = QtCore.Signal(str)
 
     def __init__(self, run_state: RunState, parent=None, *, max_band_draws: int = 200,
                  hist_bins: int = HIST_BINS):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.max_band_draws = int(max_band_draws)
         self.hist_bins = int(hist_bins)
         self.status = "no run"
@@ -575,10 +579,3 @@ class IntegralView(QtWidgets.QWidget):
             for name in ("mean", "lo", "hi", "pred_lo", "pred_hi"):
                 items[name].setData([], [])
         self.band_items["residual"]["points"].setData([], [])
-
-    # -- export --------------------------------------------------------------------------
-
-    def export_png(self, path) -> bool:
-        """Save the view as a PNG (what is on screen, at the widget's size). Returns
-        whether the file was written."""
-        return bool(self.grab().save(str(path), "PNG"))

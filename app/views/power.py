@@ -21,7 +21,8 @@ Curves (x: k in 1/unit, y: P in unit^3, both log):
                     average of P over the shell, which differs from P(k_shell) only where
                     P curves within a shell (second order in the shell width).
     cosmic variance the band P(k) (1 +- 1 / sqrt(N_ind(k))) around chain 0's prior: the
-                    1-sigma spread of one draw's shell estimate. See ``cosmic_variance``.
+                    1-sigma spread of one draw's shell estimate, sqrt(2 / c) for c modes
+                    (``core.field.power_estimator.relative_error``).
     data            P(k) of the observed data: masked (and NaN) voxels zero-filled after
                     subtracting the mean of the observed ones, the power divided by the
                     observed fraction f (the pseudo-power's leading-order correction for
@@ -52,12 +53,13 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.state.run_state import RunState
+from app.views.base import FIELD, PLOTS, RunView
 from app.views.jobs import LatestJob
 from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks
 from core.field.grid import Grid
-from core.field.power_estimator import measure_power
+from core.field.power_estimator import measure_power, relative_error
 
-__all__ = ["PowerCurves", "PowerView", "cosmic_variance", "masked_data_field", "measure_curves",
+__all__ = ["PowerCurves", "PowerView", "masked_data_field", "measure_curves",
            "prior_spectrum"]
 
 MEAN_COLOUR = "#ffffff"
@@ -71,27 +73,6 @@ BAND_FLOOR = 1e-3
 
 
 # ----------------------------------------------------------------------------- numbers
-
-
-def cosmic_variance(counts) -> np.ndarray:
-    """The relative 1-sigma spread of one shell estimate of a Gaussian field: 1 / sqrt(N_ind).
-
-    ``counts`` are the shells' full-grid mode counts c (``RunState.k_counts``,
-    ``PowerMeasurement.counts``): every mode k of the full DFT grid, k and -k separately.
-    A real field's modes come in conjugate pairs (k, -k) carrying one independent complex
-    amplitude (|X_k|^2 ~ P' Exp(1), variance P'^2), and self-conjugate modes (every index
-    0 or n_i / 2) carrying one real amplitude (P' chi^2_1, variance 2 P'^2). A shell with
-    p pairs and r self-conjugate modes (c = 2 p + r) averages its c mode powers, so
-
-        Var[P_shell] / P^2 = (p (2P)^2 + r 2 P^2) / (c^2 P^2) = 2 / c,
-
-    i.e. N_ind = c / 2 independent complex modes (a self-conjugate mode counts one half),
-    and the band is P (1 +- sqrt(2 / c)) -- ``power_estimator``'s ``relative_error``.
-    Empty shells give inf.
-    """
-    c = np.asarray(counts, np.float64)
-    with np.errstate(divide="ignore"):
-        return np.sqrt(2.0 / c)
 
 
 def masked_data_field(data, mask=None) -> tuple[np.ndarray, float]:
@@ -191,7 +172,7 @@ def measure_curves(grid: Grid, latest=None, mean=None, data=None, mask=None, tru
 # ----------------------------------------------------------------------------- the view
 
 
-class PowerView(QtWidgets.QWidget):
+class PowerView(RunView):
     """Log-log P(k) of a run with a ratio subplot; see the module docstring.
 
     ``curves`` (name -> PlotDataItem): ``latest`` (list per chain), ``mean``, ``prior``
@@ -200,11 +181,15 @@ class PowerView(QtWidgets.QWidget):
     ``computed`` is emitted after a background result was drawn.
     """
 
+    title = "P(k)"
+    group = PLOTS
+    kinds = frozenset({FIELD})
+    csv_contents = "P(k) curves"
+
     computed = QtCore.Signal()
 
     def __init__(self, run_state: RunState, parent=None):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.graphics = pg.GraphicsLayoutWidget()
         self.note = QtWidgets.QLabel("")
         self.note.setWordWrap(True)
@@ -439,7 +424,7 @@ class PowerView(QtWidgets.QWidget):
             curve.setData(*(_finite(k, prior[ch]) if show else ([], [])))
             curve.setVisible(bool(show))
         counts = self._counts()
-        rel = cosmic_variance(counts) if counts is not None else None
+        rel = relative_error(counts) if counts is not None else None
         if prior is not None and rel is not None and np.isfinite(prior[0]).any():
             kk, p0 = _finite(k, prior[0])
             r = rel[np.isfinite(k) & np.isfinite(prior[0])]
@@ -527,7 +512,7 @@ class PowerView(QtWidgets.QWidget):
         prior = self.prior_values
         for ch in range(st.chains or 0):
             cols[f"prior_chain_{ch}"] = prior[ch] if prior is not None and ch < len(prior) else None
-        rel = cosmic_variance(counts) if counts is not None else None
+        rel = relative_error(counts) if counts is not None else None
         if prior is not None and rel is not None:
             cols["band_low"] = prior[0] * np.maximum(1 - rel, BAND_FLOOR)
             cols["band_high"] = prior[0] * (1 + rel)
@@ -548,11 +533,6 @@ class PowerView(QtWidgets.QWidget):
                     writer.writerow([repr(float(v)) for v in row])
         except OSError as err:
             raise OSError(f"{path}: cannot write the P(k) table: {err.strerror or err}") from None
-
-    def export_png(self, path) -> None:
-        """Save the panel as it is shown as PNG. Raises OSError when it cannot be written."""
-        if not self.grab().save(str(path), "PNG"):
-            raise OSError(f"{path}: cannot write the PNG image")
 
 
 def _finite(k, values):

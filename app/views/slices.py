@@ -26,6 +26,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.style import pin_colour
 
 #: (name, (horizontal axis, vertical axis), normal axis) of each view, axes of a[i, j, k]
@@ -100,8 +101,12 @@ class _ClickableImage(pg.ImageItem):
         super().mouseClickEvent(ev)
 
 
-class SlicesView(QtWidgets.QWidget):
+class SlicesView(RunView):
     """xy / xz / yz slices with linked crosshairs, a selector of what they show, and pinning."""
+
+    title = "Slices"
+    group = FIELD_VIEWS
+    kinds = frozenset({FIELD})
 
     voxel_pinned = QtCore.Signal(tuple)
     voxel_unpinned = QtCore.Signal(tuple)
@@ -110,8 +115,7 @@ class SlicesView(QtWidgets.QWidget):
     settings_changed = QtCore.Signal()
 
     def __init__(self, run_state: RunState, parent=None):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.settings = SliceViewState()
         self._syncing = False
         self._layout_seen = -1

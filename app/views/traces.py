@@ -11,6 +11,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
+from app.views.base import FIELD, INTEGRAL, PLOTS, RunView
 from app.views.style import (
     CHAIN_STYLES,
     add_empty_hint,
@@ -22,12 +23,15 @@ from app.views.style import (
 )
 
 
-class TracesView(QtWidgets.QWidget):
+class TracesView(RunView):
     """Log-density, hyperparameters and pinned voxel values against the step index."""
 
+    title = "Traces"
+    group = PLOTS
+    kinds = frozenset({FIELD, INTEGRAL})
+
     def __init__(self, run_state: RunState, parent=None):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.graphics = pg.GraphicsLayoutWidget()
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -63,6 +63,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
 from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
+from app.views.base import FIELD, FIELD_VIEWS, RunView, save_png
 from app.views.jobs import LatestJob
 from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, robust_levels
 
@@ -320,7 +321,7 @@ def _discard_canvas(canvas, *_args) -> None:
         pass
 
 
-class VolumeView(QtWidgets.QWidget):
+class VolumeView(RunView):
     """Volume rendering of the array the slices show, with the grid's box and the three planes.
 
     ``VolumeView(run_state, slices=None, parent=None)``. With ``slices`` (a SlicesView) it
@@ -331,9 +332,12 @@ class VolumeView(QtWidgets.QWidget):
     Mouse: drag to rotate, wheel to zoom, shift-drag to pan; "Reset view" restores the view.
     """
 
+    title = "3D volume"
+    group = FIELD_VIEWS
+    kinds = frozenset({FIELD})
+
     def __init__(self, run_state: RunState, slices=None, parent=None):
-        super().__init__(parent)
-        self.state = run_state
+        super().__init__(run_state, parent)
         self.slices = slices
         self.settings: SliceViewState = slices.settings if slices is not None else SliceViewState()
         self.method = "mip"
@@ -813,6 +817,4 @@ class VolumeView(QtWidgets.QWidget):
         image = np.ascontiguousarray(self.render_image())
         h, w = image.shape[:2]
         qimage = QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888)
-        if not qimage.save(str(path), "PNG"):
-            raise OSError(f"could not write {path}")
-        return str(path)
+        return save_png(qimage, path)

@@ -57,6 +57,7 @@ __all__ = [
     "CrossPowerMeasurement",
     "measure_power",
     "cross_power",
+    "relative_error",
     "ExpectedShellPower",
     "expected_shell_power",
 ]
@@ -169,6 +170,20 @@ def _half_spectra(field: np.ndarray, grid: Grid) -> np.ndarray:
     return spectrum.reshape(-1, grid.n_half_modes)
 
 
+def relative_error(counts) -> np.ndarray:
+    """sqrt(2 / c): the relative 1-sigma spread of a shell estimate of a Gaussian field.
+
+    ``counts`` are the shells' full-grid mode counts c (``PowerMeasurement.counts``,
+    ``RunState.k_counts``): every mode of the full DFT grid, k and -k separately. A shell
+    averages c mode powers carrying c / 2 independent complex amplitudes (a self-conjugate
+    mode counts one half), so Var[P_hat_shell] / P^2 = 2 / c (module docstring). Empty
+    shells (c = 0) give inf.
+    """
+    c = np.asarray(counts, np.float64)
+    with np.errstate(divide="ignore"):
+        return np.sqrt(2.0 / c)
+
+
 def measure_power(field, grid: Grid, edges=None) -> PowerMeasurement:
     """Shell-averaged power spectrum of ``field`` (shape (..., n0, n1, n2)).
 
@@ -180,10 +195,8 @@ def measure_power(field, grid: Grid, edges=None) -> PowerMeasurement:
     spectra = _half_spectra(field, grid)
     per_mode = (grid.volume / grid.n_cells**2) * (spectra.real**2 + spectra.imag**2)
     power = shells.average(per_mode).reshape(field.shape[:-3] + (shells.n_bins,))
-    with np.errstate(divide="ignore"):
-        relative_error = np.sqrt(2.0 / shells.counts)
     return PowerMeasurement(edges=shells.edges, k=shells.k, power=power,
-                            counts=shells.counts, relative_error=relative_error)
+                            counts=shells.counts, relative_error=relative_error(shells.counts))
 
 
 def cross_power(field_a, field_b, grid: Grid, edges=None) -> CrossPowerMeasurement:

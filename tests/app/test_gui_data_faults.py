@@ -53,6 +53,7 @@ def test_a_fits_cube_is_read_off_the_gui_thread(make_window, qtbot, tmp_path, mo
     assert s["grid.box_size"] == [200.0, 250.0, 300.0] and s["grid.unit"] == "Mpc/h"
     qtbot.waitUntil(lambda: "shape (8, 10, 12)" in data.info.text(), timeout=10_000)
     assert threads and all(t is not threading.main_thread() for t in threads)
+    assert {t.name for t in threads} == {"fieldscope-data"}     # the panel's LatestJob
     stats = inspect_array(loader_for(tmp_path / "cube.fits").load(tmp_path / "cube.fits").array)
     assert f"min {stats.min:.4g}, max {stats.max:.4g}" in data.info.text()
     assert "file's box (200, 250, 300) Mpc/h" in data.info.text()

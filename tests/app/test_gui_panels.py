@@ -185,6 +185,7 @@ def test_the_window_works_without_the_live_views(make_window, monkeypatch, tmp_p
     from PySide6.QtWidgets import QLabel
 
     monkeypatch.setitem(sys.modules, "app.views", None)      # import raises ImportError
+    monkeypatch.setitem(sys.modules, "app.views.live", None)  # (imported already by others)
     window = make_window(tiny_case(tmp_path), engine=None)
     assert window.views is None and isinstance(window.centralWidget(), QLabel)
     assert "app.views" in window.centralWidget().text()

@@ -44,6 +44,9 @@ def test_the_integral_demo_window_shows_its_posterior(make_window, qtbot, tmp_pa
     views = window.views
     assert views.tab_names("left") == ["Integral model"]
     assert "P(k)" not in views.tab_names("right")
+    window._fill_export_menu()
+    assert [a.text() for a in window.export_menu.actions() if "CSV" in a.text()] == \
+        ["Diagnostics table as CSV…"]
     view = views.integral
     assert views.left.currentWidget() is view
     qtbot.waitUntil(lambda: view.band is not None and bool(view.report_text), timeout=60_000)
@@ -77,6 +80,10 @@ def test_every_view_exports_and_the_table_equals_the_summary(make_window, qtbot,
     names = views.tab_names("left") + views.tab_names("right")
     assert names == ["Slices", "3D volume", "Exact posterior", "Traces", "Health", "P(k)",
                      "Diagnostics"]
+    window._fill_export_menu()
+    assert [a.text() for a in window.export_menu.actions() if a.text()] == \
+        [f"{name} as PNG…" for name in names + ["Whole window"]] + \
+        ["P(k) curves as CSV…", "Diagnostics table as CSV…"]
     for name in names + ["Whole window"]:
         path = tmp_path / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
         assert window.export_png(name, path), window.last_message

@@ -14,9 +14,9 @@ from pyqtgraph.Qt import QtGui
 
 from app.state.run_state import RunState
 from app.views import power as pview
-from app.views.power import PowerView, cosmic_variance, masked_data_field
+from app.views.power import PowerView, masked_data_field
 from core.field.grid import Grid
-from core.field.power_estimator import measure_power
+from core.field.power_estimator import measure_power, relative_error
 from core.field.power_spectrum import PowerLaw
 from support.runs import fake_run, feed, meta_for
 
@@ -141,14 +141,15 @@ def test_curves_equal_core_estimator_and_prior(qtbot, tmp_path):
         view.export_csv(tmp_path / "missing" / "pk.csv")
 
 
-def test_cosmic_variance_band_is_the_spread_of_real_gaussian_fields():
+def test_the_relative_error_band_is_the_spread_of_real_gaussian_fields():
     """1 / sqrt(N_ind) = sqrt(2 / c), self-conjugate modes included, against 4000 white fields
     on an even/odd grid (every shell mixes conjugate pairs and self-conjugate modes)."""
     grid = Grid((6, 4, 5), (6.0, 4.0, 5.0))
     fields = np.random.default_rng(1).normal(size=(4000, 6, 4, 5))
     m = measure_power(fields, grid)
     spread = m.power.std(axis=0, ddof=1) / m.power.mean(axis=0)
-    expected = cosmic_variance(m.counts)
+    expected = relative_error(m.counts)
+    np.testing.assert_array_equal(m.relative_error, expected)
     # the sd of a sample sd of 4000 draws is about 1.2 % (chi-square-ish shell powers)
     np.testing.assert_allclose(spread, expected, rtol=0.06)
     # counting the modes as c independent real ones (1 / sqrt(c)) would be 30 % off

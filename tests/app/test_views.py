@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -10,9 +11,14 @@ import pyqtgraph as pg
 import pytest
 from pyqtgraph.Qt import QtCore
 
+import app.views.live as live_module
 from app.state.run_state import VOLUME_KINDS, RunState
-from app.views import HealthView, LiveViews, TracesView
+from app.views.base import FIELD, FIELD_VIEWS, INTEGRAL, PLOTS, LazyView, RunView, UnavailableView
+from app.views.health import HealthView
+from app.views.live import LiveViews
+from app.views.registry import VIEWS, entry, titles
 from app.views.slices import PLANES, slice_of
+from app.views.traces import TracesView
 from support.runs import fake_run, feed, meta_for
 
 GRID = (6, 5, 4)
@@ -237,10 +243,76 @@ def test_views_of_a_run_without_a_field(qtbot):
     assert "no field" in views.slices.note_label.text()
 
 
+def test_the_registry_lists_every_view_once_in_tab_order():
+    # the tab order of each side, and the model kinds each view applies to
+    assert titles(FIELD_VIEWS) == ("Slices", "3D volume", "Exact posterior", "Integral model")
+    assert titles(PLOTS) == ("Traces", "Health", "P(k)", "Diagnostics")
+    assert titles() == titles(FIELD_VIEWS) + titles(PLOTS)
+    assert [e.title for e in VIEWS] == list(titles())       # field views first, then plots
+    assert {e.title for e in VIEWS if not e.applies_to(INTEGRAL)} == \
+        {"Slices", "3D volume", "Exact posterior", "P(k)"}
+    assert {e.title for e in VIEWS if not e.applies_to(FIELD)} == {"Integral model"}
+    assert [e.title for e in VIEWS if e.lazy] == ["3D volume"]
+    assert {e.title: e.view_class.csv_contents for e in VIEWS if e.view_class.csv_contents} == \
+        {"P(k)": "P(k) curves", "Diagnostics": "Diagnostics table"}
+    for e in VIEWS:
+        assert issubclass(e.view_class, RunView) and e.view_class.title == e.title
+        assert entry(e.title) is e
+    with pytest.raises(KeyError, match="no view called 'Nope'"):
+        entry("Nope")
+
+
+def test_live_views_build_their_tabs_from_the_registry(qtbot, tmp_path):
+    state = RunState()
+    state.reset(meta_for(grid=GRID))
+    views = LiveViews(state)
+    qtbot.addWidget(views)
+    assert [views.left.tabText(i) for i in range(views.left.count())] == list(titles(FIELD_VIEWS))
+    assert [views.right.tabText(i) for i in range(views.right.count())] == list(titles(PLOTS))
+    for e in VIEWS:
+        view = views.view(e.title)
+        assert view is getattr(views, e.name) and view.title == e.title
+        assert isinstance(view, LazyView if e.lazy else e.view_class)
+        assert view.applies_to(FIELD) == e.applies_to(FIELD)
+    assert views.volume.view is None                 # built on first show only
+    with pytest.raises(KeyError, match="no view called"):
+        views.show_tab("Nope")
+    # a view without a table says so; an unwritable PNG names the file
+    with pytest.raises(ValueError, match="Traces has no CSV export"):
+        views.traces.export_csv(tmp_path / "t.csv")
+    with pytest.raises(OSError, match="could not write the PNG image"):
+        views.traces.export_png(tmp_path / "no such folder" / "t.png")
+    assert views.traces.export_png(tmp_path / "t.png") == str(tmp_path / "t.png")
+
+
+def test_an_optional_view_that_cannot_be_built_says_why(qtbot, monkeypatch):
+    def broken(_run_state, _built):
+        raise RuntimeError("no OpenGL here")
+
+    monkeypatch.setattr(live_module, "VIEWS", tuple(
+        dataclasses.replace(e, factory=broken) if e.name in ("volume", "exact") else e
+        for e in VIEWS))
+    state = RunState()
+    state.reset(meta_for(grid=GRID))
+    views = LiveViews(state)
+    qtbot.addWidget(views)
+    assert isinstance(views.exact, UnavailableView) and views.exact.title == "Exact posterior"
+    assert views.exact.label.text() == ("The exact-posterior comparison is not available "
+                                        "here: RuntimeError: no OpenGL here")
+    assert not views.exact.refresh(force=True)
+    lazy = views.show_tab("3D volume")
+    views.show()
+    qtbot.waitUntil(lambda: lazy.view is not None, timeout=3000)
+    assert isinstance(lazy.view, UnavailableView)
+    assert "The 3D view is not available here: RuntimeError: no OpenGL here" == lazy.view.label.text()
+    assert not lazy.refresh(force=True)
+
+
 def test_the_views_import_no_tensorflow():
     code = ("import sys, app.views, app.views.slices, app.views.traces, app.views.health, "
             "app.views.live, app.views.style, app.views.jobs, app.views.power, "
             "app.views.diagnostics, app.views.volume, app.views.exact, app.views.integral, "
+            "app.views.base, app.views.registry, app.panels.data, "
             "app.state.run_state, "
             "app.main_window; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "

@@ -156,7 +156,7 @@ def test_not_a_run_directory(tmp_path):
 
 
 def test_live_views_of_the_engine_store(qtbot, engine_run, tmp_path):
-    from app.views import LiveViews
+    from app.views.live import LiveViews
 
     state = RunState()
     state.load_from_store(engine_run["run_dir"])
