@@ -48,9 +48,18 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core import config as cfgmod
-from core.engine.kernels import MAX_UNROLL, UnrolledHamiltonianMonteCarlo
+from core.engine.kernels import UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model
 from core.engine.warmup import WarmupWatch
+from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
+from core.run.messages import (
+    STAT_DTYPES,
+    STAT_NAMES,
+    Estimate,
+    chunk_event,
+    new_progress,
+    status_event,
+)
 from core.store import run_lock
 from core.store.run_store import (
     STORE_NAME,
@@ -136,10 +145,10 @@ class Engine:
     # -- set-up -------------------------------------------------------------------
 
     def _status(self, status: str, **extra):
-        self.emit({"type": "status", "status": status, **extra})
+        self.emit(status_event(status, **extra))
 
-    def _build(self, estimate: dict | None = None):
-        self._status("loading", **({"estimate": estimate} if estimate else {}))
+    def _build(self, estimate: Estimate | None = None):
+        self._status("loading", estimate=estimate or None)
         self.model = build_model(self.config)
         self.dtype = self.model.dtype
         self._status("compiling")
@@ -171,7 +180,7 @@ class Engine:
         chains = s.chains
         base_seed = tf.constant([s.seed, 7919], tf.int32)
         n_params = len(model.param_names)
-        max_fields = -(-s.chunk_size // s.thin) + 1 if model.has_field else 0
+        max_fields = field_buffer_draws(s.chunk_size, s.thin) if model.has_field else 0
         has_field = model.has_field
         adapt_mass = sched.mass_end is not None
 
@@ -195,10 +204,8 @@ class Engine:
             def ta(dt, size=s.chunk_size):
                 return tf.TensorArray(dt, size=size, element_shape=None)
 
-            traces = {name: ta(dtype) for name in ("lp", "acceptance_rate", "step_size", "energy_error",
-                                                   "grad_norm")}
-            traces["diverging"] = ta(tf.bool)
-            traces["n_steps"] = ta(tf.int32)
+            traces = {name: ta(tf.as_dtype(STAT_DTYPES[name]) if name in STAT_DTYPES else dtype)
+                      for name in STAT_NAMES}
             params_ta = ta(dtype)
             field_buf = (tf.zeros([max(max_fields, 1), chains, *model.grid.shape], dtype)
                          if has_field else tf.zeros([1], dtype))
@@ -316,7 +323,7 @@ class Engine:
         else:
             moments = (tf.constant(0.0, tf.float64), tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
-                    moments=moments, step=0, progress={"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0})
+                    moments=moments, step=0, progress=dict(new_progress()))
 
     def _first_adapt_steps(self) -> int:
         sched = self.schedule
@@ -395,7 +402,7 @@ class Engine:
             raise EngineError(f"{self.run_dir}: cannot write the run directory: "
                               f"{err.strerror or err}") from None
 
-    def _preflight(self) -> dict | None:
+    def _preflight(self) -> Estimate | None:
         """Refuse a field run this machine cannot hold (``core.run.resources``), before the
         model loads. Returns the estimate for the "loading" status event: bytes,
         available, gradient_seconds, run_seconds, text."""
@@ -416,9 +423,9 @@ class Engine:
         problem = resources.memory_problem(estimate, available, include_import=False)
         if problem is not None:
             raise resources.ResourceError(f"{self.config.data_path}: {problem}")
-        return {"bytes": estimate.total, "available": available,
-                "gradient_seconds": estimate.gradient_seconds,
-                "run_seconds": estimate.run_seconds, "text": estimate.describe()}
+        return Estimate(bytes=estimate.total, available=available,
+                        gradient_seconds=estimate.gradient_seconds,
+                        run_seconds=estimate.run_seconds, text=estimate.describe())
 
     def start(self) -> str:
         """A new run in an empty run directory. Returns the final status."""
@@ -506,16 +513,16 @@ class Engine:
                                               ("lp", "acceptance_rate", "step_size",
                                                "energy_error")}, first)
                 self._adapt_at_boundary(st)
-                record, event = self._record(first, n, traces, params, field_buf, power_buf,
-                                             int(n_fields), st)
+                record, contents = self._record(first, n, traces, params, field_buf, power_buf,
+                                                int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
                 self.store.append(record, st["progress"], timing)
                 published = st["progress"]["chunks"]
                 self._checkpoint(st)
                 steps_done_here += n
-                event.update(elapsed=elapsed, steps_per_second=n / max(elapsed, 1e-9),
-                             total_elapsed=time.perf_counter() - started)
-                self.emit(event)
+                self.emit(chunk_event(**contents, elapsed=elapsed,
+                                      steps_per_second=n / max(elapsed, 1e-9),
+                                      total_elapsed=time.perf_counter() - started))
                 if diagnosis is not None:     # the chunk that shows it is stored first
                     raise EngineError(diagnosis)
             return self._finish("finished", st)
@@ -581,6 +588,8 @@ class Engine:
         st["da"] = self._da_state(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
 
     def _record(self, first, n, traces, params, field_buf, power_buf, n_fields, st):
+        """The chunk's ``ChunkRecord`` for the store and the fields of its chunk event
+        (``core.run.messages.chunk_event``, less the timing); updates ``st["progress"]``."""
         sched = self.schedule
         steps = np.arange(first, first + n)
         warm = steps < sched.num_warmup
@@ -594,7 +603,7 @@ class Engine:
             params={nm: par[~warm, :, i].T for i, nm in enumerate(names)})
         prog = st["progress"]
         n_post = int((~warm).sum())
-        event = {"type": "chunk", "first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
+        event = {"first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
                  "stats": {k: v for k, v in stats.items()},
                  "params": {nm: par[:, :, i].T for i, nm in enumerate(names)},
                  "steps_total": sched.total}
@@ -619,19 +628,3 @@ class Engine:
         event["progress"] = dict(prog)
         return record, event
 
-
-def load_run_config(path) -> tuple[cfgmod.RunConfig, str]:
-    """The parsed config and its exact text (stored with the run)."""
-    path = Path(path)
-    config = cfgmod.load_config(path)
-    return config, path.read_text()
-
-
-def stored_run_config(run_dir) -> tuple[cfgmod.RunConfig, str]:
-    """The config a run was started with, parsed relative to its original directory."""
-    from core.store.run_store import RunReader
-
-    reader = RunReader(run_dir)
-    text = reader.config_text
-    base = reader.attrs.get("config_dir", str(run_dir))
-    return cfgmod.parse_config(text, base_dir=base, source=f"{run_dir} (stored config)"), text
