@@ -19,6 +19,8 @@ import os
 import signal
 import sys
 
+__all__ = ["main", "build_parser", "ProgressLine", "UserError"]
+
 
 class UserError(Exception):
     """A problem with the user's input: printed as one line, exit status 2."""

@@ -5,17 +5,17 @@ Data flow (napari / glue shape)::
     ConfigState  <-->  setup panels (bound widgets, inline messages)
         |  Start: to_toml()
         v
-    EngineClient  --(signals, GUI thread)-->  RunState.on_chunk / on_status
-        ^                                         |
-        |  pause / resume / stop                  v
-    run controls (toolbar, Run menu)         LiveViews.refresh() at 10 Hz (a timer,
-                                             never per message)
+    RunController  <--(signals, GUI thread)--  EngineClient
+        |  RunState.on_chunk / on_status          ^
+        v                                         |  pause / resume / stop
+    LiveViews.refresh() at 10 Hz (a timer,   run controls (toolbar, Run menu)
+    never per message)
 
 A run's lifetime (start, pause / resume / stop, continue, watching a store another
 process writes, the run-lock checks, the run's status) is ``app.run_controller``'s
 ``RunController`` (``self.runs``); the window wires its signals to the menus, the status
-bar and the views. Run controls are enabled only when they make sense: Start needs a ready engine, no run in
-progress and a config that validates; Pause/Resume and Stop need a run. Errors (a bad
+bar and the views. Run controls are enabled only when they make sense: Start needs a
+ready engine, no run in progress and a config that validates; Pause/Resume and Stop need a run. Errors (a bad
 file, an impossible setting, an engine failure, a killed engine, closing during a run)
 are dialogs or inline messages, never tracebacks, and the window stays usable.
 

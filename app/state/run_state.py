@@ -41,6 +41,8 @@ from core.run import messages as msgs
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 from core.store.run_store import STORE_NAME, RunReader, RunStoreError, StoredConfig
 
+__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "VOLUME_KINDS", "VOLUME_LABELS"]
+
 #: What the slice views can show, in menu order (see :meth:`RunState.volume`).
 VOLUME_KINDS = ("data", "mask", "latest", "mean", "std", "residual", "truth")
 VOLUME_LABELS = {

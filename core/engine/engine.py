@@ -71,6 +71,9 @@ from core.store.run_store import (
     write_checkpoint,
 )
 
+__all__ = ["Engine", "EngineError", "Control", "Schedule", "DIVERGENCE_THRESHOLD",
+           "CHECKPOINT_FORMAT"]
+
 tfd = tfp.distributions
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
@@ -445,10 +448,11 @@ class Engine:
         if model.has_field:
             extra = dict(grid_shape=model.grid.shape, k_centres=model.k_centres, k_counts=model.k_counts)
         self.store = RunStoreWriter.create(
-            self.run_dir, config_text=self.config_text, model_kind=model.kind, chains=s.chains,
+            self.run_dir, config_text=self.config_text, config_dir=self.config.base_dir,
+            model_kind=model.kind, chains=s.chains,
             num_warmup=s.num_warmup, num_samples=s.num_samples, thin=s.thin, param_names=model.param_names,
             observed=model.observed,
-            extra_attrs={"algorithm": s.algorithm, "config_dir": str(self.config.base_dir)}, **extra)
+            extra_attrs={"algorithm": s.algorithm}, **extra)
         return self._run(self._fresh_state())
 
     def resume(self, num_samples: int | None = None) -> str:

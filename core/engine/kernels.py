@@ -24,6 +24,8 @@ from tensorflow_probability.python.mcmc import metropolis_hastings
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
+__all__ = ["UnrolledHamiltonianMonteCarlo", "UncalibratedUnrolledHMC", "unrolled_leapfrog"]
+
 
 def unrolled_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, state_parts, target,
                       target_grad_parts):

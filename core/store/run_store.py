@@ -4,7 +4,8 @@ numpy + zarr only (the GUI process reads stores; no TensorFlow). Layout::
 
     RUNDIR/
       run.zarr/                         xarray.open_datatree(RUNDIR/run.zarr, engine="zarr")
-        .zattrs                         config (TOML text), fieldscope_version, status, error,
+        .zattrs                         config (TOML text), config_dir (the folder its paths are
+                                        relative to), fieldscope_version, status, error,
                                         model_kind, progress {warmup_draws, draws, field_draws,
                                         chunks}, timing {warmup_seconds, sampling_seconds},
                                         chains, num_warmup, num_samples, thin, ...
@@ -138,11 +139,14 @@ class RunStoreWriter:
     # -- creation ---------------------------------------------------------------
 
     @classmethod
-    def create(cls, run_dir, *, config_text: str, model_kind: str, chains: int, num_warmup: int,
+    def create(cls, run_dir, *, config_text: str, config_dir=None, model_kind: str, chains: int,
+               num_warmup: int,
                num_samples: int, thin: int, param_names: list[str], observed: dict[str, tuple],
                grid_shape: tuple | None = None, k_centres=None, k_counts=None,
                extra_attrs: dict | None = None) -> "RunStoreWriter":
-        """A new, empty store. ``observed``: name -> (dims, array)."""
+        """A new, empty store. ``observed``: name -> (dims, array). ``config_text`` and
+        ``config_dir`` (the folder its relative paths are resolved from; None: the run
+        directory) are what ``RunReader.stored_config`` gives back."""
         run_dir = Path(run_dir)
         if (run_dir / STORE_NAME).exists():
             raise RunStoreError(f"{run_dir}: already holds a run; resume it, or choose a new directory")
@@ -155,6 +159,8 @@ class RunStoreWriter:
         except OSError as err:
             raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
         try:
+            if config_dir is not None:
+                extra_attrs = {"config_dir": str(config_dir), **(extra_attrs or {})}
             return cls._build(run_dir, building, root, config_text=config_text,
                               model_kind=model_kind, chains=chains, num_warmup=num_warmup,
                               num_samples=num_samples, thin=thin, param_names=param_names,
