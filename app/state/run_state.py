@@ -1,8 +1,8 @@
 """The state of one run as the GUI sees it: plain Python + numpy, no Qt.
 
 ``RunState`` is the single source of truth for a live run (fed with the engine's "chunk"
-and "status" events) or a stored one (read from its run store, also while another process
-writes it). Views hold a reference to it, read its arrays and never keep settings about
+and "status" events, ``core.run.messages``) or a stored one (read through the run store's
+``RunReader``, also while another process writes it). Views hold a reference to it, read its arrays and never keep settings about
 the run themselves (napari's model / glue's viewer state: the model knows nothing of the
 widgets that draw it).
 
