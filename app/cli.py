@@ -19,6 +19,8 @@ import os
 import signal
 import sys
 
+__all__ = ["main", "build_parser", "ProgressLine", "UserError"]
+
 
 class UserError(Exception):
     """A problem with the user's input: printed as one line, exit status 2."""
@@ -57,8 +59,11 @@ class ProgressLine:
         self.last = ""
 
     def __call__(self, event: dict) -> None:
-        kind = event.get("type")
-        if kind == "status":
+        """Take one engine event (``core.run.messages``)."""
+        from core.run import messages as msgs
+
+        kind = event["type"]
+        if kind == msgs.STATUS:
             status = event["status"]
             estimate = event.get("estimate")
             if estimate:
@@ -78,7 +83,7 @@ class ProgressLine:
             elif status in ("finished", "stopped", "paused"):
                 self._write(status, final=True)
             return
-        if kind != "chunk":
+        if kind != msgs.CHUNK:
             return
         stats = event["stats"]
         self.divergences += int(stats["diverging"].sum())
@@ -153,7 +158,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     _quiet_tensorflow()
-    from core.engine.engine import Control, Engine, stored_run_config
+    from core.engine.engine import Control, Engine
+    from core.store.run_store import stored_run_config
 
     try:
         config, text = stored_run_config(args.rundir)

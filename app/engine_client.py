@@ -8,10 +8,9 @@ commands go in through a thread-safe queue, which the thread drains between poll
 thread in the order the engine sent it:
 
     ready()                  the engine imported TensorFlow and waits for a run
-    status(str, object)      status name ("loading", "compiling", "warmup", "sampling",
-                             "paused", "running", "finished", "stopped", "failed") and
-                             the event dict
-    chunk(object)            one chunk's event dict (numpy arrays: see core.engine.engine)
+    status(str, object)      status name (``core.run.messages.ENGINE_STATUSES``) and the
+                             "status" event (``core.run.messages.StatusEvent``)
+    chunk(object)            one "chunk" event (``core.run.messages.ChunkEvent``)
     error(str)               a run could not start or failed; the message says why
     done(str)                a run ended with this status
     engine_died(str)         the process is gone (killed, crashed); ``respawn`` starts
@@ -31,6 +30,7 @@ import weakref
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from core.run import messages as msgs
 from core.run.engine_process import EngineProcess
 
 __all__ = ["EngineClient", "running_readers"]
@@ -82,7 +82,7 @@ class _Reader(QThread):
                     if msg is _SHUTDOWN:
                         self._shutdown()
                         return
-                    if msg.get("cmd") == "run":
+                    if msg["cmd"] == msgs.RUN:
                         self.run_active = True
                     self.proc.send(msg)       # a dead pipe shows up as EOF in poll
             except queue.Empty:
@@ -100,20 +100,20 @@ class _Reader(QThread):
                 self._dispatch(event)
 
     def _dispatch(self, event: dict) -> None:
-        kind = event.get("type")
-        if kind == "ready":
+        kind = event["type"]
+        if kind == msgs.READY:
             self.is_ready = True
-            self.ready_seconds = event.get("seconds")
+            self.ready_seconds = event["seconds"]
             self.ready.emit()
-        elif kind == "status":
-            self.status.emit(str(event.get("status", "")), event)
-        elif kind == "chunk":
+        elif kind == msgs.STATUS:
+            self.status.emit(event["status"], event)
+        elif kind == msgs.CHUNK:
             self.chunk.emit(event)
-        elif kind == "error":
-            self.error.emit(str(event.get("message", "the engine reported an error")))
-        elif kind == "done":
+        elif kind == msgs.ERROR:
+            self.error.emit(event["message"])
+        elif kind == msgs.DONE:
             self.run_active = False
-            self.done.emit(str(event.get("status", "")))
+            self.done.emit(event["status"])
 
     def _shutdown(self) -> None:
         proc = self.proc
@@ -127,7 +127,7 @@ class _Reader(QThread):
         if self.run_active:
             # stop after the current chunk; keep reading (and reporting) until the run
             # says it is done, so the store and the GUI see the final status
-            proc.send({"cmd": "stop"})
+            proc.send(msgs.control_command(msgs.STOP))
             deadline = time.monotonic() + self._stop_timeout
             while self.run_active and time.monotonic() < deadline:
                 try:
@@ -261,20 +261,19 @@ class EngineClient(QObject):
         """Start (or, with ``resume``, continue) a run. False if no engine is ready."""
         if not self.is_ready:
             return False
-        self._reader.command({"cmd": "run", "config_text": config_text,
-                              "base_dir": str(base_dir), "run_dir": str(run_dir),
-                              "resume": bool(resume), "num_samples": num_samples})
+        self._reader.command(msgs.run_command(config_text, base_dir, run_dir, resume,
+                                              num_samples))
         return True
 
     def pause(self) -> None:
-        self._send({"cmd": "pause"})
+        self._send(msgs.control_command(msgs.PAUSE))
 
     def resume(self) -> None:
-        self._send({"cmd": "resume"})
+        self._send(msgs.control_command(msgs.RESUME))
 
     def stop(self) -> None:
         """Stop the run after its current chunk (the engine reports done("stopped"))."""
-        self._send({"cmd": "stop"})
+        self._send(msgs.control_command(msgs.STOP))
 
     def _send(self, msg: dict) -> None:
         if self._reader is not None and self._reader.isRunning():

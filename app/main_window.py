@@ -5,14 +5,17 @@ Data flow (napari / glue shape)::
     ConfigState  <-->  setup panels (bound widgets, inline messages)
         |  Start: to_toml()
         v
-    EngineClient  --(signals, GUI thread)-->  RunState.on_chunk / on_status
-        ^                                         |
-        |  pause / resume / stop                  v
-    run controls (toolbar, Run menu)         LiveViews.refresh() at 10 Hz (a timer,
-                                             never per message)
+    RunController  <--(signals, GUI thread)--  EngineClient
+        |  RunState.on_chunk / on_status          ^
+        v                                         |  pause / resume / stop
+    LiveViews.refresh() at 10 Hz (a timer,   run controls (toolbar, Run menu)
+    never per message)
 
-Run controls are enabled only when they make sense: Start needs a ready engine, no run in
-progress and a config that validates; Pause/Resume and Stop need a run. Errors (a bad
+A run's lifetime (start, pause / resume / stop, continue, watching a store another
+process writes, the run-lock checks, the run's status) is ``app.run_controller``'s
+``RunController`` (``self.runs``); the window wires its signals to the menus, the status
+bar and the views. Run controls are enabled only when they make sense: Start needs a
+ready engine, no run in progress and a config that validates; Pause/Resume and Stop need a run. Errors (a bad
 file, an impossible setting, an engine failure, a killed engine, closing during a run)
 are dialogs or inline messages, never tracebacks, and the window stays usable.
 
@@ -25,11 +28,9 @@ every draw recorded and a checkpoint; a stopped or interrupted run can be contin
 from __future__ import annotations
 
 import datetime as _dt
-import inspect
 import math
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -47,24 +48,14 @@ from PySide6.QtWidgets import (
 
 from app.engine_client import EngineClient
 from app.panels import SetupPanel, make_panels
+from app.run_controller import ACTIVE, RunController
 from app.state.config_state import ConfigState
 from core.config import ConfigError
-from core.store import run_lock
+from core.store.run_store import RunReader, RunStoreError
 
 __all__ = ["MainWindow", "default_run_dir", "user_data_dir"]
 
-#: store statuses of a run whose writer may still be appending
-LIVE_STATUSES = ("created", "running", "paused")
-
 VIEW_REFRESH_HZ = 10
-#: how often a run written by another process is polled (reads only the store's
-#: attributes unless it grew; the writer is never slowed down: see bench/watch.py)
-WATCH_INTERVAL_MS = 1000
-PHASE_TEXT = {"loading": "loading the data and building the model…",
-              "compiling": "compiling the sampler (XLA; the first chunk takes longest)…",
-              "warmup": "warmup", "sampling": "sampling", "paused": "paused",
-              "running": "running", "finished": "finished", "stopped": "stopped",
-              "failed": "failed"}
 
 
 def user_data_dir() -> Path:
@@ -144,9 +135,6 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.state = state if state is not None else ConfigState()
         self.errors: dict[str, str] = {}
-        self.run_dir: Path | None = None
-        self.run_status = "idle"          # idle | starting | running | paused | stopping
-        self.last_run_status = ""
         self.last_message: tuple[str, str] | None = None   # (title, text) of the last dialog
         self.auto_start = False           # press Start as soon as it is enabled (--run)
         self.confirm_close = True
@@ -154,13 +142,12 @@ class MainWindow(QMainWindow):
         self._close_ok = False
         self._divergences = 0
         self._dialogs: list[QMessageBox] = []
-        self._pause_pending = False
         self._close_question: QMessageBox | None = None
-        self.client: EngineClient | None = None
 
         self.setWindowTitle("Fieldscope")
         self.resize(1500, 950)
         self._make_views()
+        self.runs = RunController(self.run_state, self)
         self._make_panels()
         self._make_actions()
         self._make_status_bar()
@@ -168,34 +155,23 @@ class MainWindow(QMainWindow):
         self.view_timer = QTimer(self)
         self.view_timer.setInterval(int(1000 / VIEW_REFRESH_HZ))
         self.view_timer.timeout.connect(self.refresh_views)
-        # following a run store that another process writes (File > Open run directory)
-        self.watching: Path | None = None
-        self.watch_timer = QTimer(self)
-        self.watch_timer.setInterval(WATCH_INTERVAL_MS)
-        self.watch_timer.timeout.connect(self._watch_tick)
-        self._watch_last_change = 0.0
+        self._connect_runs()
 
         self.state.connect_any(self._on_state_changed)
         self.validate()
         self._update_title()
-
-        if engine == "spawn":
-            self.client = EngineClient(self)
-        else:
-            self.client = engine
-        if self.client is not None:
-            self.client.ready.connect(self._on_ready)
-            self.client.status.connect(self._on_status)
-            self.client.chunk.connect(self._on_chunk)
-            self.client.error.connect(self._on_error)
-            self.client.done.connect(self._on_done)
-            self.client.engine_died.connect(self._on_engine_died)
-            self.client.closed.connect(self._on_client_closed)
-            if not self.client.is_running:
-                self.client.start()
-            elif self.client.is_ready:
-                QTimer.singleShot(0, self._on_ready)
+        self.runs.set_client(EngineClient(self) if engine == "spawn" else engine)
         self._update_actions()
+
+    @property
+    def client(self) -> EngineClient | None:
+        """The engine client (``self.runs`` owns it); None for a set-up-only window."""
+        return self.runs.client
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run directory shown (``self.runs`` owns it)."""
+        return self.runs.run_dir
 
     # -- building --------------------------------------------------------------------------
 
@@ -204,14 +180,11 @@ class MainWindow(QMainWindow):
         broken views package leaves a message in the middle, and the rest works."""
         self.run_state = None
         self.views = None
-        self._on_status_takes_name = False
         problem = ""
         try:
             from app.state.run_state import RunState
 
             self.run_state = RunState()
-            params = inspect.signature(self.run_state.on_status).parameters
-            self._on_status_takes_name = len(params) >= 2
         except Exception as exc:   # any failure of an optional module must not stop the app
             problem = f"app.state.run_state: {type(exc).__name__}: {exc}"
         if self.run_state is not None:
@@ -355,7 +328,7 @@ class MainWindow(QMainWindow):
             self.message_label.setStyleSheet("color: #d9534f;")
         else:
             self.message_label.setStyleSheet("")
-            if self.run_status == "idle":
+            if self.runs.status == "idle":
                 self.message_label.setText("config OK" + (
                     "" if self.client is None or self.client.is_ready else
                     "; Start is enabled once the engine is ready"))
@@ -385,7 +358,7 @@ class MainWindow(QMainWindow):
 
     def open_demo(self, name: str) -> bool:
         """Open one of the built-in demo configs (``DEMOS``)."""
-        if self.run_status != "idle":
+        if self.runs.status != "idle":
             self.show_message("A run is in progress", "Stop the run before opening a demo.")
             return False
         try:
@@ -499,6 +472,25 @@ class MainWindow(QMainWindow):
         self.message_label.setText(f"saved {name} to {path}")
         return True
 
+    # -- the run controller's signals -------------------------------------------------------------
+
+    def _connect_runs(self) -> None:
+        runs = self.runs
+        runs.engine_ready.connect(self._on_ready)
+        runs.changed.connect(self._update_actions)
+        runs.phase_text.connect(self.phase_label.setText)
+        runs.message.connect(self.message_label.setText)
+        runs.problem.connect(self.show_message)
+        runs.run_started.connect(self._on_run_started)
+        runs.chunk.connect(self._on_chunk)
+        runs.run_error.connect(self._on_error)
+        runs.run_ended.connect(self._on_run_ended)
+        runs.run_done.connect(self._on_done)
+        runs.engine_died.connect(self._on_engine_died)
+        runs.engine_closed.connect(self._on_client_closed)
+        runs.store_changed.connect(self.refresh_views)
+        runs.watch_progress.connect(self._show_watch_progress)
+
     # -- engine -------------------------------------------------------------------------------
 
     def _on_ready(self) -> None:
@@ -510,31 +502,17 @@ class MainWindow(QMainWindow):
             self.start_run()
 
     def restart_engine(self) -> None:
-        if self.client is None or self.run_status != "idle" and self.client.is_ready:
-            return
-        self.engine_label.setText("engine getting ready…")
-        self.client.respawn()
+        if self.runs.restart_engine():
+            self.engine_label.setText("engine getting ready…")
         self._update_actions()
 
-    def _on_engine_died(self, message: str) -> None:
-        was = self.run_status
+    def _on_engine_died(self, message: str, running: bool) -> None:
         self.engine_label.setText("engine stopped")
-        if was != "idle" and self.run_state is not None:
-            event = {"type": "status", "status": "failed",
-                     "error": f"the engine process ended ({message})"}
-            try:
-                if self._on_status_takes_name:
-                    self.run_state.on_status("failed", event)
-                else:
-                    self.run_state.on_status(event)
-            except Exception:
-                pass
-        self._end_run("failed" if was != "idle" else self.last_run_status)
         if self._closing:
             return
         where = (f" Everything up to the last completed chunk is kept in {self.run_dir}; "
                  "after restarting the engine, Run > Continue run resumes it."
-                 if was != "idle" and self.run_dir else "")
+                 if running and self.run_dir else "")
         box = self.show_message("The engine stopped",
                                 f"The engine process ended unexpectedly ({message}).{where}",
                                 buttons=QMessageBox.StandardButton.Close)
@@ -550,8 +528,7 @@ class MainWindow(QMainWindow):
     # -- runs ------------------------------------------------------------------------------------
 
     def can_start(self) -> bool:
-        return (self.client is not None and self.client.is_ready and self.run_status == "idle"
-                and not self.errors and not self._closing)
+        return self.runs.can_start and not self.errors and not self._closing
 
     def start_run(self, run_dir=None) -> bool:
         """Start a new run of the current config (in ``run_dir`` or a new default one)."""
@@ -567,26 +544,15 @@ class MainWindow(QMainWindow):
         except OSError as exc:
             self.show_message("Cannot start", f"no folder for the run: {exc}")
             return False
-        return self._launch(text, self.state.base_dir, run_dir, resume=False)
+        meta = None
+        try:
+            meta = self._run_meta(run_dir)
+        except Exception as exc:    # a views problem must not stop the run
+            self.message_label.setText(f"live views: {exc}")
+        return self.runs.launch(text, self.state.base_dir, run_dir, resume=False, meta=meta)
 
-    def _launch(self, text: str, base_dir, run_dir: Path, resume: bool) -> bool:
-        self.stop_watching()
-        self.run_dir = Path(run_dir)
+    def _on_run_started(self, run_dir: str) -> None:
         self._divergences = 0
-        if self.run_state is not None:
-            try:
-                meta = self._run_meta(run_dir)
-                if resume:
-                    self.run_state.load_from_store(run_dir)
-                else:
-                    self.run_state.reset(meta)
-            except Exception as exc:    # a views problem must not stop the run
-                self.message_label.setText(f"live views: {exc}")
-        if not self.client.start_run(text, base_dir, run_dir, resume=resume):
-            self.show_message("Cannot start", "The engine is not ready.")
-            return False
-        self.run_status = "starting"
-        self.phase_label.setText("starting…")
         self.progress.setVisible(True)
         self.progress.setRange(0, max(1, self._steps_total()))
         self.progress.setValue(0)
@@ -596,8 +562,7 @@ class MainWindow(QMainWindow):
         self.message_label.setText(f"run: {run_dir}")
         self.view_timer.start()
         self._update_actions()
-        self.run_started.emit(str(run_dir))
-        return True
+        self.run_started.emit(run_dir)
 
     def _steps_total(self) -> int:
         w, n = self.state["sampler.num_warmup"], self.state["sampler.num_samples"]
@@ -619,171 +584,37 @@ class MainWindow(QMainWindow):
         return meta
 
     def toggle_pause(self) -> None:
-        if self.client is None:
-            return
-        if self.run_status == "running":
-            self.client.pause()
-            self.phase_label.setText("pausing after the current chunk…")
-        elif self.run_status == "paused":
-            self.client.resume()
-            self.phase_label.setText("resuming…")
-        else:
-            return
-        self._pause_pending = True
-        self._update_actions()
+        self.runs.toggle_pause()
 
     def stop_run(self) -> None:
-        if self.client is None or self.run_status not in ("starting", "running", "paused"):
-            return
-        self.client.stop()
-        self.run_status = "stopping"
-        self.phase_label.setText("stopping after the current chunk…")
-        self._update_actions()
-
-    def resumable_run(self) -> Path | None:
-        """The current run directory if it can be continued (stopped, paused or
-        interrupted, with a checkpoint)."""
-        from core.store.run_store import CHECKPOINT_NAME, RunReader, RunStoreError
-
-        if self.run_dir is None or not (self.run_dir / CHECKPOINT_NAME).exists():
-            return None
-        try:
-            reader = RunReader(self.run_dir)
-        except RunStoreError:
-            return None
-        if reader.status == "finished":
-            return None
-        writer = run_lock.holder(self.run_dir)
-        if writer is not None and writer.alive is not False and not self._own_writer(writer):
-            return None      # another process is writing it (e.g. a watched terminal run)
-        return self.run_dir
-
-    def _own_writer(self, writer) -> bool:
-        """Whether ``writer`` (a lock holder) is this window's engine process."""
-        pid = self.client.engine_pid if self.client is not None else None
-        return pid is not None and writer.pid == pid and writer.alive
+        self.runs.stop()
 
     def continue_run(self) -> bool:
         """Resume the current run directory with its stored config (as ``fieldscope
         resume`` does)."""
-        from core.store.run_store import RunReader, RunStoreError
-
-        run_dir = self.resumable_run()
-        if run_dir is None or self.client is None or not self.client.is_ready \
-                or self.run_status != "idle":
-            return False
-        try:
-            reader = RunReader(run_dir)
-        except RunStoreError as exc:
-            self.show_message("Cannot continue", str(exc))
-            return False
-        text = reader.config_text
-        base = reader.attrs.get("config_dir", str(run_dir))
-        return self._launch(text, base, run_dir, resume=True)
+        return self.runs.continue_run()
 
     def open_run_dir(self, path) -> bool:
         """Show a stored run (its config in the panels, its draws in the views)."""
-        from core.store.run_store import RunReader, RunStoreError
-
         try:
             reader = RunReader(path)
         except RunStoreError as exc:
             self.show_message("Cannot open the run", str(exc))
             return False
-        base = reader.attrs.get("config_dir") or str(path)
+        stored = reader.stored_config
         try:
-            self.state.load_text(reader.config_text, base_dir=base,
-                                 source=f"{path} (stored config)")
+            self.state.load_text(stored.text, base_dir=stored.base_dir, source=stored.source)
         except ConfigError as exc:
             self.show_message("The run's config cannot be read", str(exc))
         self.state.notify_all()
-        self.run_dir = Path(path)
-        if self.run_state is not None and hasattr(self.run_state, "load_from_store"):
-            try:
-                self.run_state.load_from_store(path)
-                self.refresh_views()
-            except Exception as exc:
-                self.message_label.setText(f"live views: {exc}")
-        progress = reader.progress
-        self.last_run_status = reader.status
         self.message_label.setStyleSheet("")
-        self.message_label.setText(
-            f"run {path}: {reader.status}, {progress.get('warmup_draws', 0)} warmup and "
-            f"{progress.get('draws', 0)} draws per chain recorded")
-        self.stop_watching()
-        if reader.status in LIVE_STATUSES and self.run_state is not None:
-            if self._writer_gone(path):
-                self._say_interrupted(path)
-            else:
-                self.start_watching(path)
+        self.runs.show_store(reader)
         self._update_actions()
         return True
 
-    # -- watching a run another process writes ----------------------------------------------
-
-    def start_watching(self, path) -> None:
-        """Follow the run store at ``path`` as its writer (``fieldscope run`` in a terminal,
-        maybe on another machine with a shared disk) appends chunks: poll it every
-        WATCH_INTERVAL_MS, append what landed, redraw. Stops when the run ends."""
-        self.watching = Path(path)
-        self._watch_last_change = time.monotonic()
-        self.watch_timer.start()
-        self.phase_label.setText("watching")
-        self._show_watch_progress()
-
-    def stop_watching(self) -> None:
-        self.watch_timer.stop()
-        if self.watching is not None:
-            self.watching = None
-            self.phase_label.setText(PHASE_TEXT.get(self.last_run_status, self.last_run_status))
-
-    def _watch_tick(self) -> None:
-        st = self.run_state
-        if self.watching is None or st is None:
-            self.watch_timer.stop()
-            return
-        try:
-            changed = st.refresh_from_store()
-        except Exception as exc:       # a store deleted or damaged while watched
-            self.stop_watching()
-            self.message_label.setText(f"stopped watching {self.run_dir}: {exc}")
-            return
-        now = time.monotonic()
-        if st.status in LIVE_STATUSES and self._writer_gone(self.watching):
-            path = self.watching
-            self.stop_watching()
-            self.refresh_views()
-            self._say_interrupted(path)
-            self._update_actions()
-            return
-        if changed:
-            self._watch_last_change = now
-            self.refresh_views()
-        self.last_run_status = st.status
-        self._show_watch_progress(now - self._watch_last_change)
-        if st.status not in LIVE_STATUSES:
-            path = self.watching
-            self.stop_watching()
-            self.message_label.setText(f"run {path}: {st.status}" + (
-                f" ({st.error})" if st.error else "") + " (it was written by another process)")
-            self._update_actions()
-
-    @staticmethod
-    def _writer_gone(path) -> bool:
-        """Whether the process that wrote ``path`` is known to be gone (its lock is held by
-        a dead process on this machine)."""
-        writer = run_lock.holder(path)
-        return writer is not None and writer.alive is False
-
-    def _say_interrupted(self, path) -> None:
-        self.last_run_status = "interrupted"
-        self.phase_label.setText("interrupted")
-        self.message_label.setText(
-            f"run {path}: interrupted (the process writing it is gone); "
-            "Run > Continue run resumes it")
-
     def _show_watch_progress(self, idle: float = 0.0) -> None:
         st = self.run_state
+        watching = self.runs.watching
         p = st.progress if st is not None else {}
         done = int(p.get("warmup_draws", 0)) + int(p.get("draws", 0))
         total = st.steps_total if st is not None else 0
@@ -792,9 +623,9 @@ class MainWindow(QMainWindow):
         self.progress.setValue(min(done, max(total, 1)))
         self.rate_label.setText("")
         quiet = f"  ·  no new chunk for {_clock(idle)}" if idle >= 30 else ""
-        self.eta_label.setText(f"watching {self.watching.name if self.watching else ''}{quiet}")
+        self.eta_label.setText(f"watching {watching.name if watching else ''}{quiet}")
         self.message_label.setText(
-            f"watching {self.watching}: {st.status if st else ''}, "
+            f"watching {watching}: {st.status if st else ''}, "
             f"{p.get('warmup_draws', 0)} warmup and {p.get('draws', 0)} draws per chain "
             "(written by another process)")
 
@@ -806,38 +637,7 @@ class MainWindow(QMainWindow):
 
     # -- engine events ----------------------------------------------------------------------------
 
-    def _on_status(self, status: str, event) -> None:
-        if self.run_state is not None:
-            try:
-                if self._on_status_takes_name:
-                    self.run_state.on_status(status, event)
-                else:
-                    self.run_state.on_status(event)
-            except Exception as exc:
-                self.message_label.setText(f"live views: {exc}")
-        if status == "paused":
-            if self.run_status != "stopping":
-                self.run_status = "paused"
-            self._pause_pending = False
-        elif status in ("warmup", "sampling", "running") and self.run_status in ("starting",
-                                                                                   "paused"):
-            self.run_status = "running"
-            self._pause_pending = False
-        if self.run_status != "stopping" or status in ("stopped", "finished", "failed"):
-            text = PHASE_TEXT.get(status, status)
-            if status == "failed" and event.get("error"):
-                text = "failed"
-            self.phase_label.setText(text)
-        self._update_actions()
-
     def _on_chunk(self, event) -> None:
-        if self.run_state is not None:
-            try:
-                self.run_state.on_chunk(event)
-            except Exception as exc:
-                self.message_label.setText(f"live views: {exc}")
-        if self.run_status == "starting":
-            self.run_status = "running"
         done = int(event.get("first_step", 0)) + int(event.get("n_steps", 0))
         total = int(event.get("steps_total", self.progress.maximum()))
         self.progress.setRange(0, max(total, 1))
@@ -852,9 +652,6 @@ class MainWindow(QMainWindow):
         eta = (total - done) / rate if rate > 0 else float("nan")
         self.eta_label.setText(f"ETA {_clock(eta)}" + (
             f"  ·  {self._divergences} divergent" if self._divergences else ""))
-        if self.run_status not in ("stopping", "paused"):
-            self.phase_label.setText(str(event.get("phase", "")))
-        self._update_actions()
 
     def _on_error(self, message: str) -> None:
         if self._closing:
@@ -863,20 +660,15 @@ class MainWindow(QMainWindow):
         self.show_message("The run failed", f"{message}{where}")
 
     def _on_done(self, status: str) -> None:
-        self._end_run(status)
         texts = {"finished": "finished", "stopped": "stopped; Run > Continue run resumes it",
                  "failed": "failed"}
         self.message_label.setStyleSheet("")
         self.message_label.setText(f"run {texts.get(status, status)}: {self.run_dir}")
         self.run_finished.emit(status)
 
-    def _end_run(self, status: str) -> None:
-        self.run_status = "idle"
-        self._pause_pending = False
-        self.last_run_status = status
+    def _on_run_ended(self, status: str) -> None:
         self.view_timer.stop()
         self.refresh_views()
-        self.phase_label.setText(PHASE_TEXT.get(status, status) if status else "")
         self.rate_label.setText(self.rate_label.text() if status == "finished" else "")
         self.eta_label.setText("")
         self._update_actions()
@@ -893,7 +685,8 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         if not hasattr(self, "start_action"):
             return
-        active = self.run_status in ("starting", "running", "paused")
+        status = self.runs.status
+        active = status in ACTIVE
         engine = self.client is not None and self.client.is_ready
         self.start_action.setEnabled(self.can_start())
         if self.client is None:
@@ -903,22 +696,22 @@ class MainWindow(QMainWindow):
                 "the engine stopped: Run > Restart engine"
         elif self.errors:
             tip = "fix the config first: " + next(iter(self.errors.values()))
-        elif self.run_status != "idle":
+        elif status != "idle":
             tip = "a run is in progress"
         else:
             tip = "start a new run of this config"
         self.start_action.setToolTip(tip)
         self.start_action.setStatusTip(tip)
-        self.pause_action.setText("Resume" if self.run_status == "paused" else "Pause")
-        self.pause_action.setEnabled(self.run_status in ("running", "paused")
-                                     and not self._pause_pending)
+        self.pause_action.setText("Resume" if status == "paused" else "Pause")
+        self.pause_action.setEnabled(status in ("running", "paused")
+                                     and not self.runs.pause_pending)
         self.stop_action.setEnabled(active)
-        self.continue_action.setEnabled(engine and self.run_status == "idle"
-                                        and self.resumable_run() is not None)
-        self.open_run_action.setEnabled(not active and self.run_status != "stopping")
+        self.continue_action.setEnabled(engine and status == "idle"
+                                        and self.runs.resumable_run() is not None)
+        self.open_run_action.setEnabled(not active and status != "stopping")
         self.restart_engine_action.setEnabled(self.client is not None
                                               and (not self.client.is_running
-                                                   or self.run_status == "idle"))
+                                                   or status == "idle"))
         if self.client is not None and not self.client.is_running and not self._closing:
             self.engine_label.setText("engine stopped")
 
@@ -946,7 +739,7 @@ class MainWindow(QMainWindow):
         event.ignore()
         if self._closing:
             return
-        if self.run_status != "idle" and self.confirm_close:
+        if self.runs.status != "idle" and self.confirm_close:
             if _alive(self._close_question):
                 self._close_question.raise_()
                 return
@@ -966,13 +759,13 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self.auto_start = False
-        if self.run_status != "idle":
+        if self.runs.status != "idle":
             self.phase_label.setText("stopping after the current chunk, then closing…")
         for action in (self.start_action, self.pause_action, self.stop_action,
                        self.continue_action):
             action.setEnabled(False)
         if self.client is not None and self.client.is_running:
-            if self.run_status == "idle":
+            if self.runs.status == "idle":
                 self.hide()       # nothing to wait for but the engine's exit
             self.client.shutdown()
         else:
@@ -981,13 +774,10 @@ class MainWindow(QMainWindow):
 
     def _finish_close(self) -> None:
         self.view_timer.stop()
-        self.watch_timer.stop()
         for box in self._dialogs:
             if _alive(box):
                 box.close()
-        if self.client is not None:
-            self.client.shutdown()
-            self.client.wait(10_000)
+        self.runs.shutdown(10_000)
 
 
 def _alive(widget: QWidget) -> bool:

@@ -30,6 +30,7 @@ from app.state.config_state import (
 from core import config as cfg
 from core.field.grid import Grid
 from core.run import resources
+from core.run.engine_limits import field_buffer_draws
 from core.run.resources import fft_pairs, fft_rate, gradient_seconds
 
 __all__ = ["GridPanel"]
@@ -176,7 +177,7 @@ class GridPanel(SetupPanel):
             kept = 0
             if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
                    for v in (chunk, thin)):
-                kept = -(-chunk // thin) + 1       # the engine's field buffer per chunk
+                kept = field_buffer_draws(chunk, thin)
             mem = grid.memory_estimate(chains=chains, dtype=dtype, n_field_draws_kept=kept)
             text = (f"{_bytes(mem.total)} for {chains} chain{'s' if chains > 1 else ''}, "
                     f"{dtype} (state, momentum, gradients, spectra, FFT scratch, running "

@@ -1,8 +1,8 @@
 """The state of one run as the GUI sees it: plain Python + numpy, no Qt.
 
 ``RunState`` is the single source of truth for a live run (fed with the engine's "chunk"
-and "status" events) or a stored one (read from its run store, also while another process
-writes it). Views hold a reference to it, read its arrays and never keep settings about
+and "status" events, ``core.run.messages``) or a stored one (read through the run store's
+``RunReader``, also while another process writes it). Views hold a reference to it, read its arrays and never keep settings about
 the run themselves (napari's model / glue's viewer state: the model knows nothing of the
 widgets that draw it).
 
@@ -37,7 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.store.run_store import STAT_NAMES, STORE_NAME, RunReader, RunStoreError
+from core.run import messages as msgs
+from core.run.messages import STAT_DTYPES, STAT_NAMES
+from core.store.run_store import STORE_NAME, RunReader, RunStoreError, StoredConfig
+
+__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "VOLUME_KINDS", "VOLUME_LABELS"]
 
 #: What the slice views can show, in menu order (see :meth:`RunState.volume`).
 VOLUME_KINDS = ("data", "mask", "latest", "mean", "std", "residual", "truth")
@@ -50,8 +54,6 @@ VOLUME_LABELS = {
     "residual": "residual (data - mean)",
     "truth": "truth",
 }
-
-_STAT_DTYPES = {"diverging": np.bool_, "n_steps": np.int32}
 
 
 class GrowingBuffer:
@@ -181,7 +183,7 @@ class RunState:
         self.config_text = str(meta.get("config_text") or "")
         self.config_dir = str(meta.get("config_dir") or "")
         self._config = None
-        self.progress = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0}
+        self.progress = dict(msgs.new_progress())
         self.source = "events"          # "events": fed by the engine; "store": read from the store
         self.steps_per_second = 0.0
         self.total_elapsed = 0.0
@@ -206,7 +208,7 @@ class RunState:
 
     def _make_buffers(self) -> None:
         c = self.chains
-        self._stats = {name: GrowingBuffer((c,), _STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        self._stats = {name: GrowingBuffer((c,), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
         self._params = {name: GrowingBuffer((c,), np.float64) for name in self.param_names}
 
     def _changed(self, traces: bool = False, field: bool = False) -> None:
@@ -220,17 +222,15 @@ class RunState:
     def meta_from_reader(reader: RunReader) -> dict:
         """``reset`` metadata from a run store's attributes."""
         a = reader.attrs
+        stored = reader.stored_config
         meta = {"chains": a.get("chains"), "param_names": reader.param_names,
                 "num_warmup": a.get("num_warmup", 0), "num_samples": a.get("num_samples", 0),
                 "thin": a.get("thin", 1), "model_kind": a.get("model_kind", ""),
-                "status": a.get("status", ""), "run_dir": reader.run_dir, "grid_shape": None,
-                "config_text": reader.config_text,
-                "config_dir": a.get("config_dir") or str(reader.run_dir)}
+                "status": a.get("status", ""), "run_dir": reader.run_dir,
+                "grid_shape": reader.grid_shape, "config_text": stored.text,
+                "config_dir": stored.base_dir}
         if reader.has_field:
-            pf = reader.root["posterior_field"]
-            meta["grid_shape"] = tuple(pf["field"].shape[2:])
-            meta["k_centres"] = np.asarray(pf["k"][:])
-            meta["k_counts"] = np.asarray(pf["k_count"][:])
+            meta["k_centres"], meta["k_counts"] = reader.shells()
         return meta
 
     def _try_attach_store(self) -> bool:
@@ -241,8 +241,7 @@ class RunState:
             return False
         try:
             reader = RunReader(self.run_dir)
-            names = list(reader.root["observed_data"].array_keys()) if "observed_data" in reader.root else []
-            observed = {name: reader.observed(name) for name in names}
+            observed = reader.observed_data()
             meta = self.meta_from_reader(reader)
         except (RunStoreError, KeyError, OSError, ValueError):
             return False   # being created right now; the next chunk tries again
@@ -273,11 +272,11 @@ class RunState:
         started with, or the one stored in its run store), or None when unknown or
         unreadable. Views read the grid's box size, the prior and the likelihood from it."""
         if self._config is None and self.config_text:
-            from core.config import ConfigError, parse_config
+            from core.config import ConfigError
 
             try:
-                self._config = parse_config(self.config_text, base_dir=self.config_dir or ".",
-                                            source="the run's config")
+                self._config = StoredConfig(self.config_text, self.config_dir or ".",
+                                            "the run's config").parse()
             except ConfigError:
                 self._config = False
         return self._config or None
@@ -294,7 +293,7 @@ class RunState:
         return self._steps.data
 
     def stat(self, name: str) -> np.ndarray:
-        """(chains, n) of one sample statistic (``core.store.run_store.STAT_NAMES``)."""
+        """(chains, n) of one sample statistic (``core.run.messages.STAT_NAMES``)."""
         if name not in self._stats:
             return np.empty((self.chains or 0, 0))
         return self._stats[name].data
@@ -316,16 +315,18 @@ class RunState:
     # -- events --------------------------------------------------------------------------
 
     def on_event(self, event: dict) -> None:
-        """Dispatch one engine event ("chunk" or "status"; others are ignored)."""
+        """Dispatch one engine event (``core.run.messages``: "chunk" or "status"; others
+        are ignored)."""
         kind = event.get("type")
-        if kind == "chunk":
+        if kind == msgs.CHUNK:
             self.on_chunk(event)
-        elif kind == "status":
+        elif kind == msgs.STATUS:
             self.on_status(event)
 
-    def on_status(self, event: dict) -> None:
+    def on_status(self, event: msgs.StatusEvent) -> None:
+        """Take one "status" event (``core.run.messages.StatusEvent``)."""
         status = event.get("status", "")
-        if status in ("warmup", "sampling"):
+        if status in msgs.PHASES:
             self.phase = status
             status = "running"
         self.status = status
@@ -336,8 +337,9 @@ class RunState:
         self._try_attach_store()
         self._changed()
 
-    def on_chunk(self, event: dict) -> None:
-        """Append one "chunk" event of ``core.engine.engine.Engine`` (see ``Engine._record``)."""
+    def on_chunk(self, event: msgs.ChunkEvent) -> None:
+        """Append one "chunk" event (``core.run.messages.ChunkEvent``). Fields a test or
+        a view's preview leaves out are filled as missing (zeros, NaN parameters)."""
         first, n = int(event["first_step"]), int(event["n_steps"])
         stats = {name: np.asarray(v) for name, v in event["stats"].items()}
         params = {name: np.asarray(v) for name, v in event.get("params", {}).items()}
@@ -466,14 +468,13 @@ class RunState:
                 n = min(n, self._store_seen["field_draws"])
             if not n:
                 return
-            pf = reader.root["posterior_field"]
-            steps = np.asarray(pf["field_draw"][:n], np.int64) + self.num_warmup
+            steps = reader.field_draw_steps(0, n) + self.num_warmup
             if self.source == "events" and self.latest_field_step >= 0:
                 n = int(np.searchsorted(steps, self.latest_field_step, side="right"))
                 steps = steps[:n]
             if not n:
                 return
-            values = pf["field"].get_orthogonal_selection((slice(None), slice(0, n), *trace.voxel))
+            values = reader.voxel_trace(trace.voxel, 0, n)
         except (RunStoreError, KeyError, OSError, ValueError):
             return
         trace.append(steps, np.asarray(values, np.float64))
@@ -574,11 +575,10 @@ class RunState:
         self.progress = dict(progress)
         if self.chains is None:
             return changed
-        root = reader.root
         w0, w1 = seen["warmup_draws"], int(progress.get("warmup_draws", 0))
         d0, d1 = seen["draws"], int(progress.get("draws", 0))
         new_traces = False
-        for prefix, a0, a1, offset in (("warmup_", w0, w1, 0), ("", d0, d1, self.num_warmup)):
+        for warmup, a0, a1, offset in ((True, w0, w1, 0), (False, d0, d1, self.num_warmup)):
             if a1 <= a0:
                 continue
             steps = np.arange(a0, a1, dtype=np.int64) + offset
@@ -586,28 +586,27 @@ class RunState:
                 self._truncate_from(int(steps[0]))
             self._steps.append(steps)
             for name, buf in self._stats.items():
-                buf.append(np.asarray(root[f"{prefix}sample_stats"][name][:, a0:a1]))
+                buf.append(reader.stat(name, warmup, a0, a1))
             for name, buf in self._params.items():
-                buf.append(np.asarray(root[f"{prefix}posterior"][name][:, a0:a1]))
+                buf.append(reader.param(name, warmup, a0, a1))
             new_traces = True
         seen["warmup_draws"], seen["draws"] = w1, d1
         new_field = False
         if reader.has_field:
-            pf = root["posterior_field"]
             f0, f1 = seen["field_draws"], int(progress.get("field_draws", 0))
             if f1 > f0:
-                steps = np.asarray(pf["field_draw"][f0:f1], np.int64) + self.num_warmup
-                self.latest_field = np.asarray(pf["field"][:, f1 - 1])
+                steps = reader.field_draw_steps(f0, f1) + self.num_warmup
+                self.latest_field = reader.field_draw(f1 - 1)
                 self.latest_field_step = int(steps[-1])
-                self.latest_power = np.asarray(pf["power"][:, f1 - 1])
+                self.latest_power = reader.power_draw(f1 - 1)
                 for voxel, trace in self.pins.items():
                     if len(trace) and trace.steps[-1] >= steps[0]:
                         trace.truncate_from(int(steps[0]))
-                    values = pf["field"].get_orthogonal_selection((slice(None), slice(f0, f1), *voxel))
+                    values = reader.voxel_trace(voxel, f0, f1)
                     trace.append(steps, np.asarray(values, np.float64))
                 seen["field_draws"] = f1
                 new_field = new_traces = True
-            count = int(root["field_moments"].attrs.get("count", 0))
+            count = reader.moment_count
             if count != seen["moment_count"]:
                 self.mean, self.std, self.moment_count = reader.field_moments()
                 seen["moment_count"] = count

@@ -22,7 +22,7 @@ Faults. A field run that cannot fit in the machine's free memory is refused befo
 model loads (``core.run.resources``). A write that fails during the run (a full disk) raises
 ``core.store.run_store.StoreWriteError``: the run ends as failed with the reason (recorded in the
 store when it can still be written), the chunks already published stay readable, and
-``resume`` continues from the last checkpoint. ``WarmupWatch`` ends a warmup whose
+``resume`` continues from the last checkpoint. ``core.engine.warmup.WarmupWatch`` ends a warmup whose
 log-density is NaN everywhere, whose step size collapses or which accepts nothing, with a
 diagnosis naming what to check, after storing the chunk that shows it.
 
@@ -48,8 +48,18 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core import config as cfgmod
-from core.engine.kernels import MAX_UNROLL, UnrolledHamiltonianMonteCarlo
+from core.engine.kernels import UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model
+from core.engine.warmup import WarmupWatch
+from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
+from core.run.messages import (
+    STAT_DTYPES,
+    STAT_NAMES,
+    Estimate,
+    chunk_event,
+    new_progress,
+    status_event,
+)
 from core.store import run_lock
 from core.store.run_store import (
     STORE_NAME,
@@ -61,102 +71,17 @@ from core.store.run_store import (
     write_checkpoint,
 )
 
+__all__ = ["Engine", "EngineError", "Control", "Schedule", "DIVERGENCE_THRESHOLD",
+           "CHECKPOINT_FORMAT"]
+
 tfd = tfp.distributions
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
-STALL_CHUNKS = 3                # warmup chunks in a row with all-NaN log-density before giving up
-STEP_COLLAPSE = 1e-8            # warmup ends when a step size falls below this x the initial,
-ACCEPT_FLOOR = 1e-3             # or every chain's acceptance stays below this for STALL_CHUNKS
-STALL_MIN_STEPS = 30            #   chunks and at least this many steps (see WarmupWatch)
-NAN_DOMINATED = 0.9             # share of non-finite proposals that makes NaN the diagnosis
 CHECKPOINT_FORMAT = 1
 
 
 class EngineError(RuntimeError):
     """A run that cannot go on, with a diagnosis a user can act on."""
-
-
-_CHECKS = ("check the priors (a prior amplitude or index far from the data's, a "
-           "hyperparameter prior allowing impossible values), the data scale against the "
-           "noise level (data.noise_sigma / noise_map in the data's units; a noise far "
-           "below the data's scatter makes the posterior needle-thin), and the start "
-           "(sampler.step_size, the data's NaN / masked voxels)")
-
-
-class WarmupWatch:
-    """Ends a warmup that cannot succeed with a diagnosis, instead of an endless run.
-
-    Fed the statistics of each warmup chunk (``update``: name -> (chains, n) arrays of
-    lp, acceptance_rate, step_size, energy_error), it returns a message when
-
-    * the log-density was NaN or infinite at every step, or every proposal was (energy
-      error not finite), for STALL_CHUNKS chunks in a row;
-    * a chain's step size fell below STEP_COLLAPSE x the initial step size (dual
-      averaging shrinks the step without bound when no proposal is ever accepted; with
-      NUTS a tiny step makes each draw take the maximum 1023 leapfrog steps);
-    * every chain's acceptance stayed below ACCEPT_FLOOR for STALL_CHUNKS chunks in a row
-      and at least STALL_MIN_STEPS steps.
-
-    When at least NAN_DOMINATED of the proposals seen had a non-finite log-density, the
-    message says the density is NaN / infinite (a broken model or data) rather than that
-    the posterior is too narrow. Messages name what to check: priors, data scale, start.
-    """
-
-    def __init__(self, initial_step_size: float):
-        self.initial = float(initial_step_size)
-        self.nan_chunks = 0
-        self.stuck_chunks = 0
-        self.stuck_steps = 0
-        self.proposals = 0
-        self.nonfinite = 0
-
-    def update(self, stats: dict, first_step: int) -> str | None:
-        lp = np.asarray(stats["lp"])
-        accept = np.asarray(stats["acceptance_rate"])
-        step = np.asarray(stats["step_size"])
-        energy = np.asarray(stats["energy_error"])
-        n = lp.shape[-1]
-        if n == 0:
-            return None
-        bad = ~np.isfinite(energy)
-        self.proposals += bad.size
-        self.nonfinite += int(bad.sum())
-        nan_share = self.nonfinite / max(self.proposals, 1)
-        steps = f"steps {first_step}-{first_step + n - 1}"
-        if not np.isfinite(lp).any() or bad.all():
-            self.nan_chunks += 1
-            if self.nan_chunks >= STALL_CHUNKS:
-                return ("warmup stopped: the log-density was NaN or infinite at every step "
-                        f"and every proposal of {STALL_CHUNKS} chunks in a row (up to {steps}); "
-                        "the model or the data are broken: " + _CHECKS)
-        else:
-            self.nan_chunks = 0
-        finite_step = np.where(np.isfinite(step), step, 0.0)
-        smallest = float(finite_step.min())
-        if smallest < STEP_COLLAPSE * self.initial:
-            chain, index = np.unravel_index(int(np.argmin(finite_step)), finite_step.shape)
-            where = (f"chain {int(chain)}'s step size fell to {smallest:.3g} at step "
-                     f"{first_step + int(index)}, below {STEP_COLLAPSE:g} x the initial "
-                     f"{self.initial:g}")
-            if nan_share >= NAN_DOMINATED:
-                return (f"warmup stopped: the log-density was NaN or infinite at "
-                        f"{100 * nan_share:.0f}% of the proposals, and {where} trying to avoid "
-                        "them; the model or the data are broken: " + _CHECKS)
-            return (f"warmup stopped: {where} ({100 * nan_share:.0f}% of the proposals had a "
-                    "NaN or infinite log-density): the posterior is far narrower than the "
-                    "sampler can move in: " + _CHECKS)
-        if (accept < ACCEPT_FLOOR).all():
-            self.stuck_chunks += 1
-            self.stuck_steps += n
-            if self.stuck_chunks >= STALL_CHUNKS and self.stuck_steps >= STALL_MIN_STEPS:
-                cause = ("the log-density was NaN or infinite at most proposals"
-                         if nan_share >= NAN_DOMINATED else "no proposal is accepted")
-                return (f"warmup stopped: every chain's acceptance stayed below "
-                        f"{ACCEPT_FLOOR:g} for {self.stuck_steps} steps ({self.stuck_chunks} "
-                        f"chunks, up to {steps}); {cause}: " + _CHECKS)
-        else:
-            self.stuck_chunks = self.stuck_steps = 0
-        return None
 
 
 @dataclass
@@ -223,10 +148,10 @@ class Engine:
     # -- set-up -------------------------------------------------------------------
 
     def _status(self, status: str, **extra):
-        self.emit({"type": "status", "status": status, **extra})
+        self.emit(status_event(status, **extra))
 
-    def _build(self, estimate: dict | None = None):
-        self._status("loading", **({"estimate": estimate} if estimate else {}))
+    def _build(self, estimate: Estimate | None = None):
+        self._status("loading", estimate=estimate or None)
         self.model = build_model(self.config)
         self.dtype = self.model.dtype
         self._status("compiling")
@@ -258,7 +183,7 @@ class Engine:
         chains = s.chains
         base_seed = tf.constant([s.seed, 7919], tf.int32)
         n_params = len(model.param_names)
-        max_fields = -(-s.chunk_size // s.thin) + 1 if model.has_field else 0
+        max_fields = field_buffer_draws(s.chunk_size, s.thin) if model.has_field else 0
         has_field = model.has_field
         adapt_mass = sched.mass_end is not None
 
@@ -282,10 +207,8 @@ class Engine:
             def ta(dt, size=s.chunk_size):
                 return tf.TensorArray(dt, size=size, element_shape=None)
 
-            traces = {name: ta(dtype) for name in ("lp", "acceptance_rate", "step_size", "energy_error",
-                                                   "grad_norm")}
-            traces["diverging"] = ta(tf.bool)
-            traces["n_steps"] = ta(tf.int32)
+            traces = {name: ta(tf.as_dtype(STAT_DTYPES[name]) if name in STAT_DTYPES else dtype)
+                      for name in STAT_NAMES}
             params_ta = ta(dtype)
             field_buf = (tf.zeros([max(max_fields, 1), chains, *model.grid.shape], dtype)
                          if has_field else tf.zeros([1], dtype))
@@ -403,7 +326,7 @@ class Engine:
         else:
             moments = (tf.constant(0.0, tf.float64), tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
-                    moments=moments, step=0, progress={"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0})
+                    moments=moments, step=0, progress=dict(new_progress()))
 
     def _first_adapt_steps(self) -> int:
         sched = self.schedule
@@ -482,7 +405,7 @@ class Engine:
             raise EngineError(f"{self.run_dir}: cannot write the run directory: "
                               f"{err.strerror or err}") from None
 
-    def _preflight(self) -> dict | None:
+    def _preflight(self) -> Estimate | None:
         """Refuse a field run this machine cannot hold (``core.run.resources``), before the
         model loads. Returns the estimate for the "loading" status event: bytes,
         available, gradient_seconds, run_seconds, text."""
@@ -503,9 +426,9 @@ class Engine:
         problem = resources.memory_problem(estimate, available, include_import=False)
         if problem is not None:
             raise resources.ResourceError(f"{self.config.data_path}: {problem}")
-        return {"bytes": estimate.total, "available": available,
-                "gradient_seconds": estimate.gradient_seconds,
-                "run_seconds": estimate.run_seconds, "text": estimate.describe()}
+        return Estimate(bytes=estimate.total, available=available,
+                        gradient_seconds=estimate.gradient_seconds,
+                        run_seconds=estimate.run_seconds, text=estimate.describe())
 
     def start(self) -> str:
         """A new run in an empty run directory. Returns the final status."""
@@ -525,10 +448,11 @@ class Engine:
         if model.has_field:
             extra = dict(grid_shape=model.grid.shape, k_centres=model.k_centres, k_counts=model.k_counts)
         self.store = RunStoreWriter.create(
-            self.run_dir, config_text=self.config_text, model_kind=model.kind, chains=s.chains,
+            self.run_dir, config_text=self.config_text, config_dir=self.config.base_dir,
+            model_kind=model.kind, chains=s.chains,
             num_warmup=s.num_warmup, num_samples=s.num_samples, thin=s.thin, param_names=model.param_names,
             observed=model.observed,
-            extra_attrs={"algorithm": s.algorithm, "config_dir": str(self.config.base_dir)}, **extra)
+            extra_attrs={"algorithm": s.algorithm}, **extra)
         return self._run(self._fresh_state())
 
     def resume(self, num_samples: int | None = None) -> str:
@@ -593,16 +517,16 @@ class Engine:
                                               ("lp", "acceptance_rate", "step_size",
                                                "energy_error")}, first)
                 self._adapt_at_boundary(st)
-                record, event = self._record(first, n, traces, params, field_buf, power_buf,
-                                             int(n_fields), st)
+                record, contents = self._record(first, n, traces, params, field_buf, power_buf,
+                                                int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
                 self.store.append(record, st["progress"], timing)
                 published = st["progress"]["chunks"]
                 self._checkpoint(st)
                 steps_done_here += n
-                event.update(elapsed=elapsed, steps_per_second=n / max(elapsed, 1e-9),
-                             total_elapsed=time.perf_counter() - started)
-                self.emit(event)
+                self.emit(chunk_event(**contents, elapsed=elapsed,
+                                      steps_per_second=n / max(elapsed, 1e-9),
+                                      total_elapsed=time.perf_counter() - started))
                 if diagnosis is not None:     # the chunk that shows it is stored first
                     raise EngineError(diagnosis)
             return self._finish("finished", st)
@@ -668,6 +592,8 @@ class Engine:
         st["da"] = self._da_state(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
 
     def _record(self, first, n, traces, params, field_buf, power_buf, n_fields, st):
+        """The chunk's ``ChunkRecord`` for the store and the fields of its chunk event
+        (``core.run.messages.chunk_event``, less the timing); updates ``st["progress"]``."""
         sched = self.schedule
         steps = np.arange(first, first + n)
         warm = steps < sched.num_warmup
@@ -681,7 +607,7 @@ class Engine:
             params={nm: par[~warm, :, i].T for i, nm in enumerate(names)})
         prog = st["progress"]
         n_post = int((~warm).sum())
-        event = {"type": "chunk", "first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
+        event = {"first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
                  "stats": {k: v for k, v in stats.items()},
                  "params": {nm: par[:, :, i].T for i, nm in enumerate(names)},
                  "steps_total": sched.total}
@@ -706,19 +632,3 @@ class Engine:
         event["progress"] = dict(prog)
         return record, event
 
-
-def load_run_config(path) -> tuple[cfgmod.RunConfig, str]:
-    """The parsed config and its exact text (stored with the run)."""
-    path = Path(path)
-    config = cfgmod.load_config(path)
-    return config, path.read_text()
-
-
-def stored_run_config(run_dir) -> tuple[cfgmod.RunConfig, str]:
-    """The config a run was started with, parsed relative to its original directory."""
-    from core.store.run_store import RunReader
-
-    reader = RunReader(run_dir)
-    text = reader.config_text
-    base = reader.attrs.get("config_dir", str(run_dir))
-    return cfgmod.parse_config(text, base_dir=base, source=f"{run_dir} (stored config)"), text

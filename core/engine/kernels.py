@@ -7,7 +7,7 @@ the CPU the while loop's state (position, momentum, log-density, gradient) is co
 every iteration; unrolled, the updates fuse with the density's own elementwise work. On
 the 64^3 benchmark (bench/hmc.py) this gained 8 % with one chain and nothing measurable
 with four. The price is compile time, which grows with ``num_leapfrog_steps``, so the
-engine unrolls up to ``MAX_UNROLL`` steps and uses TFP's kernel beyond.
+engine unrolls up to ``core.run.engine_limits.MAX_UNROLL`` steps and uses TFP's kernel beyond.
 
 It relies on TFP 0.25's internal layout (``HamiltonianMonteCarlo._impl`` and the hmc
 module's helpers); tests/core/engine/test_hmc_kernel.py checks it against TFP's own kernel.
@@ -24,7 +24,7 @@ from tensorflow_probability.python.mcmc import metropolis_hastings
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
-MAX_UNROLL = 64
+__all__ = ["UnrolledHamiltonianMonteCarlo", "UncalibratedUnrolledHMC", "unrolled_leapfrog"]
 
 
 def unrolled_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, state_parts, target,

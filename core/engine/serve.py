@@ -1,7 +1,7 @@
 """The child side of the engine process: load TensorFlow, then serve run commands.
 
-Runs only in the process ``core.run.engine_process.EngineProcess`` spawns; the protocol
-(commands and events) is described there.
+Runs only in the process ``core.run.engine_process.EngineProcess`` spawns; the commands
+and events are those of ``core.run.messages``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import threading
 import time
 import traceback
 
+from core.run import messages as msgs
+
 __all__ = ["serve"]
 
 
 def serve(conn) -> None:
-    """The engine process's main loop (see ``core.run.engine_process`` for the protocol)."""
+    """The engine process's main loop (``core.run.engine_process`` describes its life)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     t0 = time.perf_counter()
     try:
@@ -26,9 +28,9 @@ def serve(conn) -> None:
         from core.engine import engine as engine_mod
         from core.store.run_store import RunStoreError
     except Exception as err:  # pragma: no cover - a broken installation
-        conn.send({"type": "error", "message": f"the engine could not load TensorFlow: {err}"})
+        conn.send(msgs.error_event(f"the engine could not load TensorFlow: {err}"))
         return
-    conn.send({"type": "ready", "seconds": time.perf_counter() - t0})
+    conn.send(msgs.ready_event(time.perf_counter() - t0))
     lock = threading.Lock()
     control = engine_mod.Control()
     pending: list[dict] = []
@@ -40,20 +42,20 @@ def serve(conn) -> None:
             except (EOFError, OSError):
                 control.stop = True
                 with lock:
-                    pending.append({"cmd": "exit"})
+                    pending.append(msgs.control_command(msgs.EXIT))
                 return
             cmd = msg.get("cmd")
-            if cmd == "pause":
+            if cmd == msgs.PAUSE:
                 control.pause = True
-            elif cmd == "resume":
+            elif cmd == msgs.RESUME:
                 control.pause = False
-            elif cmd == "stop":
+            elif cmd == msgs.STOP:
                 control.stop = True
                 control.pause = False
             else:
                 with lock:
                     pending.append(msg)
-                if cmd == "exit":
+                if cmd == msgs.EXIT:
                     control.stop = True
                     return
 
@@ -71,24 +73,23 @@ def serve(conn) -> None:
         if msg is None:
             time.sleep(0.02)
             continue
-        if msg["cmd"] == "exit":
+        if msg["cmd"] == msgs.EXIT:
             return
-        if msg["cmd"] != "run":
+        if msg["cmd"] != msgs.RUN:
             continue
         control.stop = False
         control.pause = False
         try:
             config = parse_config(msg["config_text"], base_dir=msg["base_dir"])
             engine = engine_mod.Engine(config, msg["config_text"], msg["run_dir"], emit=send, control=control)
-            if msg.get("resume"):
-                status = engine.resume(num_samples=msg.get("num_samples"))
+            if msg["resume"]:
+                status = engine.resume(num_samples=msg["num_samples"])
             else:
                 status = engine.start()
-            send({"type": "done", "status": status})
+            send(msgs.done_event(status))
         except (ConfigError, RunStoreError, engine_mod.EngineError, ValueError) as err:
-            send({"type": "error", "message": str(err)})
-            send({"type": "done", "status": "failed"})
+            send(msgs.error_event(str(err)))
+            send(msgs.done_event("failed"))
         except Exception as err:  # an unexpected failure: report it, keep the process alive
-            send({"type": "error", "message": f"{type(err).__name__}: {err}",
-                  "traceback": traceback.format_exc()})
-            send({"type": "done", "status": "failed"})
+            send(msgs.error_event(f"{type(err).__name__}: {err}", traceback.format_exc()))
+            send(msgs.done_event("failed"))

@@ -3,22 +3,23 @@
 The GUI never imports TensorFlow (it and Mesa's software OpenGL crash when they share a
 process, and a TensorFlow kernel abort must not take the GUI down). It starts an engine
 process as soon as its window opens; the process imports TensorFlow and TFP in the
-background and reports ``{"type": "ready"}``; a ``run`` command then starts or resumes a
-run. This module itself imports no TensorFlow: only the child does (``core.engine.serve``).
+background and reports a "ready" event; a "run" command then starts or resumes a run.
+This module itself imports no TensorFlow: only the child does (``core.engine.serve``).
 
-Parent -> child commands (dicts): {"cmd": "run", "config_text", "base_dir", "run_dir",
-"resume": bool, "num_samples": int | None}; {"cmd": "pause"}; {"cmd": "resume"};
-{"cmd": "stop"}; {"cmd": "exit"}.
-Child -> parent events: {"type": "ready", "seconds"}, the engine's events ("status",
-"chunk"), {"type": "error", "message"} for a run that could not start or failed, and
-{"type": "done", "status"} when a run ends. After a run the child waits for the next
-command, so one warm process serves several runs.
+The commands (parent -> child) and events (child -> parent) are those of
+``core.run.messages``: "ready", the engine's "status" and "chunk" events, "error" for a
+run that could not start or failed, and "done" when a run ends. After a run the child
+waits for the next command, so one warm process serves several runs.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 from dataclasses import dataclass
+
+from core.run import messages as msgs
+
+__all__ = ["EngineProcess"]
 
 
 def _engine_main(conn) -> None:  # runs in the child
@@ -46,6 +47,7 @@ class EngineProcess:
         return cls(process, parent)
 
     def send(self, msg: dict) -> bool:
+        """Send a command (``core.run.messages``); False when the process is gone."""
         try:
             self.conn.send(msg)
             return True
@@ -54,8 +56,7 @@ class EngineProcess:
 
     def run(self, config_text: str, base_dir: str, run_dir: str, resume: bool = False,
             num_samples: int | None = None) -> bool:
-        return self.send({"cmd": "run", "config_text": config_text, "base_dir": str(base_dir),
-                          "run_dir": str(run_dir), "resume": resume, "num_samples": num_samples})
+        return self.send(msgs.run_command(config_text, base_dir, run_dir, resume, num_samples))
 
     def poll(self, timeout: float = 0.0):
         """The next event, or None if none arrived within ``timeout`` seconds.
@@ -83,8 +84,8 @@ class EngineProcess:
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Ask the process to stop after its chunk and exit; kill it if it does not."""
-        self.send({"cmd": "stop"})
-        self.send({"cmd": "exit"})
+        self.send(msgs.control_command(msgs.STOP))
+        self.send(msgs.control_command(msgs.EXIT))
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.kill()

@@ -61,12 +61,13 @@ from functools import lru_cache
 import numpy as np
 
 from core.field.grid import Grid
+from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
            "available_memory", "physical_memory", "memory_problem", "check_config",
            "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
            "ENGINE_IMPORT_BYTES", "PROGRAM_BASE_BYTES", "PROGRAM_STEP_BYTES",
-           "XLA_BUFFERS_PER_STEP", "NUTS_EQUIVALENT_STEPS", "MAX_UNROLL"]
+           "XLA_BUFFERS_PER_STEP", "NUTS_EQUIVALENT_STEPS"]
 
 MiB = 2**20
 ENGINE_IMPORT_BYTES = 680 * MiB      # the engine process with TensorFlow and TFP imported
@@ -74,7 +75,6 @@ PROGRAM_BASE_BYTES = 290 * MiB       # XLA compiling and running a one-step chun
 PROGRAM_STEP_BYTES = 15 * MiB        # ... and per further unrolled leapfrog step
 XLA_BUFFERS_PER_STEP = 24            # grid-sized buffers per chain per unrolled step
 NUTS_EQUIVALENT_STEPS = 13           # NUTS (max tree depth 10) measured as HMC with L = 13
-MAX_UNROLL = 64                      # core.engine.kernels.MAX_UNROLL (that module imports TF)
 LOOPED_STEPS = 2                     # L > MAX_UNROLL: TFP's leapfrog loop
 
 
@@ -182,7 +182,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     grid = Grid(shape, 1.0)
     b = np.dtype(dtype).itemsize
     c, n = int(chains), grid.n_cells
-    kept = -(-int(chunk_size) // int(thin)) + 1
+    kept = field_buffer_draws(chunk_size, thin)
     model = grid.memory_estimate(chains=c, dtype=dtype, n_field_draws_kept=kept).total
     maps = 1 + 1 + int(noise_map) + int(truth)           # data, mask, noise, truth
     arrays = {

@@ -4,7 +4,8 @@ numpy + zarr only (the GUI process reads stores; no TensorFlow). Layout::
 
     RUNDIR/
       run.zarr/                         xarray.open_datatree(RUNDIR/run.zarr, engine="zarr")
-        .zattrs                         config (TOML text), fieldscope_version, status, error,
+        .zattrs                         config (TOML text), config_dir (the folder its paths are
+                                        relative to), fieldscope_version, status, error,
                                         model_kind, progress {warmup_draws, draws, field_draws,
                                         chunks}, timing {warmup_seconds, sampling_seconds},
                                         chains, num_warmup, num_samples, thin, ...
@@ -51,12 +52,14 @@ import numpy as np
 import zarr
 
 from core import __version__
+from core.run.messages import STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
+
+__all__ = ["STORE_NAME", "CHECKPOINT_NAME", "RunStoreError", "StoreWriteError", "ChunkRecord",
+           "RunStoreWriter", "write_checkpoint", "read_checkpoint", "RunReader", "StoredConfig",
+           "stored_run_config", "remove_run"]
 
 STORE_NAME = "run.zarr"
 CHECKPOINT_NAME = "checkpoint.npz"
-STATUSES = ("created", "running", "paused", "stopped", "finished", "failed")
-STAT_NAMES = ("lp", "acceptance_rate", "step_size", "energy_error", "diverging", "n_steps", "grad_norm")
-_STAT_DTYPES = {"diverging": "bool", "n_steps": "int32"}
 
 
 class RunStoreError(ValueError):
@@ -136,11 +139,14 @@ class RunStoreWriter:
     # -- creation ---------------------------------------------------------------
 
     @classmethod
-    def create(cls, run_dir, *, config_text: str, model_kind: str, chains: int, num_warmup: int,
+    def create(cls, run_dir, *, config_text: str, config_dir=None, model_kind: str, chains: int,
+               num_warmup: int,
                num_samples: int, thin: int, param_names: list[str], observed: dict[str, tuple],
                grid_shape: tuple | None = None, k_centres=None, k_counts=None,
                extra_attrs: dict | None = None) -> "RunStoreWriter":
-        """A new, empty store. ``observed``: name -> (dims, array)."""
+        """A new, empty store. ``observed``: name -> (dims, array). ``config_text`` and
+        ``config_dir`` (the folder its relative paths are resolved from; None: the run
+        directory) are what ``RunReader.stored_config`` gives back."""
         run_dir = Path(run_dir)
         if (run_dir / STORE_NAME).exists():
             raise RunStoreError(f"{run_dir}: already holds a run; resume it, or choose a new directory")
@@ -153,6 +159,8 @@ class RunStoreWriter:
         except OSError as err:
             raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
         try:
+            if config_dir is not None:
+                extra_attrs = {"config_dir": str(config_dir), **(extra_attrs or {})}
             return cls._build(run_dir, building, root, config_text=config_text,
                               model_kind=model_kind, chains=chains, num_warmup=num_warmup,
                               num_samples=num_samples, thin=thin, param_names=param_names,
@@ -171,7 +179,7 @@ class RunStoreWriter:
             "error": "", "model_kind": model_kind, "created": _now(), "updated": _now(),
             "chains": int(chains), "num_warmup": int(num_warmup), "num_samples": int(num_samples),
             "thin": int(thin), "param_names": list(param_names),
-            "progress": {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0},
+            "progress": dict(new_progress()),
             **(extra_attrs or {}),
         })
         writer = cls(run_dir, root)
@@ -183,7 +191,8 @@ class RunStoreWriter:
         for group in ("sample_stats", "warmup_sample_stats"):
             g = root.create_group(group)
             for name in STAT_NAMES:
-                writer._new_array(g, name, (chains, 0), (chains, 1024), _STAT_DTYPES.get(name, "float64"),
+                writer._new_array(g, name, (chains, 0), (chains, 1024),
+                                  STAT_DTYPES[name].name if name in STAT_DTYPES else "float64",
                                   ["chain", "draw"])
         obs = root.create_group("observed_data")
         for name, (dims, values) in observed.items():
@@ -298,7 +307,7 @@ class RunStoreWriter:
         _consolidate(self.store_path)
 
     def set_status(self, status: str, error: str = "") -> None:
-        if status not in STATUSES:
+        if status not in STORE_STATUSES:
             raise ValueError(f"unknown run status {status!r}")
         try:
             self.root.attrs.update({"status": status, "error": error, "updated": _now()})
@@ -388,27 +397,82 @@ class RunReader:
         return self.attrs.get("config", "")
 
     @property
+    def stored_config(self) -> "StoredConfig":
+        """The config the run was started with (text and folder; ``StoredConfig``)."""
+        return StoredConfig(self.config_text, self.attrs.get("config_dir") or str(self.run_dir),
+                            f"{self.run_dir} (stored config)")
+
+    @property
     def param_names(self) -> list[str]:
         return list(self.attrs.get("param_names", []))
 
-    def _series(self, group: str, name: str, n: int) -> np.ndarray:
+    def _series(self, group: str, name: str, n: int, start: int = 0,
+                stop: int | None = None) -> np.ndarray:
         arr = self.root[group][name]
-        return np.asarray(arr[:, :n])
+        stop = n if stop is None else min(int(stop), n)
+        return np.asarray(arr[:, int(start):stop])
 
-    def stat(self, name: str, warmup: bool = False) -> np.ndarray:
-        """(chain, draw) array of a sample statistic, committed draws only."""
+    def stat(self, name: str, warmup: bool = False, start: int = 0,
+             stop: int | None = None) -> np.ndarray:
+        """(chain, draw) array of a sample statistic, committed draws only (draws
+        ``start`` to ``stop``, at most what ``progress`` publishes)."""
         if warmup:
-            return self._series("warmup_sample_stats", name, self.progress["warmup_draws"])
-        return self._series("sample_stats", name, self.progress["draws"])
+            return self._series("warmup_sample_stats", name, self.progress["warmup_draws"],
+                                start, stop)
+        return self._series("sample_stats", name, self.progress["draws"], start, stop)
 
-    def param(self, name: str, warmup: bool = False) -> np.ndarray:
+    def param(self, name: str, warmup: bool = False, start: int = 0,
+              stop: int | None = None) -> np.ndarray:
+        """(chain, draw) array of a sampled parameter; draws as in :meth:`stat`."""
         if warmup:
-            return self._series("warmup_posterior", name, self.progress["warmup_draws"])
-        return self._series("posterior", name, self.progress["draws"])
+            return self._series("warmup_posterior", name, self.progress["warmup_draws"],
+                                start, stop)
+        return self._series("posterior", name, self.progress["draws"], start, stop)
 
     @property
     def has_field(self) -> bool:
         return "posterior_field" in self.root
+
+    @property
+    def grid_shape(self) -> tuple[int, ...] | None:
+        """(x, y, z) of the field draws, or None for a run without a field."""
+        if not self.has_field:
+            return None
+        return tuple(int(n) for n in self.root["posterior_field"]["field"].shape[2:])
+
+    def shells(self) -> tuple[np.ndarray, np.ndarray]:
+        """(k centres, mode counts) of the P(k) shells of a field run."""
+        pf = self.root["posterior_field"]
+        return np.asarray(pf["k"][:]), np.asarray(pf["k_count"][:])
+
+    def field_draw_steps(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """(m,) index in ``draw`` (post-warmup) of the kept field draws ``start`` to ``stop``
+        (at most the published ones)."""
+        n = self.progress["field_draws"]
+        stop = n if stop is None else min(int(stop), n)
+        return np.asarray(self.root["posterior_field"]["field_draw"][int(start):stop], np.int64)
+
+    def field_draw(self, index: int) -> np.ndarray:
+        """(chain, x, y, z) kept field draw number ``index``."""
+        return np.asarray(self.root["posterior_field"]["field"][:, int(index)])
+
+    def power_draw(self, index: int) -> np.ndarray:
+        """(chain, k) P(k) of kept field draw number ``index``."""
+        return np.asarray(self.root["posterior_field"]["power"][:, int(index)])
+
+    def voxel_trace(self, voxel, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """(chain, m) one voxel's value in the kept field draws ``start`` to ``stop``
+        (reads only that voxel)."""
+        n = self.progress["field_draws"]
+        stop = n if stop is None else min(int(stop), n)
+        arr = self.root["posterior_field"]["field"]
+        return np.asarray(arr.get_orthogonal_selection(
+            (slice(None), slice(int(start), stop), *(int(v) for v in voxel))))
+
+    @property
+    def moment_count(self) -> int:
+        """How many draws the stored field moments are over (0 before the first)."""
+        return int(self.root["field_moments"].attrs.get("count", 0))
 
     def field_draws(self, chain=slice(None), draws=slice(None)) -> np.ndarray:
         n = self.progress["field_draws"]
@@ -428,6 +492,36 @@ class RunReader:
 
     def observed(self, name: str) -> np.ndarray:
         return np.asarray(self.root["observed_data"][name][...])
+
+    def observed_data(self) -> dict[str, np.ndarray]:
+        """Every array of ``observed_data`` (data, mask, noise, truth; t, y), by name."""
+        if "observed_data" not in self.root:
+            return {}
+        return {name: self.observed(name) for name in self.root["observed_data"].array_keys()}
+
+
+@dataclass(frozen=True)
+class StoredConfig:
+    """The config a run was started with, as its store keeps it: the exact ``text``, the
+    folder ``base_dir`` its relative paths are resolved from (the config's folder when
+    the run started) and ``source``, how messages name it."""
+
+    text: str
+    base_dir: str
+    source: str
+
+    def parse(self):
+        """The ``core.config.RunConfig``; ConfigError when the text does not parse."""
+        from core.config import parse_config
+
+        return parse_config(self.text, base_dir=self.base_dir, source=self.source)
+
+
+def stored_run_config(run_dir) -> tuple:
+    """(``core.config.RunConfig``, text) of the config a run was started with, parsed
+    relative to its original folder (what ``fieldscope resume`` runs)."""
+    stored = RunReader(run_dir).stored_config
+    return stored.parse(), stored.text
 
 
 def remove_run(run_dir) -> None:

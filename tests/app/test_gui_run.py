@@ -93,7 +93,7 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
 
     # pause and resume from the toolbar
     window.pause_action.trigger()
-    qtbot.waitUntil(lambda: window.run_status == "paused", timeout=30_000)
+    qtbot.waitUntil(lambda: window.runs.status == "paused", timeout=30_000)
     assert window.pause_action.text() == "Resume" and window.stop_action.isEnabled()
     n = len(chunks)
     window.pause_action.trigger()
@@ -105,7 +105,7 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
     qtbot.waitUntil(lambda: window.last_message is not None, timeout=10_000)
     title, text = window.last_message
     assert title == "The engine stopped" and str(window.run_dir) in text
-    assert window.isVisible() and window.run_status == "idle"
+    assert window.isVisible() and window.runs.status == "idle"
     assert not window.start_action.isEnabled() and window.restart_engine_action.isEnabled()
     assert window.engine_label.text() == "engine stopped"
     # the store the killed engine left is consistent and resumable: readers see exactly

@@ -42,11 +42,11 @@ def test_watching_a_store_written_by_a_separate_run_process(make_window, qtbot, 
                         timeout=RUN_MS)
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         assert window.open_run_dir(run_dir), window.last_message
-        assert window.watching == run_dir and window.watch_timer.isActive()
+        assert window.runs.watching == run_dir and window.runs.watch_timer.isActive()
         # the separate process holds the writer lock: the window must not offer to continue it
         writer = run_lock.holder(run_dir)
         assert writer is not None and writer.pid == proc.pid and writer.alive
-        assert window.resumable_run() is None and not window.continue_action.isEnabled()
+        assert window.runs.resumable_run() is None and not window.continue_action.isEnabled()
 
         # draws appear in the window as they land in the store, chunk after chunk
         seen = []
@@ -70,7 +70,7 @@ def test_watching_a_store_written_by_a_separate_run_process(make_window, qtbot, 
     assert proc.returncode == 0, err[-3000:]
 
     # the watch ends with the run, and the window then holds exactly what the store holds
-    qtbot.waitUntil(lambda: window.watching is None, timeout=10_000)
+    qtbot.waitUntil(lambda: window.runs.watching is None, timeout=10_000)
     reader = RunReader(run_dir)
     st = window.run_state
     assert reader.status == "finished" and st.status == "finished"
@@ -112,4 +112,4 @@ def test_a_run_whose_writer_was_killed_can_be_continued(make_window, qtbot, tmp_
 
     window = make_window(engine=None)
     assert window.open_run_dir(run_dir)
-    assert window.resumable_run() == run_dir
+    assert window.runs.resumable_run() == run_dir

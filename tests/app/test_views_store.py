@@ -19,7 +19,8 @@ from app.state.run_state import RunState
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
-from core.store.run_store import STAT_NAMES, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
+from core.run.messages import STAT_NAMES
+from core.store.run_store import ChunkRecord, RunReader, RunStoreError, RunStoreWriter
 from support.runs import fake_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,18 +25,11 @@ import zarr.storage._local as zarr_local
 import core.engine.engine as engine_mod
 from app import cli
 from core.config import parse_config
-from core.engine.engine import (
-    ACCEPT_FLOOR,
-    STALL_CHUNKS,
-    STEP_COLLAPSE,
-    Engine,
-    EngineError,
-    WarmupWatch,
-    stored_run_config,
-)
+from core.engine.engine import Engine, EngineError
+from core.engine.warmup import ACCEPT_FLOOR, STALL_CHUNKS, STEP_COLLAPSE, WarmupWatch
 from core.field.grid import Grid
 from core.run import resources
-from core.store.run_store import RunReader, StoreWriteError
+from core.store.run_store import RunReader, StoreWriteError, stored_run_config
 from support.engine_cases import assert_same_run, run, write_field_case
 from support.files import fits_bytes
 

@@ -1,8 +1,12 @@
-"""Engine events of a fake run, built exactly as ``core.engine.engine.Engine._record`` builds them."""
+"""Engine events of a fake run, built exactly as ``core.engine.engine.Engine._record`` builds them
+(with the constructors of ``core.run.messages``)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from core.run.engine_limits import field_buffer_draws
+from core.run.messages import chunk_event, new_progress
 
 
 def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, grid=(6, 5, 4),
@@ -19,10 +23,10 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
     """
     rng = np.random.default_rng(seed)
     total = num_warmup + num_samples
-    max_fields = -(-chunk_size // thin) + 1
+    max_fields = field_buffer_draws(chunk_size, thin)
     events, kept_fields, kept_steps, chunk_fields = [], [], [], []
     count, s1, s2 = 0.0, np.zeros(grid), np.zeros(grid)
-    progress = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "chunks": 0}
+    progress = dict(new_progress())
     g = first_step
     while g < total:
         stop = min([s for s in (num_warmup, total) if s > g] + [g + chunk_size])
@@ -55,16 +59,11 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
         warm = steps < num_warmup
         stats = {name: np.asarray(v)[:n].T for name, v in traces.items()}
         par = np.asarray(params)[:n]
-        event = {"type": "chunk", "first_step": first, "n_steps": n,
-                 "phase": "warmup" if warm.all() else "sampling",
-                 "stats": {k: v for k, v in stats.items()},
-                 "params": {nm: par[:, :, i].T for i, nm in enumerate(param_names)},
-                 "steps_total": total}
+        latest_field = latest_power = moments = None
         if n_fields:
             fields = np.asarray(field_buf)[:n_fields].transpose(1, 0, 2, 3, 4)
             powers = np.asarray(power_buf)[:n_fields].transpose(1, 0, 2).astype(np.float64)
-            event["latest_field"] = fields[:, -1]
-            event["latest_power"] = powers[:, -1]
+            latest_field, latest_power = fields[:, -1], powers[:, -1]
             post_steps = steps[~warm] - num_warmup
             chunk_fields.append((fields, powers, post_steps[post_steps % thin == 0]))
         else:
@@ -72,13 +71,16 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
         if count > 0:
             mean = s1 / count
             std = np.sqrt(np.maximum(s2 / count - mean**2, 0.0) * count / max(count - 1, 1))
-            event["moments"] = (mean.astype(np.float32), std.astype(np.float32), int(count))
+            moments = (mean.astype(np.float32), std.astype(np.float32), int(count))
         progress = dict(progress, warmup_draws=progress["warmup_draws"] + int(warm.sum()),
                         draws=progress["draws"] + int((~warm).sum()),
                         field_draws=progress["field_draws"] + n_fields, chunks=progress["chunks"] + 1)
-        event["progress"] = dict(progress)
-        event.update(elapsed=0.1, steps_per_second=n / 0.1, total_elapsed=0.1 * (progress["chunks"]))
-        events.append(event)
+        events.append(chunk_event(
+            first_step=first, n_steps=n, phase="warmup" if warm.all() else "sampling",
+            stats=stats, params={nm: par[:, :, i].T for i, nm in enumerate(param_names)},
+            steps_total=total, progress=progress, elapsed=0.1, steps_per_second=n / 0.1,
+            total_elapsed=0.1 * (progress["chunks"]), latest_field=latest_field,
+            latest_power=latest_power, moments=moments))
         g = stop
     return events, {"kept_fields": kept_fields, "kept_steps": kept_steps, "chunk_fields": chunk_fields}
 

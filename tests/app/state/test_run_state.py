@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.state.run_state import VOLUME_KINDS, GrowingBuffer, RunState
-from core.store.run_store import STAT_NAMES
+from core.run.messages import STAT_NAMES, status_event
 from support.runs import fake_run, feed, meta_for
 
 
@@ -155,11 +155,11 @@ def test_version_counters_move_only_on_change():
 def test_status_events():
     state = RunState()
     state.reset(meta_for())
-    state.on_event({"type": "status", "status": "compiling"})
+    state.on_event(status_event("compiling"))
     assert state.status == "compiling"
-    state.on_event({"type": "status", "status": "warmup"})
+    state.on_event(status_event("warmup"))
     assert state.status == "running" and state.phase == "warmup"
-    state.on_event({"type": "status", "status": "failed", "error": "the log-density is not finite"})
+    state.on_event(status_event("failed", error="the log-density is not finite"))
     assert state.status == "failed" and "not finite" in state.error
 
 

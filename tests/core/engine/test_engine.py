@@ -18,9 +18,9 @@ import pytest
 
 from core import integral as im
 from core.config import parse_config
-from core.engine.engine import Control, Engine, EngineError, stored_run_config
+from core.engine.engine import Control, Engine, EngineError
 from core.reference.wiener import wiener_posterior
-from core.store.run_store import RunReader
+from core.store.run_store import RunReader, stored_run_config
 from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
 
 
@@ -285,3 +285,23 @@ def test_ctrl_c_stops_cleanly_after_the_chunk_and_the_run_resumes(tmp_path):
     cfg, txt = stored_run_config(tmp_path / "run")
     assert Engine(cfg, txt, tmp_path / "run").resume(num_samples=n + 20) == "finished"
     assert RunReader(tmp_path / "run").progress["draws"] == n + 20
+
+
+def test_every_event_of_a_run_is_as_core_run_messages_defines_it(tmp_path):
+    from core.run import messages
+
+    config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=20, samples=30,
+                                        chunk=10, chains=2)
+    status, events = run(config, text, tmp_path / "run")
+    assert status == "finished"
+    for event in events:
+        messages.check_event(event)
+    statuses = [e["status"] for e in events if e["type"] == "status"]
+    assert statuses[:3] == ["loading", "compiling", "warmup"] and statuses[-1] == "finished"
+    assert "estimate" in events[0] and "progress" in events[-1]
+    chunks = [e for e in events if e["type"] == "chunk"]
+    assert chunks[0]["stats"]["lp"].shape == (2, chunks[0]["n_steps"])
+    assert chunks[-1]["latest_field"].shape == (2, 8, 8, 8)
+    assert chunks[-1]["moments"][0].shape == (8, 8, 8)
+    assert chunks[-1]["progress"] == {"warmup_draws": 20, "draws": 30, "field_draws": 6,
+                                      "chunks": len(chunks)}

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from core.run.engine_process import EngineProcess
+from core.run.messages import PAUSE, RESUME, STOP, check_event, control_command
 from core.store.run_store import RunReader
 from support.engine_cases import write_field_case
 
@@ -17,6 +18,7 @@ def collect(engine, until, timeout=180.0):
         event = engine.poll(0.2)
         if event is None:
             continue
+        check_event(event)
         events.append(event)
         if until(event):
             return events
@@ -52,14 +54,14 @@ def test_pause_resume_and_stop(engine, tmp_path):
     collect(engine, lambda e: e["type"] == "ready")
     engine.run(text, tmp_path, tmp_path / "run")
     collect(engine, lambda e: e["type"] == "chunk")
-    engine.send({"cmd": "pause"})
+    engine.send(control_command(PAUSE))
     collect(engine, lambda e: e.get("status") == "paused")
     assert RunReader(tmp_path / "run").status == "paused"
     time.sleep(0.5)
     assert engine.poll(0.3) is None                       # nothing happens while paused
-    engine.send({"cmd": "resume"})
+    engine.send(control_command(RESUME))
     collect(engine, lambda e: e["type"] == "chunk")
-    engine.send({"cmd": "stop"})
+    engine.send(control_command(STOP))
     events = collect(engine, lambda e: e["type"] == "done")
     assert events[-1]["status"] == "stopped"
     reader = RunReader(tmp_path / "run")
