@@ -143,7 +143,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from None
     except OSError as err:
         raise UserError(f"{args.config}: {err.strerror or err}") from None
-    text = open(args.config, encoding="utf-8").read()
+    with open(args.config, encoding="utf-8") as handle:   # closed before the long run starts
+        text = handle.read()
     from core.engine.engine import Control, Engine
 
     control = Control()
