@@ -39,6 +39,7 @@ from core.config.schema import (
 from core.config.writer import _toml_value
 from core.field.observations import LIKELIHOOD_KINDS
 from core.field.power_spectrum import FIELD_HYPERPRIOR_KINDS, SPECTRA, spectrum_from_config
+from core.integral.spec import IntegralModelSpec
 from core.priors import SAMPLED_KINDS, PriorError, parse_prior
 
 __all__ = ["load_config", "parse_config", "config_from_dict", "default_config"]
@@ -331,8 +332,6 @@ _PRIORS_PREFIX = re.compile(r"^priors\['(\w+)'\]: ")
 
 
 def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSection]:
-    from core import integral as integral_model  # imports scipy; only integral configs need it
-
     t = _table("integral", raw)
     _check_keys("integral", t, ("refine",), {})
     refine = _int("integral.refine", t.get("refine", 8), 1)
@@ -353,8 +352,7 @@ def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSecti
     try:
         # The spec's own rules for the set (sigma > 0 and its allowed priors), checked
         # on placeholder data (the data file is not read here).
-        integral_model.IntegralModelSpec(t=[0.0, 1.0], y=[0.0, 0.0], refine=refine,
-                                         priors=parsed)
+        IntegralModelSpec(t=[0.0, 1.0], y=[0.0, 0.0], refine=refine, priors=parsed)
     except ValueError as exc:
         message = str(exc)
         match = _PRIORS_PREFIX.match(message)

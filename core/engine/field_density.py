@@ -31,9 +31,9 @@ raw_modes
     normalisation -1/2 sum log(2 pi S_k(theta)). v[0] is inert with a N(0, 1) prior.
 
 Hyperparameters of P(k) (amplitude, index, cutoff_scale) are fixed or sampled. A
-sampled one is represented by an unconstrained eta with theta = b(eta): Exp for a
-lognormal prior (positive), Sigmoid onto (low, high) for a uniform prior, identity for
-a normal prior; the density of eta includes log |d theta / d eta|.
+sampled one is represented by an unconstrained eta with theta = b(eta), b the map of its
+prior's kind (``core.priors``; TensorFlow twin in ``core.engine.prior_density``); the
+density of eta is the tfp prior of theta plus log |d theta / d eta|.
 
 Likelihoods (``core.field.observations``): Gaussian with per-voxel noise and a mask, or
 Poisson counts with lambda = nbar exp(x); an optional Gaussian smoothing
