@@ -36,14 +36,11 @@ from app.panels.binding import (
     bind_text,
 )
 from app.panels.data import _Preview
-from app.state.config_state import (
-    FIELD_HYPERPARAMETERS,
-    INTEGRAL_DISTRIBUTIONS,
-    INTEGRAL_PARAMETERS,
-    ConfigState,
-)
+from app.state.config_state import FIELD_HYPERPARAMETERS, ConfigState, prior_kinds
 from core.field.grid import Grid
-from core.field.power_spectrum import DISTRIBUTIONS, spectrum_from_config
+from core.field.power_spectrum import spectrum_from_config
+from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
+from core.priors import PRIOR_KINDS
 
 __all__ = ["PriorPanel", "HYPER_LABELS"]
 
@@ -65,7 +62,7 @@ class _HyperEditor(QGroupBox):
         super().__init__(HYPER_LABELS.get(name, name))
         self.state, self.name = state, name
         p = f"prior.{name}"
-        dists = INTEGRAL_DISTRIBUTIONS if name in INTEGRAL_PARAMETERS else DISTRIBUTIONS
+        dists = prior_kinds(name)          # the registry's kinds this parameter takes
         form = QFormLayout(self)
         self.form = form
         self.sampled = bind_check(state, f"{p}.sampled", QCheckBox("sampled (a prior)"),
@@ -76,7 +73,9 @@ class _HyperEditor(QGroupBox):
         self.dist = bind_combo(state, f"{p}.dist", QComboBox(), [(d, d) for d in dists])
         form.addRow("dist", self.dist)
         self.parts = {}
-        for part in ("loc", "scale", "low", "high"):
+        # one row per parameter any of these kinds takes (registry order), shown as needed
+        all_parts = dict.fromkeys(part for d in dists for part in PRIOR_KINDS[d].parameters)
+        for part in all_parts:
             edit = bind_text(state, f"{p}.{part}", QLineEdit())
             form.addRow(part, edit)
             self.parts[part] = edit
@@ -94,7 +93,7 @@ class _HyperEditor(QGroupBox):
             return
         sampled = bool(self.state[f"prior.{self.name}.sampled"])
         dist = self.state[f"prior.{self.name}.dist"]
-        needed = self._dists.get(dist, ())
+        needed = PRIOR_KINDS[dist].parameters if dist in self._dists else ()
         self.form.setRowVisible(self.value, not sampled)
         self.form.setRowVisible(self.dist, sampled)
         for part, edit in self.parts.items():

@@ -43,20 +43,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from core import config as cfg
-from core.field.power_spectrum import DISTRIBUTIONS, SPECTRA, HyperPrior
+from core.field.power_spectrum import FIELD_HYPERPRIOR_KINDS, SPECTRA
+from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
+from core.priors import PRIOR_KINDS, SAMPLED_KINDS, Prior, parse_prior
 
 __all__ = ["ConfigState", "parse_number", "format_value", "FIELD_HYPERPARAMETERS",
-           "INTEGRAL_PARAMETERS", "HYPER_PARTS", "SAMPLER_KEYS", "key_of_error"]
+           "HYPER_PARTS", "SAMPLER_KEYS", "key_of_error", "prior_kinds"]
 
 #: P(k) hyperparameters of the field model that may be sampled, by prior kind.
 FIELD_HYPERPARAMETERS = {kind: tuple(SPECTRA[kind].parameters) for kind in SPECTRA}
-#: The integral model's parameters (core.integral.PARAMETERS).
-INTEGRAL_PARAMETERS = ("A", "c", "sigma")
 #: The sub-keys of one hyperparameter.
-HYPER_PARTS = ("sampled", "value", "dist", "loc", "scale", "low", "high")
-#: Distributions of the integral model's parameters (core.integral.PRIOR_KINDS).
-INTEGRAL_DISTRIBUTIONS = {"normal": ("loc", "scale"), "lognormal": ("loc", "scale"),
-                          "halfnormal": ("scale",), "uniform": ("low", "high")}
+_PRIOR_PARAMETERS = tuple(dict.fromkeys(part for kind in SAMPLED_KINDS
+                                        for part in PRIOR_KINDS[kind].parameters))
+HYPER_PARTS = ("sampled", "value", "dist", *_PRIOR_PARAMETERS)   # ..., loc, scale, low, high
 SAMPLER_KEYS = tuple(f"sampler.{name}" for name in cfg.config_to_dict(
     cfg.default_config())["sampler"])
 
@@ -64,6 +63,12 @@ _FIELD_DEFAULTS = cfg.config_to_dict(cfg.default_config("field"))
 _INTEGRAL_DEFAULTS = cfg.config_to_dict(cfg.default_config("integral"))
 _ERROR_KEY = re.compile(r"^(?P<table>[a-z_]+)\.(?P<name>[A-Za-z_]+)(?:\[\d+\]|\.\w+)*:")
 _ERROR_TABLE_KEY = re.compile(r"^\[(?P<table>[a-z_]+)\] (?:unknown )?key '(?P<name>\w+)'")
+
+
+def prior_kinds(name: str) -> tuple[str, ...]:
+    """The ``core.priors`` kinds (dist names) parameter ``name`` may be sampled from: any
+    for the integral model's A, c, sigma; ``FIELD_HYPERPRIOR_KINDS`` for P(k)."""
+    return SAMPLED_KINDS if name in INTEGRAL_PARAMETERS else FIELD_HYPERPRIOR_KINDS
 
 
 def parse_number(text):
@@ -114,11 +119,11 @@ def _hyper_keys(name: str) -> list[str]:
 
 def _hyper_defaults(value) -> dict[str, Any]:
     """State sub-keys of one hyperparameter from its config value (number or table)."""
-    out = {"sampled": False, "value": None, "dist": "normal", "loc": None, "scale": None,
-           "low": None, "high": None}
+    out = {"sampled": False, "value": None, "dist": "normal",
+           **{part: None for part in _PRIOR_PARAMETERS}}
     if isinstance(value, dict):
         out["sampled"] = True
-        for part in ("dist", "loc", "scale", "low", "high"):
+        for part in ("dist", *_PRIOR_PARAMETERS):
             if part in value:
                 out[part] = value[part]
         if "value" in value:        # {value = x} is a fixed prior written as a table
@@ -295,38 +300,26 @@ class ConfigState:
             return self[f"{p}.value"]
         dist = self[f"{p}.dist"]
         table: dict[str, Any] = {"dist": dist}
-        dists = INTEGRAL_DISTRIBUTIONS if name in INTEGRAL_PARAMETERS else DISTRIBUTIONS
-        for part in dists.get(dist, ("loc", "scale")):
+        # a dist this parameter does not take keeps loc and scale (validation names it)
+        parts = PRIOR_KINDS[dist].parameters if dist in prior_kinds(name) else ("loc", "scale")
+        for part in parts:
             if self[f"{p}.{part}"] is not None and self[f"{p}.{part}"] != "":
                 table[part] = self[f"{p}.{part}"]
         return table
 
-    def hyper_prior(self, name: str) -> HyperPrior | None:
-        """A field hyperparameter's prior as ``core.field.power_spectrum.HyperPrior``, or None
-        while it is not valid."""
+    def hyper_prior(self, name: str) -> Prior | None:
+        """One parameter's prior as a ``core.priors`` object (``Fixed`` when fixed), or
+        None while it is not valid."""
         try:
-            return HyperPrior.from_config(self.hyper_value(name), name=name)
+            return parse_prior(f"prior.{name}", self.hyper_value(name), prior_kinds(name))
         except (ValueError, TypeError):
             return None
 
     def hyper_centre(self, name: str) -> float | None:
-        """A representative value: the fixed value, else the prior's median."""
-        p = f"prior.{name}"
-        num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-        if not self[f"{p}.sampled"]:
-            v = self[f"{p}.value"]
-            return float(v) if num(v) else None
-        dist, loc = self[f"{p}.dist"], self[f"{p}.loc"]
-        low, high, scale = self[f"{p}.low"], self[f"{p}.high"], self[f"{p}.scale"]
-        if dist == "normal" and num(loc):
-            return float(loc)
-        if dist == "lognormal" and num(loc):
-            return math.exp(loc)
-        if dist == "uniform" and num(low) and num(high):
-            return 0.5 * (low + high)
-        if dist == "halfnormal" and num(scale):
-            return 0.6744897501960817 * scale     # the median of |N(0, scale^2)|
-        return None
+        """A representative value: the fixed value, else the prior's median (None while
+        the prior is not valid)."""
+        prior = self.hyper_prior(name)
+        return None if prior is None else float(prior.median())
 
     # -- the TOML document --------------------------------------------------------------------
 

@@ -39,8 +39,9 @@ from app.state.run_state import RunState
 from app.views.base import FIELD_VIEWS, INTEGRAL, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot
+from core.integral.spec import PARAMETERS
+from core.priors import SampledPrior
 
-PARAMETERS = ("A", "c", "sigma")
 BAND_LEVEL = 0.90
 BAND_QUANTILES = ((1 - BAND_LEVEL) / 2, (1 + BAND_LEVEL) / 2)
 HIST_BINS = 40
@@ -364,7 +365,7 @@ class IntegralView(RunView):
             self._set_report("")
             return
         self.fixed = {name: float(getattr(cfg.prior, name)) for name in PARAMETERS
-                      if not hasattr(getattr(cfg.prior, name), "dist")}
+                      if not isinstance(getattr(cfg.prior, name), SampledPrior)}
         self._set_status("ok", "")
         self.data_points.setData(self.spec.t, self.spec.y)
         spec = self.spec

@@ -96,13 +96,13 @@ def prior_spectrum(config):
     """(spectrum, sampled names): the run's P(k) family with its fixed hyperparameters, and
     the names of the sampled ones (their stand-in values are always overridden with
     ``evaluate(k, name=value)``). Raises ValueError with the reason."""
-    from core.config import Distribution
     from core.field.power_spectrum import hyperparameter_names, prior_spectrum
     from core.io import LoadError
+    from core.priors import SampledPrior
 
     prior = config.prior
     sampled = [name for name in hyperparameter_names(prior.kind)
-               if isinstance(getattr(prior, name), Distribution)]
+               if isinstance(getattr(prior, name), SampledPrior)]
     # a sampled hyperparameter gets a valid stand-in; the panel always overrides it
     stand_in = {"amplitude": 1.0, "index": 0.0, "cutoff_scale": 0.0}
     try:

@@ -26,7 +26,6 @@ from core.config.schema import (
     PARAMETERISATIONS,
     ConfigError,
     DataSection,
-    Distribution,
     FieldSection,
     GridSection,
     IntegralSection,
@@ -39,7 +38,9 @@ from core.config.schema import (
 )
 from core.config.writer import _toml_value
 from core.field.observations import LIKELIHOOD_KINDS
-from core.field.power_spectrum import SPECTRA, HyperPrior, spectrum_from_config
+from core.field.power_spectrum import FIELD_HYPERPRIOR_KINDS, SPECTRA, spectrum_from_config
+from core.integral.spec import IntegralModelSpec
+from core.priors import SAMPLED_KINDS, PriorError, parse_prior
 
 __all__ = ["load_config", "parse_config", "config_from_dict", "default_config"]
 
@@ -267,8 +268,12 @@ def _parse_data(raw, model_kind: str, likelihood_kind: str | None) -> DataSectio
                        mask=mask)
 
 
-def _distribution(value: Mapping) -> Distribution:
-    return Distribution(**{k: (v if k == "dist" else float(v)) for k, v in value.items()})
+def _prior(key: str, value, kinds=FIELD_HYPERPRIOR_KINDS):
+    """``core.priors.parse_prior`` with its error as a ``ConfigError`` (same message)."""
+    try:
+        return parse_prior(key, value, kinds)
+    except PriorError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 # Placeholders used while checking one fixed P(k) hyperparameter at a time with the
@@ -304,12 +309,7 @@ def _parse_field_prior(raw) -> PriorSection:
         if name not in SPECTRA[kind].parameters:
             if not _is_number(value):
                 _fail(key, "must be a number (a fixed convention, never sampled)", value)
-        try:
-            prior = HyperPrior.from_config(value, name=name)
-        except ValueError as exc:
-            raise ConfigError(f"{key}: {exc}") from None
-        except TypeError as exc:       # e.g. an unhashable dist reaching a dict lookup
-            raise ConfigError(f"{key}: {exc}") from None
+        prior = _prior(key, value)
         if prior.is_fixed:
             params = dict(_PLACEHOLDERS)
             params = {n: params[n] for n in names}
@@ -320,7 +320,7 @@ def _parse_field_prior(raw) -> PriorSection:
                 raise ConfigError(f"{key}: {exc}") from None
             values[name] = prior.value
         else:
-            values[name] = _distribution(prior.to_config())
+            values[name] = prior
     return PriorSection(kind=kind, k_pivot=values["k_pivot"], amplitude=values["amplitude"],
                         index=values["index"], cutoff_scale=values.get("cutoff_scale"))
 
@@ -332,8 +332,6 @@ _PRIORS_PREFIX = re.compile(r"^priors\['(\w+)'\]: ")
 
 
 def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSection]:
-    from core import integral as integral_model  # imports scipy; only integral configs need it
-
     t = _table("integral", raw)
     _check_keys("integral", t, ("refine",), {})
     refine = _int("integral.refine", t.get("refine", 8), 1)
@@ -350,29 +348,17 @@ def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSecti
                               "prior.sigma, not both")
         priors["sigma"] = _float("data.noise_sigma", data_raw["noise_sigma"], "positive")
         keys["sigma"] = "data.noise_sigma"
-    for name, value in priors.items():
-        if isinstance(value, dict):
-            dist = value.get("dist")
-            if dist is not None and not isinstance(dist, str):
-                _fail(f"{keys[name]}.dist", "must be a name "
-                      f"({', '.join(integral_model.PRIOR_KINDS)})", dist)
-        elif not _is_number(value):
-            _fail(keys[name], "must be a number (fixed) or a prior table such as "
-                  '{dist = "normal", loc = 0.0, scale = 1.0}', value)
+    parsed = {name: _prior(keys[name], value, SAMPLED_KINDS) for name, value in priors.items()}
     try:
-        for name, value in priors.items():
-            integral_model.parse_prior(name, value)
         # The spec's own rules for the set (sigma > 0 and its allowed priors), checked
         # on placeholder data (the data file is not read here).
-        integral_model.IntegralModelSpec(t=[0.0, 1.0], y=[0.0, 0.0], refine=refine,
-                                         priors=priors)
+        IntegralModelSpec(t=[0.0, 1.0], y=[0.0, 0.0], refine=refine, priors=parsed)
     except ValueError as exc:
         message = str(exc)
         match = _PRIORS_PREFIX.match(message)
         key = keys.get(match.group(1), "prior") if match else "prior"
         raise ConfigError(f"{key}: {message[match.end():] if match else message}") from None
-    values = {name: (_distribution(v) if isinstance(v, dict) else float(v))
-              for name, v in priors.items()}
+    values = {name: (p.value if p.is_fixed else p) for name, p in parsed.items()}
     section = PriorSection(kind=None, k_pivot=None, amplitude=None, index=None,
                            cutoff_scale=None, table=None, **values)
     return section, IntegralSection(refine=refine)

@@ -8,19 +8,20 @@ import os
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Any
 
-__all__ = ["ConfigError", "Distribution", "ModelSection", "DataSection", "GridSection", "PriorSection", "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig", "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "FIELD_DATA_EXTENSIONS", "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"]
+from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
+from core.priors import NormalPrior, SampledPrior
+
+__all__ = ["ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection", "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig", "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "FIELD_DATA_EXTENSIONS", "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"]
 
 MODEL_KINDS = ("field", "integral")
-# Mirrors core.engine.field_density.PARAMETERISATIONS (that module imports TensorFlow; a test
-# checks the two agree).
+#: The field latent's parameterisations (described in ``core.engine.field_density``, which
+#: imports this tuple and accepts exactly these).
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
 ALGORITHMS = ("hmc", "nuts")
 FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts")
 INTEGRAL_DATA_EXTENSIONS = (".csv", ".txt", ".dat")
-INTEGRAL_PARAMETERS = ("A", "c", "sigma")   # core.integral.PARAMETERS
 
 _INT64_MAX = 2**63 - 1
 
@@ -32,36 +33,9 @@ class ConfigError(ValueError):
 # --------------------------------------------------------------------------- sections
 
 
-@dataclass(frozen=True)
-class Distribution:
-    """A sampled parameter's prior: ``dist`` and the parameters it takes.
-
-    Field hyperparameters: normal(loc, scale), lognormal(loc, scale), uniform(low, high)
-    (``core.field.power_spectrum.DISTRIBUTIONS``); integral parameters also halfnormal(scale)
-    (``core.integral.PRIOR_KINDS``). Unused parameters are None.
-    """
-
-    dist: str
-    loc: float | None = None
-    scale: float | None = None
-    low: float | None = None
-    high: float | None = None
-
-    def to_config(self) -> dict[str, Any]:
-        """{"dist": ..., then the given parameters}: the form the model modules take."""
-        out: dict[str, Any] = {"dist": self.dist}
-        for name in ("loc", "scale", "low", "high"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
-        return out
-
-
-PriorValue = float | Distribution   # a number = fixed, a Distribution = sampled
-
-
-def _prior_to_config(value: PriorValue):
-    return value.to_config() if isinstance(value, Distribution) else value
+#: A number = fixed; a ``core.priors`` object = sampled (the config's own spelling of a
+#: fixed value stays a plain number).
+PriorValue = float | SampledPrior
 
 
 @dataclass(frozen=True)
@@ -103,7 +77,7 @@ class PriorSection:
     kind: str | None = "power_law"
     k_pivot: float | None = 0.1
     amplitude: PriorValue | None = 1.0
-    index: PriorValue | None = Distribution("normal", loc=-2.0, scale=0.5)
+    index: PriorValue | None = NormalPrior(loc=-2.0, scale=0.5)
     cutoff_scale: PriorValue | None = None
     table: str | None = None
     A: PriorValue | None = None

@@ -19,10 +19,10 @@ from core.config.schema import (
     PARAMETERISATIONS,
     RunConfig,
     SamplerSection,
-    _prior_to_config,
 )
 from core.field.observations import LIKELIHOOD_KINDS
 from core.field.power_spectrum import SPECTRA
+from core.priors import prior_to_config
 
 __all__ = ["config_to_dict", "dump_config", "to_toml"]
 
@@ -53,10 +53,10 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
             out["prior"] = {"kind": p.kind, "table": p.table}
         else:
             prior = {"kind": p.kind, "k_pivot": p.k_pivot,
-                     "amplitude": _prior_to_config(p.amplitude),
-                     "index": _prior_to_config(p.index)}
+                     "amplitude": prior_to_config(p.amplitude),
+                     "index": prior_to_config(p.index)}
             if p.kind == "power_law_cutoff":
-                prior["cutoff_scale"] = _prior_to_config(p.cutoff_scale)
+                prior["cutoff_scale"] = prior_to_config(p.cutoff_scale)
             out["prior"] = prior
         lk = cfg.likelihood
         likelihood: dict[str, Any] = {"kind": lk.kind, "smoothing_scale": lk.smoothing_scale,
@@ -67,7 +67,7 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
         out["field"] = {"parameterisation": cfg.field.parameterisation,
                         "dtype": cfg.field.dtype}
     else:
-        out["prior"] = {name: _prior_to_config(getattr(cfg.prior, name))
+        out["prior"] = {name: prior_to_config(getattr(cfg.prior, name))
                         for name in INTEGRAL_PARAMETERS}
         out["integral"] = {"refine": cfg.integral.refine}
     out["sampler"] = {f.name: getattr(cfg.sampler, f.name) for f in fields(SamplerSection)}

@@ -31,9 +31,9 @@ raw_modes
     normalisation -1/2 sum log(2 pi S_k(theta)). v[0] is inert with a N(0, 1) prior.
 
 Hyperparameters of P(k) (amplitude, index, cutoff_scale) are fixed or sampled. A
-sampled one is represented by an unconstrained eta with theta = b(eta): Exp for a
-lognormal prior (positive), Sigmoid onto (low, high) for a uniform prior, identity for
-a normal prior; the density of eta includes log |d theta / d eta|.
+sampled one is represented by an unconstrained eta with theta = b(eta), b the map of its
+prior's kind (``core.priors``; TensorFlow twin in ``core.engine.prior_density``); the
+density of eta is the tfp prior of theta plus log |d theta / d eta|.
 
 Likelihoods (``core.field.observations``): Gaussian with per-voxel noise and a mask, or
 Poisson counts with lambda = nbar exp(x); an optional Gaussian smoothing
@@ -52,15 +52,17 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from core.config import PARAMETERISATIONS
 from core.engine import fft
+from core.engine.prior_density import tf_prior
 from core.field.grid import Grid
 from core.field.observations import Observations
-from core.field.power_spectrum import HyperPrior, PowerLaw, PowerLawCutoff, PowerSpectrum
+from core.field.power_spectrum import PowerLaw, PowerLawCutoff, PowerSpectrum
+from core.priors import Prior, SampledPrior
 
 tfb = tfp.bijectors
 tfd = tfp.distributions
 
-PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 _POSITIVE = {"amplitude", "cutoff_scale"}
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -92,33 +94,21 @@ def hermitian_from_real(u: tf.Tensor, m: int, scale=None) -> tf.Tensor:
 
 @dataclass(frozen=True)
 class SampledHyper:
+    """A sampled hyperparameter: its name and ``core.priors`` object; the map eta -> theta
+    and the prior of theta are the kind's TensorFlow twin (``core.engine.prior_density``)."""
+
     name: str
-    prior: HyperPrior
+    prior: SampledPrior
 
     def bijector(self, dtype=tf.float32) -> tfb.Bijector:
-        p = self.prior
-        if p.dist == "lognormal":
-            return tfb.Exp()
-        if p.dist == "uniform":
-            return tfb.Sigmoid(low=tf.constant(p.low, dtype), high=tf.constant(p.high, dtype))
-        return tfb.Identity()
+        return tf_prior(self.prior, dtype).bijector()
 
     def distribution(self, dtype) -> tfd.Distribution:
-        p = self.prior
-        if p.dist == "normal":
-            return tfd.Normal(tf.constant(p.loc, dtype), tf.constant(p.scale, dtype))
-        if p.dist == "lognormal":
-            return tfd.LogNormal(tf.constant(p.loc, dtype), tf.constant(p.scale, dtype))
-        return tfd.Uniform(tf.constant(p.low, dtype), tf.constant(p.high, dtype))
+        return tf_prior(self.prior, dtype).distribution()
 
     def initial_unconstrained(self) -> float:
-        """A central value of eta: the prior median (uniform: the midpoint)."""
-        p = self.prior
-        if p.dist == "normal":
-            return p.loc
-        if p.dist == "lognormal":
-            return p.loc
-        return 0.0  # Sigmoid(0) = midpoint
+        """A central value of eta: the prior median's coordinate."""
+        return self.prior.unconstrained_median()
 
 
 class FieldPosterior:
@@ -131,7 +121,7 @@ class FieldPosterior:
     """
 
     def __init__(self, grid: Grid, spectrum: PowerSpectrum, observations: Observations, *,
-                 hyper_priors: dict[str, HyperPrior] | None = None,
+                 hyper_priors: dict[str, Prior] | None = None,
                  parameterisation: str = "whitened", dtype=tf.float32):
         if parameterisation not in PARAMETERISATIONS:
             raise ValueError(f"parameterisation {parameterisation!r} is not known "

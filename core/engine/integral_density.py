@@ -1,8 +1,8 @@
 """The TensorFlow log-density of the integral model, for TFP's HMC kernels.
 
-The model, the discretisation (cumulative trapezoid rule, ``refine`` steps per data
-interval), the priors and their unconstrained coordinates are described in
-``core.integral``; that module also holds the numpy mirror ``log_density`` the
+The model and the discretisation (cumulative trapezoid rule, ``refine`` steps per data
+interval) are described in ``core.integral``, the priors and their unconstrained
+coordinates in ``core.priors`` (TensorFlow twins: ``core.engine.prior_density``); that module also holds the numpy mirror ``log_density`` the
 tests compare against, and the limits used below.
 
     log p(u) = sum_k log p_k(u_k)                                   (priors + Jacobians)
@@ -48,122 +48,13 @@ from typing import Mapping
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from core import integral as im
-
-tfb = tfp.bijectors
+from core.engine.prior_density import _neg_half_exp, default_limits, tf_prior
 
 __all__ = ["IntegralLogDensity", "make_log_density"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
-def _neg_half_exp(e, limit):
-    """-exp(e) / 2 where e <= limit, else -inf; gradient-safe (double where)."""
-    ok = e <= limit
-    e_safe = tf.where(ok, e, tf.zeros_like(e))
-    return tf.where(ok, -0.5 * tf.exp(e_safe), tf.constant(-np.inf, e.dtype))
-
-
-class _Normal:
-    """u = x, log p(u) = log N(u; loc, scale)."""
-
-    def __init__(self, prior: im.NormalPrior, dtype, limits):
-        self.loc = tf.constant(prior.loc, dtype)
-        self.scale = tf.constant(prior.scale, dtype)
-        self.const = -math.log(prior.scale) - 0.5 * _LOG_2PI
-
-    def log_prob(self, u):
-        z = (u - self.loc) / self.scale
-        return -0.5 * z * z + self.const
-
-    def forward(self, u):
-        return u, tf.ones_like(u, dtype=tf.bool)
-
-    def bijector(self):
-        return tfb.Identity()
-
-
-class _LogTransformed:
-    """u = log x; forward exp(u) guarded at ``positive_exp_limit``."""
-
-    def __init__(self, prior, dtype, limits):
-        self.u_limit = limits["positive_exp"]
-
-    def safe_u(self, u):
-        ok = u <= self.u_limit
-        return tf.where(ok, u, tf.zeros_like(u)), ok
-
-    def forward(self, u):
-        u_safe, ok = self.safe_u(u)
-        return tf.exp(u_safe), ok
-
-    def log_forward(self, u):
-        return self.safe_u(u)[0]
-
-    def bijector(self):
-        return tfb.Exp()
-
-
-class _LogNormal(_LogTransformed):
-    """u = log x ~ N(loc, scale): log p(u) = log N(u; loc, scale) (Jacobian included)."""
-
-    def __init__(self, prior: im.LogNormalPrior, dtype, limits):
-        super().__init__(prior, dtype, limits)
-        self.loc = tf.constant(prior.loc, dtype)
-        self.scale = tf.constant(prior.scale, dtype)
-        self.const = -math.log(prior.scale) - 0.5 * _LOG_2PI
-
-    def log_prob(self, u):
-        z = (u - self.loc) / self.scale
-        return -0.5 * z * z + self.const
-
-
-class _HalfNormal(_LogTransformed):
-    """u = log x: log p(u) = log 2 - log scale - log(2 pi)/2 - exp(2 (u - log scale))/2 + u."""
-
-    def __init__(self, prior: im.HalfNormalPrior, dtype, limits):
-        super().__init__(prior, dtype, limits)
-        self.log_scale = math.log(prior.scale)
-        self.const = math.log(2.0) - self.log_scale - 0.5 * _LOG_2PI
-        self.q_limit = limits["quadratic"]
-
-    def log_prob(self, u):
-        return self.const + _neg_half_exp(2.0 * (u - self.log_scale), self.q_limit) + u
-
-
-class _Uniform:
-    """x = low + (high - low) sigmoid(u): log p(u) = -softplus(u) - softplus(-u)."""
-
-    def __init__(self, prior: im.UniformPrior, dtype, limits):
-        self.low, self.high = prior.low, prior.high
-        self.width = prior.high - prior.low
-        self.dtype = dtype
-
-    def log_prob(self, u):
-        return -tf.math.softplus(u) - tf.math.softplus(-u)
-
-    def forward(self, u):
-        return self.low + self.width * tf.math.sigmoid(u), tf.ones_like(u, dtype=tf.bool)
-
-    def log_forward(self, u):
-        if self.low == 0.0:
-            return math.log(self.high) - tf.math.softplus(-u)
-        return tf.math.log(self.low + self.width * tf.math.sigmoid(u))
-
-    def bijector(self):
-        return tfb.Sigmoid(low=tf.constant(self.low, self.dtype),
-                           high=tf.constant(self.high, self.dtype))
-
-
-# dist name -> TensorFlow implementation; mirrors core.integral.PRIOR_KINDS.
-_TF_PRIOR_KINDS = {
-    "normal": _Normal,
-    "lognormal": _LogNormal,
-    "halfnormal": _HalfNormal,
-    "uniform": _Uniform,
-}
 
 
 class IntegralLogDensity:
@@ -191,12 +82,11 @@ class IntegralLogDensity:
         self.names = spec.sampled_names
         self.unconstrained_names = spec.unconstrained_names
         self.dim = len(self.names)
-        limits = {"positive_exp": im.positive_exp_limit(np_dtype),
-                  "quadratic": im.quadratic_limit(np_dtype)}
+        limits = default_limits(dtype)
         self._q_limit = limits["quadratic"]
         self._a_limit = im.exponent_limit(spec, np_dtype)
-        self._priors = {k: _TF_PRIOR_KINDS[spec.priors[k].dist](spec.priors[k], dtype, limits)
-                        for k in self.names}
+        # the closed-form log_prob(u) of each kind (core.engine.prior_density)
+        self._priors = {k: tf_prior(spec.priors[k], dtype, limits) for k in self.names}
         self.bijectors = tuple(self._priors[k].bijector() for k in self.names)
         grid = im.segment_grid(spec.t, spec.f, spec.refine)
         self._s = tf.constant(grid.s, dtype)
@@ -264,12 +154,12 @@ class IntegralLogDensity:
             value[k], coord[k] = x, u
         for k in im.PARAMETERS:
             fixed = self.spec.priors[k]
-            if isinstance(fixed, im.Fixed):
+            if fixed.is_fixed:
                 value[k] = batch_zero + tf.constant(fixed.value, dtype)
         ok = ok & (value["A"] * self._t_max <= self._a_limit)
         A = tf.where(ok, value["A"], batch_zero)
         sigma = self.spec.priors["sigma"]
-        if isinstance(sigma, im.Fixed):
+        if sigma.is_fixed:
             log_sigma = batch_zero + math.log(sigma.value)
         else:
             log_sigma = self._priors["sigma"].log_forward(coord["sigma"])

@@ -14,36 +14,29 @@ everything it needs in one shape:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tensorflow as tf
 
-from core.config import Distribution, RunConfig
+from core.config import RunConfig
 from core.engine import fft
 from core.engine.field_density import FieldPosterior
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_estimator import measure_power
-from core.field.power_spectrum import HyperPrior, hyperparameter_names, prior_spectrum
+from core.field.power_spectrum import hyperparameter_names, prior_spectrum
+from core.priors import parse_prior
 
 _DTYPES = {"float32": tf.float32, "float64": tf.float64}
 
 
-def _hyper_prior(name: str, value) -> HyperPrior:
-    if isinstance(value, Distribution):
-        return HyperPrior(dist=value.dist, loc=value.loc, scale=value.scale, low=value.low,
-                          high=value.high, name=name)
-    return HyperPrior(value=float(value), name=name)
+def _median(prior) -> float:
+    return prior.median()
 
 
-def _central_value(prior: HyperPrior) -> float:
-    """A representative value of a sampled hyperparameter (its prior median)."""
-    if prior.dist == "normal":
-        return prior.loc
-    if prior.dist == "lognormal":
-        return math.exp(prior.loc)
-    return 0.5 * (prior.low + prior.high)
+# The integral model's chains have always started from the half-normal's median written
+# to four digits (0.6745 scale; core.priors' median is 0.674489... scale). Kept so that a
+# seed gives the draws it always gave (the default sigma prior is half-normal).
+_START = {"halfnormal": lambda prior: prior.scale * 0.6745}
 
 
 class FieldModel:
@@ -72,9 +65,10 @@ class FieldModel:
         self.observations = Observations.create(inputs.data, **obs_kwargs)
         self.grid = Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
         prior = config.prior
-        hyper = {name: _hyper_prior(name, getattr(prior, name))
+        # the config holds a number (fixed) or a core.priors object (sampled)
+        hyper = {name: parse_prior(f"prior.{name}", getattr(prior, name))
                  for name in hyperparameter_names(prior.kind)}
-        values = {name: (h.value if h.is_fixed else _central_value(h)) for name, h in hyper.items()}
+        values = {name: h.median() for name, h in hyper.items()}   # a fixed one: its value
         spectrum = prior_spectrum(prior, config.resolve_path, values)
         self.spectrum = spectrum
         self.dtype = _DTYPES[config.field.dtype]
@@ -161,19 +155,9 @@ class IntegralModel:
         return [tf.broadcast_to(centre, [chains, d]) + 0.1 * noise]
 
     def _central_values(self):
-        from core import integral as im
-        values = {}
-        for name in self.param_names:
-            prior = self.spec.priors[name]
-            if isinstance(prior, im.NormalPrior):
-                values[name] = prior.loc
-            elif isinstance(prior, im.LogNormalPrior):
-                values[name] = math.exp(prior.loc)
-            elif isinstance(prior, im.HalfNormalPrior):
-                values[name] = prior.scale * 0.6745
-            else:
-                values[name] = 0.5 * (prior.low + prior.high)
-        return values
+        """Where the chains start (before their jitter): the prior medians."""
+        return {name: _START.get(self.spec.priors[name].dist, _median)(self.spec.priors[name])
+                for name in self.param_names}
 
     @property
     def target_log_prob_fn(self):

@@ -30,8 +30,8 @@ Each class lists the hyperparameters a sampler may treat as random in ``paramete
 hyperparameters without building a new object. The TensorFlow density reimplements
 the two analytic formulas above; these numpy versions are the reference.
 
-Hyperparameter priors: ``HyperPrior`` -- a fixed value, or a "normal", "lognormal"
-(of log x) or "uniform" distribution, with a numpy log-density and draws.
+Hyperparameter priors are ``core.priors`` objects (a fixed value, or one of
+``FIELD_HYPERPRIOR_KINDS``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import json
 import math
 import numbers
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
@@ -53,8 +53,7 @@ __all__ = [
     "SPECTRA",
     "spectrum_from_config",
     "spectrum_to_json",
-    "HyperPrior",
-    "DISTRIBUTIONS",
+    "FIELD_HYPERPRIOR_KINDS",
 ]
 
 
@@ -413,148 +412,10 @@ def spectrum_from_config(kind: str, params: Mapping[str, Any],
 # Hyperparameter priors
 # ---------------------------------------------------------------------------
 
-# dist -> the parameters it needs
-DISTRIBUTIONS: dict[str, tuple[str, str]] = {
-    "normal": ("loc", "scale"),
-    "lognormal": ("loc", "scale"),
-    "uniform": ("low", "high"),
-}
-_PRIOR_KEYS = ("value", "dist", "loc", "scale", "low", "high")
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-@dataclass(frozen=True)
-class HyperPrior:
-    """The prior of one hyperparameter: a fixed value, or a distribution.
-
-    Fixed:      HyperPrior(value=x)
-    normal:     HyperPrior(dist="normal", loc=mu, scale=s)       x ~ N(mu, s^2)
-    lognormal:  HyperPrior(dist="lognormal", loc=mu, scale=s)    log x ~ N(mu, s^2)
-    uniform:    HyperPrior(dist="uniform", low=a, high=b)        x ~ U[a, b]
-
-    scale > 0, low < high, all finite. ``from_config`` accepts a number (fixed) or a
-    mapping such as {"dist": "normal", "loc": -2.0, "scale": 0.5}.
-    """
-
-    value: float | None = None
-    dist: str | None = None
-    loc: float | None = None
-    scale: float | None = None
-    low: float | None = None
-    high: float | None = None
-    name: str = field(default="", compare=False)    # used only in error messages
-
-    def __post_init__(self):
-        label = f"prior of {self.name!r}" if self.name else "prior"
-        given = [key for key in ("loc", "scale", "low", "high") if getattr(self, key) is not None]
-        for key in ("value",) + tuple(given):
-            v = getattr(self, key)
-            if v is None:
-                continue
-            if not _is_real_number(v) or not math.isfinite(v):
-                raise ValueError(f"{label}: {key} = {v!r} must be a finite number")
-            object.__setattr__(self, key, float(v))
-        if self.dist is None:
-            if self.value is None:
-                raise ValueError(f"{label}: give a fixed value or a dist "
-                                 f"({', '.join(DISTRIBUTIONS)})")
-            if given:
-                raise ValueError(f"{label}: key {given[0]!r} needs a dist; a fixed value "
-                                 "takes no other keys")
-            return
-        if self.value is not None:
-            raise ValueError(f"{label}: give either value (fixed) or dist, not both")
-        if self.dist not in DISTRIBUTIONS:
-            raise ValueError(f"{label}: unknown dist {self.dist!r} "
-                             f"(known: {', '.join(DISTRIBUTIONS)})")
-        needed = DISTRIBUTIONS[self.dist]
-        for key in given:
-            if key not in needed:
-                raise ValueError(f"{label}: key {key!r} does not apply to dist {self.dist!r} "
-                                 f"(it takes {' and '.join(needed)})")
-        for key in needed:
-            if getattr(self, key) is None:
-                raise ValueError(f"{label}: dist {self.dist!r} needs {key!r}")
-        if self.scale is not None and not self.scale > 0:
-            raise ValueError(f"{label}: scale = {self.scale!r} must be positive")
-        if self.dist == "uniform" and not self.high > self.low:
-            raise ValueError(f"{label}: uniform needs low < high, got low = {self.low!r}, "
-                             f"high = {self.high!r}")
-
-    @classmethod
-    def from_config(cls, config, name: str = "") -> "HyperPrior":
-        """From a number (fixed) or a mapping with keys among value, dist, loc, scale,
-        low, high. Unknown keys or dists raise ``ValueError`` naming them (and ``name``)."""
-        label = f"prior of {name!r}" if name else "prior"
-        if _is_real_number(config):
-            return cls(value=config, name=name)
-        if not isinstance(config, Mapping):
-            raise ValueError(f"{label}: {config!r} is neither a number nor a table like "
-                             '{dist = "normal", loc = 0.0, scale = 1.0}')
-        for key in config:
-            if key not in _PRIOR_KEYS:
-                raise ValueError(f"{label}: unknown key {key!r} "
-                                 f"(allowed: {', '.join(_PRIOR_KEYS)})")
-        dist = config.get("dist")
-        if dist is not None and not isinstance(dist, str):
-            raise ValueError(f"{label}: dist = {dist!r} must be a name "
-                             f"({', '.join(DISTRIBUTIONS)})")
-        return cls(**dict(config), name=name)
-
-    def to_config(self):
-        """A number (fixed) or a dict; ``from_config`` inverts it."""
-        if self.is_fixed:
-            return self.value
-        return {"dist": self.dist, **{key: getattr(self, key) for key in DISTRIBUTIONS[self.dist]}}
-
-    @property
-    def is_fixed(self) -> bool:
-        return self.dist is None
-
-    @property
-    def support(self) -> tuple[float, float]:
-        """(lower, upper) bounds of x: lognormal (0, inf), uniform [low, high],
-        normal (-inf, inf), fixed (value, value)."""
-        if self.is_fixed:
-            return (self.value, self.value)
-        if self.dist == "lognormal":
-            return (0.0, math.inf)
-        if self.dist == "uniform":
-            return (self.low, self.high)
-        return (-math.inf, math.inf)
-
-    def log_density(self, x) -> np.ndarray:
-        """log p(x) (float64, shape of x); -inf outside the support, without warnings.
-
-        normal:    -((x - mu) / s)^2 / 2 - log s - log sqrt(2 pi)
-        lognormal: -((log x - mu) / s)^2 / 2 - log s - log x - log sqrt(2 pi), x > 0
-        uniform:   -log(b - a) on [a, b]
-        fixed:     0 at x = value, -inf elsewhere (a point mass).
-        """
-        x = np.asarray(x, dtype=np.float64)
-        if self.is_fixed:
-            return np.where(x == self.value, 0.0, -np.inf)
-        if self.dist == "normal":
-            z = (x - self.loc) / self.scale
-            return -0.5 * z * z - math.log(self.scale) - _LOG_SQRT_2PI
-        if self.dist == "lognormal":
-            positive = x > 0
-            log_x = np.log(np.where(positive, x, 1.0))
-            z = (log_x - self.loc) / self.scale
-            out = -0.5 * z * z - math.log(self.scale) - log_x - _LOG_SQRT_2PI
-            return np.where(positive, out, -np.inf)
-        inside = (x >= self.low) & (x <= self.high)
-        return np.where(inside, -math.log(self.high - self.low), -np.inf)
-
-    def draw(self, rng: np.random.Generator, size=None) -> np.ndarray:
-        """Draws from the prior (float64; a fixed prior repeats its value)."""
-        if self.is_fixed:
-            return np.full(() if size is None else size, self.value)
-        if self.dist == "normal":
-            return rng.normal(self.loc, self.scale, size=size)
-        if self.dist == "lognormal":
-            return rng.lognormal(self.loc, self.scale, size=size)
-        return rng.uniform(self.low, self.high, size=size)
+#: The ``core.priors`` kinds a P(k) hyperparameter may be sampled from. The engine's
+#: field density maps each through its unconstrained coordinate; halfnormal has never
+#: been offered for P(k) (the amplitude's lognormal covers a positive scale).
+FIELD_HYPERPRIOR_KINDS = ("normal", "lognormal", "uniform")
 
 
 def spectrum_to_json(spectrum: PowerSpectrum) -> tuple[str, str]:

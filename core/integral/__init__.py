@@ -49,15 +49,9 @@ so nothing divides 0 by 0 near A = 0):
 Parameters, priors, unconstrained coordinates
 ---------------------------------------------
 A, c and sigma are each fixed (a number) or sampled with a prior given as a mapping,
-e.g. ``{"dist": "normal", "loc": 0, "scale": 1}``. Prior kinds (``PRIOR_KINDS``) and
-the unconstrained coordinate u a sampler moves in:
-
-    normal(loc, scale)       x real      u = x                 log p(u) = log N(u; loc, scale)
-    lognormal(loc, scale)    x > 0       u = log x             log p(u) = log N(u; loc, scale)
-    halfnormal(scale)        x > 0       u = log x             log p(u) = log 2 N(e^u; 0, scale) + u
-    uniform(low, high)       low<x<high  u = logit((x-low)/(high-low))
-                                                               log p(u) = -softplus(u) - softplus(-u)
-
+e.g. ``{"dist": "normal", "loc": 0, "scale": 1}``. The prior kinds, and the
+unconstrained coordinate u a sampler moves in for each, are those of ``core.priors``
+(its docstring has the table; ``PRIOR_KINDS`` defines each kind once); the density in u is
 i.e. log p(u) = log p_x(x(u)) + log |dx/du| (the Jacobian term). sigma needs a prior
 on positive values (halfnormal, lognormal, or uniform with low >= 0); for sigma the
 unconstrained coordinate of the halfnormal and lognormal priors is log sigma. The
@@ -95,15 +89,6 @@ mode found by the coarse scan raises ValueError.
 from __future__ import annotations
 
 from core.integral.posterior import QuadraturePosterior, posterior_quadrature
-from core.integral.priors import (
-    PRIOR_KINDS,
-    Fixed,
-    HalfNormalPrior,
-    LogNormalPrior,
-    NormalPrior,
-    UniformPrior,
-    parse_prior,
-)
 from core.integral.quadrature import (
     SegmentGrid,
     closed_form_integral,
@@ -137,13 +122,6 @@ from core.integral.spec import (
 __all__ = [
     "QuadraturePosterior",
     "posterior_quadrature",
-    "PRIOR_KINDS",
-    "Fixed",
-    "NormalPrior",
-    "LogNormalPrior",
-    "HalfNormalPrior",
-    "UniformPrior",
-    "parse_prior",
     "expm1_ratio",
     "phi2",
     "closed_form_integral",

@@ -9,8 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from core.integral.priors import Fixed, NormalPrior
-from core.integral.quadrature import exact_integral, trapezoid_integral
+from core.integral.quadrature import exact_integral, quadratic_limit, trapezoid_integral
 from core.integral.spec import (
     _LOG_2PI,
     IntegralModelSpec,
@@ -48,7 +47,7 @@ class _GridTarget:
         self.spec = spec
         self.refine = refine
         c = spec.priors["c"]
-        if not isinstance(c, (Fixed, NormalPrior)):
+        if c.dist not in ("fixed", "normal"):
             raise ValueError(f"priors['c']: posterior_quadrature integrates c out "
                              f"analytically and needs c fixed or with a normal prior, "
                              f"got {c.dist}")
@@ -62,10 +61,10 @@ class _GridTarget:
     def axis_values(self, name: str, u: np.ndarray | None):
         """(value or log value, prior log-density) along one axis."""
         prior = self.spec.priors[name]
-        if isinstance(prior, Fixed):
+        if prior.is_fixed:
             v = prior.value if name == "A" else math.log(prior.value)
             return np.array([v]), np.zeros(1)
-        lp = prior.unconstrained_logpdf(u)
+        lp = prior.unconstrained_logpdf(u, quadratic_limit(np.float64))
         if name == "A":
             return prior.forward(u), lp
         return prior.log_forward(u), lp
@@ -79,7 +78,7 @@ class _GridTarget:
             r0 = spec.y - self.integral(A)  # (nA, n)
             s2 = np.exp(2.0 * log_s)[None, :]
             c = spec.priors["c"]
-            if isinstance(c, Fixed):
+            if c.is_fixed:
                 S = np.sum((r0 - c.value) ** 2, axis=-1)[:, None]
                 ll = -0.5 * n * _LOG_2PI - n * log_s[None, :] - 0.5 * S / s2
                 extra = None
@@ -101,7 +100,7 @@ class _GridTarget:
 
 
 def _axis(prior, u_grid):
-    return None if isinstance(prior, Fixed) else u_grid
+    return None if prior.is_fixed else u_grid
 
 
 def _trapezoid_weights(x: np.ndarray | None) -> np.ndarray:
@@ -201,15 +200,15 @@ def posterior_quadrature(spec: IntegralModelSpec, refine: int | None = None, *,
     ranges = []
     for name in ("A", "sigma"):
         prior = spec.priors[name]
-        if isinstance(prior, Fixed):
+        if prior.is_fixed:
             ranges.append(None)
             continue
         lo, hi = prior.unconstrained_range()
         if name == "A":  # stay where the float64 density is computed
             a_max = 0.999 * exponent_limit(spec, np.float64) / spec.t_max
-            if prior.support == "real":
+            if prior.transform == "identity":
                 hi = min(hi, a_max)
-            elif prior.support == "positive":
+            elif prior.transform == "log":
                 hi = min(hi, math.log(a_max)) if a_max > 0 else hi
         ranges.append((lo, hi))
     found = None

@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 
 from core.integral.posterior import posterior_quadrature
-from core.integral.priors import Fixed
 from core.integral.spec import IntegralModelSpec
 
 __all__ = ['DiscretisationReport', 'discretisation_report']
@@ -109,7 +108,7 @@ def discretisation_report(spec: IntegralModelSpec, refine: int | None = None) ->
     the reference is the true h -> 0 limit in both cases. The three quadratures share
     one grid (the posteriors differ by far less than their width; each is checked).
     """
-    if isinstance(spec.priors["A"], Fixed):
+    if spec.priors["A"].is_fixed:
         raise ValueError("priors['A']: A is fixed; the discretisation report needs a prior for A")
     r = spec.refine if refine is None else int(refine)
     if r < 1:

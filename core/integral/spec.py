@@ -10,13 +10,6 @@ from typing import Mapping
 
 import numpy as np
 
-from core.integral.priors import (
-    Fixed,
-    NormalPrior,
-    UniformPrior,
-    _neg_half_exp,
-    parse_prior,
-)
 from core.integral.quadrature import (
     _LOG_2PI,
     _log_max,
@@ -24,9 +17,11 @@ from core.integral.quadrature import (
     quadratic_limit,
     trapezoid_integral,
 )
+from core.priors import _neg_half_exp, parse_prior
 
 __all__ = ["PARAMETERS", "IntegralModelSpec", "exponent_limit", "check_overflow", "log_density", "spec_from_config"]
 
+#: The integral model's parameters, in state order: THE list (the config, the GUI import it).
 PARAMETERS = ("A", "c", "sigma")
 
 # --------------------------------------------------------------------------- spec
@@ -58,7 +53,8 @@ class IntegralModelSpec:
         such as {"dist": "normal", "loc": 0, "scale": 1}; all three keys are required.
 
     Invalid input raises ValueError naming the key and value. Arrays are stored as
-    read-only float64 copies; priors as ``Fixed`` / prior objects.
+    read-only float64 copies; priors as ``core.priors`` objects (``Fixed`` or a kind of
+    ``core.priors.PRIOR_KINDS``).
     """
 
     t: np.ndarray
@@ -102,14 +98,14 @@ class IntegralModelSpec:
         if missing:
             raise ValueError(f"priors: missing key(s) {missing} (give a number to fix a "
                              f"parameter, or a prior mapping to sample it)")
-        priors = {k: parse_prior(k, self.priors[k]) for k in PARAMETERS}
+        priors = {k: parse_prior(f"priors[{k!r}]", self.priors[k]) for k in PARAMETERS}
         sig = priors["sigma"]
-        if isinstance(sig, Fixed) and sig.value <= 0:
+        if sig.is_fixed and sig.value <= 0:
             raise ValueError(f"priors['sigma']: the noise sd must be > 0, got {sig.value!r}")
-        if isinstance(sig, NormalPrior):
+        if sig.dist == "normal":
             raise ValueError("priors['sigma']: a normal prior allows sigma <= 0; use "
                              "halfnormal, lognormal, or uniform with low >= 0")
-        if isinstance(sig, UniformPrior) and sig.low < 0:
+        if sig.dist == "uniform" and sig.low < 0:
             raise ValueError(f"priors['sigma']: uniform low = {sig.low!r} < 0; sigma must "
                              "be positive (use low >= 0)")
         object.__setattr__(self, "t", t)
@@ -121,13 +117,12 @@ class IntegralModelSpec:
     @property
     def sampled_names(self) -> tuple[str, ...]:
         """Names of the sampled parameters, in state order (a subset of A, c, sigma)."""
-        return tuple(k for k in PARAMETERS if not isinstance(self.priors[k], Fixed))
+        return tuple(k for k in PARAMETERS if not self.priors[k].is_fixed)
 
     @property
     def unconstrained_names(self) -> tuple[str, ...]:
         """Names of the unconstrained coordinates: 'A', 'log_sigma', 'logit_A', ..."""
-        prefix = {"real": "", "positive": "log_", "interval": "logit_"}
-        return tuple(prefix[self.priors[k].support] + k for k in self.sampled_names)
+        return tuple(self.priors[k].coordinate_prefix + k for k in self.sampled_names)
 
     @property
     def t_max(self) -> float:
@@ -175,7 +170,7 @@ def check_overflow(spec: IntegralModelSpec, dtype=np.float64) -> None:
     prior = spec.priors["A"]
     limit = exponent_limit(spec, dtype)
     name = np.dtype(dtype).name
-    if isinstance(prior, Fixed):
+    if prior.is_fixed:
         a_hi, rule = prior.value, "the fixed value"
     else:
         a_hi, rule = prior.upper_bound(), f"{prior.dist} {prior.bound_rule}"
@@ -225,23 +220,23 @@ def log_density(spec: IntegralModelSpec, u, *, dtype=np.float64) -> np.ndarray:
     value, ok = {}, np.ones(batch, dtype=bool)
     for i, k in enumerate(names):
         prior, ui = spec.priors[k], u[..., i]
-        total = total + prior.unconstrained_logpdf(ui, dtype)
-        if prior.support == "positive":
+        total = total + prior.unconstrained_logpdf(ui, quadratic_limit(dtype))
+        if prior.transform == "log":
             ok_u = ui <= positive_exp_limit(dtype)
             ok &= ok_u
             ui = np.where(ok_u, ui, 0.0)
         value[k] = prior.forward(ui) * np.ones(batch)
     for k in PARAMETERS:
-        if isinstance(spec.priors[k], Fixed):
+        if spec.priors[k].is_fixed:
             value[k] = np.full(batch, spec.priors[k].value)
     ok &= value["A"] * spec.t_max <= exponent_limit(spec, dtype)
     A = np.where(ok, value["A"], 0.0)
     sig = spec.priors["sigma"]
-    if isinstance(sig, Fixed):
+    if sig.is_fixed:
         log_sigma = np.full(batch, math.log(sig.value))
     else:
         ui = u[..., names.index("sigma")]
-        if sig.support == "positive":
+        if sig.transform == "log":
             ui = np.where(ui <= positive_exp_limit(dtype), ui, 0.0)
         log_sigma = sig.log_forward(ui)
     r = spec.y - value["c"][..., None] - trapezoid_integral(spec.t, A, spec.f, spec.refine)
@@ -258,12 +253,9 @@ def log_density(spec: IntegralModelSpec, u, *, dtype=np.float64) -> np.ndarray:
 
 def spec_from_config(config, t, y, f=None) -> "IntegralModelSpec":
     """The spec of an integral-model run config (``core.config.RunConfig``) for the series
-    t, y (f): refine from ``[integral]``; A, c and sigma each fixed (a number) or given
-    their prior (a ``core.config.Distribution``, as its config mapping)."""
-    priors = {}
-    for name in ("A", "c", "sigma"):
-        value = getattr(config.prior, name)
-        priors[name] = value.to_config() if hasattr(value, "to_config") else float(value)
+    t, y (f): refine from ``[integral]``; A, c and sigma each fixed (a number) or
+    sampled (the config holds its ``core.priors`` object)."""
+    priors = {name: getattr(config.prior, name) for name in PARAMETERS}
     return IntegralModelSpec(t, y, f=f, refine=config.integral.refine, priors=priors)
 
 

@@ -51,9 +51,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from core.config import Distribution, RunConfig
+from core.config import RunConfig
 from core.field.grid import Grid
 from core.field.power_spectrum import prior_spectrum
+from core.priors import SampledPrior
 from core.reference.wiener import AUTO_EXACT_STD_MAX_CELLS, posterior_samples, wiener_posterior
 
 __all__ = ["ExactNotApplicable", "ExactPosterior", "exact_not_applicable",
@@ -121,7 +122,7 @@ def exact_not_applicable(cfg: RunConfig) -> str | None:
         return (f"the likelihood is {kind!r} (Poisson counts), not Gaussian: the posterior "
                 "has no closed form")
     sampled = [name for name in ("amplitude", "index", "cutoff_scale")
-               if isinstance(getattr(cfg.prior, name, None), Distribution)]
+               if isinstance(getattr(cfg.prior, name, None), SampledPrior)]
     if sampled:
         return (f"P(k) hyperparameter{'s' if len(sampled) > 1 else ''} "
                 f"{', '.join(sampled)} {'are' if len(sampled) > 1 else 'is'} sampled: the "

@@ -85,7 +85,7 @@ def test_hyperparameters_keep_both_halves_when_toggled(demo):
     assert state.hyper_value("index") == -1.2
     state.set_sampled("amplitude", True)     # centred on the fixed value; scale to give
     assert state.hyper_value("amplitude") == {"dist": "normal", "loc": 2000.0}
-    assert "needs 'scale'" in state.validate()["prior.amplitude"]
+    assert "missing ['scale']" in state.validate()["prior.amplitude"]
     state["prior.amplitude.dist"] = "lognormal"
     state["prior.amplitude.loc"] = 7.6
     state["prior.amplitude.scale"] = 0.5

@@ -17,11 +17,13 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from scipy import stats
 
-from core.engine.field_density import PARAMETERISATIONS, FieldPosterior
+from core.config import PARAMETERISATIONS
+from core.engine.field_density import FieldPosterior
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_estimator import measure_power
-from core.field.power_spectrum import HyperPrior, PowerLaw, PowerLawCutoff
+from core.field.power_spectrum import PowerLaw, PowerLawCutoff
+from core.priors import LogNormalPrior, NormalPrior, UniformPrior
 
 
 def dense_prior_covariance(grid: Grid, spectrum, beam_scale=None) -> np.ndarray:
@@ -140,9 +142,9 @@ def test_poisson_lognormal_likelihood_equals_scipy():
 def test_sampled_hyperparameter_priors_carry_their_jacobians():
     grid, _, obs = tiny_case((4, 4, 4))
     spectrum = PowerLawCutoff(amplitude=200.0, index=-1.0, k_pivot=0.2, cutoff_scale=2.0)
-    priors = {"amplitude": HyperPrior(dist="lognormal", loc=5.0, scale=0.5),
-              "index": HyperPrior(dist="normal", loc=-1.0, scale=0.3),
-              "cutoff_scale": HyperPrior(dist="uniform", low=0.5, high=4.0)}
+    priors = {"amplitude": LogNormalPrior(loc=5.0, scale=0.5),
+              "index": NormalPrior(loc=-1.0, scale=0.3),
+              "cutoff_scale": UniformPrior(low=0.5, high=4.0)}
     post = FieldPosterior(grid, spectrum, obs, hyper_priors=priors, dtype=tf.float64)
     eta = np.array([[5.3, -0.8, 0.4]])
     u = np.zeros((1, *grid.shape))
@@ -161,7 +163,7 @@ def test_sampled_hyperparameter_priors_carry_their_jacobians():
 def test_raw_modes_prior_normalisation_depends_on_amplitude():
     """With a sampled amplitude the raw-modes prior is a normalised N(0, S(theta))."""
     grid, spectrum, obs = tiny_case((4, 4, 4))
-    priors = {"amplitude": HyperPrior(dist="lognormal", loc=5.0, scale=1.0)}
+    priors = {"amplitude": LogNormalPrior(loc=5.0, scale=1.0)}
     post = FieldPosterior(grid, spectrum, obs, hyper_priors=priors, parameterisation="raw_modes",
                           dtype=tf.float64)
     rng = np.random.default_rng(4)
@@ -188,8 +190,8 @@ def test_gradients_match_finite_differences(parameterisation, kind):
     else:
         obs = Observations.create(rng.poisson(2.0, size=grid.shape), kind="poisson_lognormal",
                                   mean_count=2.0)
-    priors = {"amplitude": HyperPrior(dist="lognormal", loc=1.5, scale=0.5),
-              "index": HyperPrior(dist="normal", loc=-1.0, scale=0.3)}
+    priors = {"amplitude": LogNormalPrior(loc=1.5, scale=0.5),
+              "index": NormalPrior(loc=-1.0, scale=0.3)}
     post = FieldPosterior(grid, spectrum, obs, hyper_priors=priors, parameterisation=parameterisation,
                           dtype=tf.float64)
     latent, eta = post.draw_prior(2, 7)
@@ -228,7 +230,7 @@ def test_prior_draws_have_the_prior_power_spectrum(parameterisation):
 
 def test_jit_float32_and_tfp_hmc_step():
     grid, spectrum, obs = tiny_case((8, 8, 8), mask=True, noise_map=False)
-    priors = {"index": HyperPrior(dist="normal", loc=-1.2, scale=0.3)}
+    priors = {"index": NormalPrior(loc=-1.2, scale=0.3)}
     post = FieldPosterior(grid, spectrum, obs, hyper_priors=priors, dtype=tf.float32)
     state = post.initial_state(3, 1)
     kernel = tfp.mcmc.HamiltonianMonteCarlo(post.target_log_prob_fn(), step_size=0.05, num_leapfrog_steps=4)
@@ -246,9 +248,9 @@ def test_jit_float32_and_tfp_hmc_step():
 
 
 @pytest.mark.parametrize("priors, message", [
-    ({"amplitude": HyperPrior(dist="normal", loc=1.0, scale=1.0)}, "must be positive"),
-    ({"cutoff_scale": HyperPrior(dist="normal", loc=1.0, scale=1.0)}, "not a hyperparameter"),
-    ({"amplitude": HyperPrior(dist="uniform", low=-1.0, high=1.0)}, "must be positive"),
+    ({"amplitude": NormalPrior(loc=1.0, scale=1.0)}, "must be positive"),
+    ({"cutoff_scale": NormalPrior(loc=1.0, scale=1.0)}, "not a hyperparameter"),
+    ({"amplitude": UniformPrior(low=-1.0, high=1.0)}, "must be positive"),
 ])
 def test_bad_hyperparameter_priors(priors, message):
     grid, spectrum, obs = tiny_case()
@@ -260,6 +262,13 @@ def test_bad_model_inputs():
     grid, spectrum, obs = tiny_case()
     with pytest.raises(ValueError, match="parameterisation"):
         FieldPosterior(grid, spectrum, obs, parameterisation="fourier")
+    # the config's PARAMETERISATIONS are exactly what the model accepts (and names)
+    for parameterisation in PARAMETERISATIONS:
+        assert FieldPosterior(grid, spectrum, obs, parameterisation=parameterisation
+                              ).parameterisation == parameterisation
+    with pytest.raises(ValueError) as info:
+        FieldPosterior(grid, spectrum, obs, parameterisation="whitend")
+    assert str(info.value).endswith(f"(known: {', '.join(PARAMETERISATIONS)})")
     with pytest.raises(ValueError, match="does not match grid shape"):
         FieldPosterior(Grid((4, 4, 5), 10.0), spectrum, obs)
 

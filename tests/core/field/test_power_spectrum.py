@@ -1,23 +1,21 @@
-"""Tests for core.field.power_spectrum: formulas, tables, registry, hyperparameter priors."""
+"""Tests for core.field.power_spectrum: formulas, tables, registry, hyperparameter prior kinds."""
 
 import math
 import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from core.field.power_spectrum import (
-    DISTRIBUTIONS,
+    FIELD_HYPERPRIOR_KINDS,
     SPECTRA,
-    HyperPrior,
     PowerLaw,
     PowerLawCutoff,
     PowerSpectrum,
     TabulatedPower,
     spectrum_from_config,
 )
+from core.priors import SAMPLED_KINDS
 
 
 def test_power_law_formula_at_sample_points():
@@ -189,87 +187,9 @@ def test_registry_and_config_roundtrip(tmp_path):
                              source="config.toml")
 
 
-# -- hyperparameter priors ----------------------------------------------------
+# -- hyperparameter priors: their kinds (the priors themselves: tests/core/test_priors.py)
 
 
-def test_hyperprior_from_config():
-    fixed = HyperPrior.from_config(-2.0, "index")
-    assert fixed.is_fixed and fixed.value == -2.0
-    assert HyperPrior.from_config(3) == HyperPrior(value=3.0)
-    normal = HyperPrior.from_config({"dist": "normal", "loc": -2.0, "scale": 0.5})
-    assert (normal.dist, normal.loc, normal.scale) == ("normal", -2.0, 0.5)
-    uniform = HyperPrior.from_config({"dist": "uniform", "low": 0.0, "high": 2.0})
-    assert uniform.support == (0.0, 2.0)
-    for prior in (fixed, normal, uniform):
-        assert HyperPrior.from_config(prior.to_config()) == prior
-    assert set(DISTRIBUTIONS) == {"normal", "lognormal", "uniform"}
-
-
-@pytest.mark.parametrize("config, fragment", [
-    ({"dist": "normal", "loc": 0.0, "sigma": 1.0}, "'sigma'"),
-    ({"dist": "cauchy", "loc": 0.0, "scale": 1.0}, "'cauchy'"),
-    ({"dist": "normal", "loc": 0.0}, "'scale'"),
-    ({"dist": "normal", "loc": 0.0, "scale": -1.0}, "scale"),
-    ({"dist": "normal", "loc": 0.0, "scale": 1.0, "low": 0.0}, "'low'"),
-    ({"dist": "uniform", "low": 2.0, "high": 1.0}, "low < high"),
-    ({"value": 1.0, "dist": "normal", "loc": 0.0, "scale": 1.0}, "not both"),
-    ({"dist": "normal", "loc": "zero", "scale": 1.0}, "'zero'"),
-    ({}, "fixed value or a dist"),
-    ("normal", "'normal'"),
-    (True, "True"),
-    (float("inf"), "inf"),
-])
-def test_hyperprior_bad_config_names_the_problem(config, fragment):
-    with pytest.raises(ValueError) as info:
-        HyperPrior.from_config(config, "amplitude")
-    assert fragment in str(info.value) and "'amplitude'" in str(info.value)
-
-
-def test_hyperprior_log_densities_against_closed_forms():
-    x = np.array([-1.0, 0.0, 0.5, 2.0])
-    normal = HyperPrior(dist="normal", loc=0.5, scale=2.0)
-    np.testing.assert_allclose(
-        normal.log_density(x),
-        np.log(np.exp(-0.5 * ((x - 0.5) / 2.0) ** 2) / (2.0 * np.sqrt(2 * np.pi))))
-    lognormal = HyperPrior(dist="lognormal", loc=0.3, scale=0.7)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        ld = lognormal.log_density(x)
-    assert ld[0] == -np.inf and ld[1] == -np.inf
-    pos = x[2:]
-    np.testing.assert_allclose(
-        ld[2:], np.log(np.exp(-0.5 * ((np.log(pos) - 0.3) / 0.7) ** 2)
-                       / (pos * 0.7 * np.sqrt(2 * np.pi))))
-    uniform = HyperPrior(dist="uniform", low=0.0, high=4.0)
-    np.testing.assert_allclose(uniform.log_density(x), [-np.inf, -np.log(4), -np.log(4),
-                                                       -np.log(4)])
-    fixed = HyperPrior(value=0.5)
-    np.testing.assert_array_equal(fixed.log_density(x), [-np.inf, -np.inf, 0.0, -np.inf])
-
-
-@settings(max_examples=20, deadline=None)
-@given(loc=st.floats(-3, 3), scale=st.floats(0.1, 3))
-def test_hyperprior_densities_integrate_to_one(loc, scale):
-    for prior, lo, hi in ((HyperPrior(dist="normal", loc=loc, scale=scale),
-                           loc - 12 * scale, loc + 12 * scale),
-                          (HyperPrior(dist="uniform", low=loc, high=loc + scale),
-                           loc - 1, loc + scale + 1)):
-        x = np.linspace(lo, hi, 200001)
-        integral = np.trapezoid(np.exp(prior.log_density(x)), x)
-        assert integral == pytest.approx(1.0, abs=2e-3)
-    lognormal = HyperPrior(dist="lognormal", loc=loc, scale=scale)
-    u = np.linspace(loc - 12 * scale, loc + 12 * scale, 200001)   # x = exp(u)
-    integral = np.trapezoid(np.exp(lognormal.log_density(np.exp(u)) + u), u)
-    assert integral == pytest.approx(1.0, abs=1e-6)
-
-
-def test_hyperprior_draws_match_moments():
-    rng = np.random.default_rng(7)
-    n = 20000
-    d = HyperPrior(dist="normal", loc=-2.0, scale=0.5).draw(rng, n)
-    assert abs(d.mean() + 2.0) < 5 * 0.5 / np.sqrt(n) and abs(d.std() - 0.5) < 0.02
-    d = HyperPrior(dist="lognormal", loc=0.2, scale=0.3).draw(rng, n)
-    assert abs(np.log(d).mean() - 0.2) < 5 * 0.3 / np.sqrt(n)
-    d = HyperPrior(dist="uniform", low=1.0, high=3.0).draw(rng, n)
-    assert d.min() >= 1.0 and d.max() <= 3.0 and abs(d.mean() - 2.0) < 0.03
-    np.testing.assert_array_equal(HyperPrior(value=1.5).draw(rng, 3), [1.5, 1.5, 1.5])
+def test_field_hyperprior_kinds_are_registry_kinds():
+    assert set(FIELD_HYPERPRIOR_KINDS) == {"normal", "lognormal", "uniform"}
+    assert set(FIELD_HYPERPRIOR_KINDS) <= set(SAMPLED_KINDS)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from scipy import integrate, optimize, special, stats
 
 from core import integral as im
+from core import priors as pr
 
 NORMAL_A = {"dist": "normal", "loc": 0.0, "scale": 1.0}
 
@@ -227,11 +228,11 @@ BAD_SPECS = [
     (dict(priors=_priors(A={"loc": 0, "scale": 1})), r"priors\['A'\]: a prior mapping needs a 'dist'"),
     (dict(priors=_priors(A={"dist": "normal", "loc": 0})), r"priors\['A'\]: normal prior needs .* missing \['scale'\]"),
     (dict(priors=_priors(A={"dist": "normal", "loc": 0, "scale": 1, "df": 3})), r"unknown \['df'\]"),
-    (dict(priors=_priors(A={"dist": "normal", "loc": 0, "scale": -1})), r"priors\['A'\]: scale must be > 0"),
+    (dict(priors=_priors(A={"dist": "normal", "loc": 0, "scale": -1})), r"priors\['A'\]\.scale: must be > 0"),
     (dict(priors=_priors(c={"dist": "uniform", "low": 2, "high": 1})), r"priors\['c'\]: uniform needs low < high"),
-    (dict(priors=_priors(c="one")), r"priors\['c'\]: the fixed value must be a number"),
-    (dict(priors=_priors(A=float("nan"))), r"priors\['A'\]: the fixed value must be finite"),
-    (dict(priors=_priors(A={"dist": "halfnormal", "scale": True})), r"priors\['A'\]: scale must be a number"),
+    (dict(priors=_priors(c="one")), r"priors\['c'\]: must be a number \(fixed\) or a prior table"),
+    (dict(priors=_priors(A=float("nan"))), r"priors\['A'\]: must be a finite number, got nan"),
+    (dict(priors=_priors(A={"dist": "halfnormal", "scale": True})), r"priors\['A'\]\.scale: must be a finite number, got True"),
 ]
 
 
@@ -245,11 +246,11 @@ def test_spec_stores_read_only_float_arrays_and_prior_objects():
     spec = im.IntegralModelSpec(**_spec_kwargs(priors=_priors(
         sigma={"dist": "halfnormal", "scale": 1}, c={"dist": "uniform", "low": -1, "high": 3})))
     assert spec.t.dtype == np.float64 and not spec.t.flags.writeable
-    assert isinstance(spec.priors["A"], im.NormalPrior)
-    assert isinstance(spec.priors["c"], im.UniformPrior)
+    assert isinstance(spec.priors["A"], pr.NormalPrior)
+    assert isinstance(spec.priors["c"], pr.UniformPrior)
     assert spec.sampled_names == ("A", "c", "sigma")
     assert spec.unconstrained_names == ("A", "logit_c", "log_sigma")
-    assert spec.priors["sigma"].as_config() == {"dist": "halfnormal", "scale": 1.0}
+    assert spec.priors["sigma"].to_config() == {"dist": "halfnormal", "scale": 1.0}
     values = {"A": np.array([0.3, -1.0]), "c": np.array([0.0, 2.9]), "sigma": np.array([0.1, 5.0])}
     back = spec.constrain(spec.unconstrain(values))
     for k in values:
@@ -307,19 +308,19 @@ MIRROR_SPECS = {
 
 
 def scipy_logpdf(prior, x):
-    if isinstance(prior, im.NormalPrior):
+    if isinstance(prior, pr.NormalPrior):
         return stats.norm.logpdf(x, prior.loc, prior.scale)
-    if isinstance(prior, im.LogNormalPrior):
+    if isinstance(prior, pr.LogNormalPrior):
         return stats.lognorm.logpdf(x, prior.scale, scale=math.exp(prior.loc))
-    if isinstance(prior, im.HalfNormalPrior):
+    if isinstance(prior, pr.HalfNormalPrior):
         return stats.halfnorm.logpdf(x, scale=prior.scale)
     return stats.uniform.logpdf(x, prior.low, prior.high - prior.low)
 
 
 def scipy_log_jacobian(prior, u):
-    if isinstance(prior, im.NormalPrior):
+    if isinstance(prior, pr.NormalPrior):
         return 0.0
-    if isinstance(prior, (im.LogNormalPrior, im.HalfNormalPrior)):
+    if isinstance(prior, (pr.LogNormalPrior, pr.HalfNormalPrior)):
         return u  # x = e^u
     s = 1.0 / (1.0 + math.exp(-u))
     return math.log((prior.high - prior.low) * s * (1.0 - s))
