@@ -2,6 +2,7 @@
 
 import ast
 import math
+import pickle
 import subprocess
 import sys
 import tomllib
@@ -119,8 +120,9 @@ def test_integral_noise_sigma_is_a_fixed_sigma():
 
 
 def test_load_config_errors_name_the_file(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match="cannot read config") as info:
         C.load_config(tmp_path / "missing.toml")
+    assert info.value.key is None and info.value.source == str(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b"[model]\nkind = \xff\n")
     with pytest.raises(ConfigError, match=r"bad\.toml: not UTF-8"):
@@ -130,6 +132,12 @@ def test_load_config_errors_name_the_file(tmp_path):
         C.load_config(bad)
     assert str(info.value) == (f"{bad}: sampler.num_warmup: must be a non-negative integer, "
                                "got -5 (an integer)")
+    assert info.value.key == "sampler.num_warmup" and info.value.source == str(bad)
+    assert info.value.problem == "must be a non-negative integer, got -5 (an integer)"
+    # it survives pickling (the engine process reports errors to its clients) intact
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (str(again), again.key, again.problem, again.label, again.source) == (
+        str(info.value), "sampler.num_warmup", info.value.problem, "sampler.num_warmup", str(bad))
     bad.write_text("[model]\nkind = \"field\"\n[data]\npath = 'x.npz\n")
     with pytest.raises(ConfigError, match=r"bad\.toml: TOML syntax error: .*end of document, "
                        r"line 4"):
@@ -155,140 +163,143 @@ def test_registries_agree_with_the_model_modules():
 F = FIELD
 I = INTEGRAL
 BAD = [
-    # (document, expected substring of the message)
+    # (document, expected substring of the message, the key the error carries)
     (F + "[sampler]\nnum_warmpu = 3\n",
-     "[sampler] unknown key 'num_warmpu' (did you mean 'num_warmup'?)"),
-    (F + "[sampler]\nzzz = 3\n", "[sampler] unknown key 'zzz' (allowed:"),
-    (F + "[samplr]\nseed = 1\n", "unknown table [samplr] (did you mean [sampler]?)"),
-    (F + "[extra]\n", "unknown table [extra]"),
-    ("verbose = true\n" + F, "unknown top-level key 'verbose'"),
-    ("sampler = 3\n" + F, "sampler: must be a table [sampler], got 3"),
+     "[sampler] unknown key 'num_warmpu' (did you mean 'num_warmup'?)", 'sampler.num_warmpu'),
+    (F + "[sampler]\nzzz = 3\n", "[sampler] unknown key 'zzz' (allowed:", 'sampler.zzz'),
+    (F + "[samplr]\nseed = 1\n", "unknown table [samplr] (did you mean [sampler]?)", 'samplr'),
+    (F + "[extra]\n", "unknown table [extra]", 'extra'),
+    ("verbose = true\n" + F, "unknown top-level key 'verbose'", 'verbose'),
+    ("sampler = 3\n" + F, "sampler: must be a table [sampler], got 3", 'sampler'),
     (F + "[sampler]\nnum_warmup = -5\n",
-     "sampler.num_warmup: must be a non-negative integer, got -5"),
-    (F + "[sampler]\nnum_samples = 0\n", "sampler.num_samples: must be a positive integer"),
+     "sampler.num_warmup: must be a non-negative integer, got -5", 'sampler.num_warmup'),
+    (F + "[sampler]\nnum_samples = 0\n", "sampler.num_samples: must be a positive integer", 'sampler.num_samples'),
     (F + "[sampler]\nnum_samples = \"10\"\n", "sampler.num_samples: must be a positive integer, "
-     'got "10" (a string)'),
-    (F + "[sampler]\nnum_samples = 10.0\n", "sampler.num_samples: must be a positive integer"),
-    (F + "[sampler]\nchains = true\n", "sampler.chains: must be a positive integer, got true"),
-    (F + "[sampler]\nchains = 0\n", "sampler.chains"),
-    (F + "[sampler]\nthin = 0\n", "sampler.thin"),
-    (F + "[sampler]\nchunk_size = -1\n", "sampler.chunk_size"),
-    (F + "[sampler]\nnum_leapfrog_steps = 0\n", "sampler.num_leapfrog_steps"),
-    (F + "[sampler]\nseed = -1\n", "sampler.seed: must be a non-negative integer"),
-    (F + "[sampler]\nseed = 1.5\n", "sampler.seed"),
-    (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number"),
-    (F + "[sampler]\nstep_size = inf\n", "sampler.step_size"),
-    (F + "[sampler]\nstep_size = nan\n", "sampler.step_size"),
+     'got "10" (a string)', 'sampler.num_samples'),
+    (F + "[sampler]\nnum_samples = 10.0\n", "sampler.num_samples: must be a positive integer", 'sampler.num_samples'),
+    (F + "[sampler]\nchains = true\n", "sampler.chains: must be a positive integer, got true", 'sampler.chains'),
+    (F + "[sampler]\nchains = 0\n", "sampler.chains", 'sampler.chains'),
+    (F + "[sampler]\nthin = 0\n", "sampler.thin", 'sampler.thin'),
+    (F + "[sampler]\nchunk_size = -1\n", "sampler.chunk_size", 'sampler.chunk_size'),
+    (F + "[sampler]\nnum_leapfrog_steps = 0\n", "sampler.num_leapfrog_steps", 'sampler.num_leapfrog_steps'),
+    (F + "[sampler]\nseed = -1\n", "sampler.seed: must be a non-negative integer", 'sampler.seed'),
+    (F + "[sampler]\nseed = 1.5\n", "sampler.seed", 'sampler.seed'),
+    (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number", 'sampler.step_size'),
+    (F + "[sampler]\nstep_size = inf\n", "sampler.step_size", 'sampler.step_size'),
+    (F + "[sampler]\nstep_size = nan\n", "sampler.step_size", 'sampler.step_size'),
     (F + "[sampler]\nstep_size = false\n", "sampler.step_size: must be a positive finite number, "
-     "got false (a boolean)"),
+     "got false (a boolean)", 'sampler.step_size'),
     (F + "[sampler]\ntarget_accept = 1\n", "sampler.target_accept: must be a number strictly "
-     "between 0 and 1"),
-    (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept"),
-    (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false"),
+     "between 0 and 1", 'sampler.target_accept'),
+    (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept", 'sampler.target_accept'),
+    (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false", 'sampler.adapt_mass_matrix'),
     (F + "[sampler]\nalgorithm = \"nutz\"\n", "sampler.algorithm: must be one of 'hmc', 'nuts', "
-     "got \"nutz\" (a string) (did you mean 'nuts'?)"),
-    (F + "[model]\n", "Cannot declare"),     # TOML syntax: table declared twice
+     "got \"nutz\" (a string) (did you mean 'nuts'?)", 'sampler.algorithm'),
+    (F + "[model]\n", "Cannot declare", None),     # TOML syntax: table declared twice
     ("[model]\nkind = \"fields\"\n[data]\npath = \"d.npz\"\n",
-     "model.kind: must be one of 'field', 'integral'"),
-    ("[model]\nkind = \"field\"\n", "data.path: missing"),
-    ("[model]\nkind = \"field\"\n[data]\nkey = \"x\"\n", "data.path: missing"),
-    (F.replace('"data.npz"', '""'), "data.path: must not be empty"),
-    (F.replace('"data.npz"', "3"), "data.path: must be a string, got 3"),
+     "model.kind: must be one of 'field', 'integral'", 'model.kind'),
+    ("[model]\nkind = \"field\"\n", "data.path: missing", 'data.path'),
+    ("[model]\nkind = \"field\"\n[data]\nkey = \"x\"\n", "data.path: missing", 'data.path'),
+    (F.replace('"data.npz"', '""'), "data.path: must not be empty", 'data.path'),
+    (F.replace('"data.npz"', "3"), "data.path: must be a string, got 3", 'data.path'),
     (F.replace('"data.npz"', '"data.csv"'), "data.path: 'data.csv' has extension '.csv'; "
-     "accepted: .npy, .npz, .h5, .hdf5"),
-    (I.replace('"series.csv"', '"s.npz"'), "accepted: .csv, .txt, .dat"),
-    (F.replace('"data.npz"', '"data"'), "extension '(none)'"),
-    (F + "noise_sigma = 0\n", "data.noise_sigma: must be a positive finite number"),
-    (F + "noise_sigma = 1.0\nnoise_map = \"n\"\n", "data.noise_map: give either"),
-    (F + "mask = true\n", "data.mask: must be a string, got true"),
-    (F + "[likelihood]\nkind = \"poisson_lognormal\"\n[data]\n", "Cannot declare"),
+     "accepted: .npy, .npz, .h5, .hdf5", 'data.path'),
+    (I.replace('"series.csv"', '"s.npz"'), "accepted: .csv, .txt, .dat", 'data.path'),
+    (F.replace('"data.npz"', '"data"'), "extension '(none)'", 'data.path'),
+    (F + "noise_sigma = 0\n", "data.noise_sigma: must be a positive finite number", 'data.noise_sigma'),
+    (F + "noise_sigma = 1.0\nnoise_map = \"n\"\n", "data.noise_map: give either", 'data.noise_map'),
+    (F + "mask = true\n", "data.mask: must be a string, got true", 'data.mask'),
+    (F + "[likelihood]\nkind = \"poisson_lognormal\"\n[data]\n", "Cannot declare", None),
     (F + "noise_sigma = 2.0\n[likelihood]\nkind = \"poisson_lognormal\"\n",
-     "[data] key 'noise_sigma' does not apply to likelihood.kind = 'poisson_lognormal'"),
+     "[data] key 'noise_sigma' does not apply to likelihood.kind = 'poisson_lognormal'", 'data.noise_sigma'),
     (F + "[likelihood]\nmean_count = 3.0\n",
-     "[likelihood] key 'mean_count' applies only to likelihood.kind = 'poisson_lognormal'"),
+     "[likelihood] key 'mean_count' applies only to likelihood.kind = 'poisson_lognormal'", 'likelihood.mean_count'),
     (F + "[likelihood]\nkind = \"poisson_lognormal\"\nmean_count = 0\n",
-     "likelihood.mean_count: must be a positive finite number"),
+     "likelihood.mean_count: must be a positive finite number", 'likelihood.mean_count'),
     (F + "[likelihood]\nsmoothing_scale = -1.0\n", "likelihood.smoothing_scale: must be a "
-     "finite number >= 0"),
-    (F + "[likelihood]\nkind = \"gauss\"\n", "likelihood.kind: must be one of"),
-    (F + "[likelihood]\nfield_mean = \"0\"\n", "likelihood.field_mean: must be a finite number"),
-    (F + "[grid]\nbox_size = 0\n", "grid.box_size: must be a positive finite number"),
+     "finite number >= 0", 'likelihood.smoothing_scale'),
+    (F + "[likelihood]\nkind = \"gauss\"\n", "likelihood.kind: must be one of", 'likelihood.kind'),
+    (F + "[likelihood]\nfield_mean = \"0\"\n", "likelihood.field_mean: must be a finite number", 'likelihood.field_mean'),
+    (F + "[grid]\nbox_size = 0\n", "grid.box_size: must be a positive finite number", 'grid.box_size'),
     (F + "[grid]\nbox_size = [1.0, 2.0]\n", "grid.box_size: must be one number or a list of "
-     "three"),
-    (F + "[grid]\nbox_size = [1.0, -2.0, 3.0]\n", "grid.box_size[1]: must be a positive"),
-    (F + "[grid]\nbox_size = \"100\"\n", "grid.box_size: must be one number or a list of three"),
-    (F + "[grid]\nbox_size = inf\n", "grid.box_size"),
-    (F + "[grid]\nunit = 3\n", "grid.unit: must be a string"),
-    (F + "[field]\ndtype = \"float16\"\n", "field.dtype: must be one of 'float32', 'float64'"),
-    (F + "[field]\nparameterisation = \"whitend\"\n", "(did you mean 'whitened'?)"),
+     "three", 'grid.box_size'),
+    (F + "[grid]\nbox_size = [1.0, -2.0, 3.0]\n", "grid.box_size[1]: must be a positive", 'grid.box_size'),
+    (F + "[grid]\nbox_size = \"100\"\n", "grid.box_size: must be one number or a list of three", 'grid.box_size'),
+    (F + "[grid]\nbox_size = inf\n", "grid.box_size", 'grid.box_size'),
+    (F + "[grid]\nunit = 3\n", "grid.unit: must be a string", 'grid.unit'),
+    (F + "[field]\ndtype = \"float16\"\n", "field.dtype: must be one of 'float32', 'float64'", 'field.dtype'),
+    (F + "[field]\nparameterisation = \"whitend\"\n", "(did you mean 'whitened'?)", 'field.parameterisation'),
     (F + "[field]\nparameterization = \"whitened\"\n",
-     "[field] unknown key 'parameterization' (did you mean 'parameterisation'?)"),
+     "[field] unknown key 'parameterization' (did you mean 'parameterisation'?)", 'field.parameterization'),
     (F + "[prior]\nindex = { dist = \"gamma\", loc = 0.0, scale = 1.0 }\n",
-     "prior.index: prior of 'index': unknown dist 'gamma'"),
+     "prior.index: prior of 'index': unknown dist 'gamma'", 'prior.index'),
     (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, sigma = 1.0 }\n",
-     "prior.index: prior of 'index': unknown key 'sigma'"),
+     "prior.index: prior of 'index': unknown key 'sigma'", 'prior.index'),
     (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0 }\n", "prior.index: prior of 'index': "
-     "dist 'normal' needs 'scale'"),
-    (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, scale = -1.0 }\n", "prior.index"),
-    (F + "[prior]\nindex = { dist = 3 }\n", "prior.index"),
-    (F + "[prior]\nindex = { dist = [1] }\n", "prior.index"),
-    (F + "[prior]\nindex = \"flat\"\n", "prior.index"),
-    (F + "[prior]\namplitude = { dist = \"halfnormal\", scale = 1.0 }\n", "prior.amplitude"),
+     "dist 'normal' needs 'scale'", 'prior.index'),
+    (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, scale = -1.0 }\n", "prior.index", 'prior.index'),
+    (F + "[prior]\nindex = { dist = 3 }\n", "prior.index", 'prior.index'),
+    (F + "[prior]\nindex = { dist = [1] }\n", "prior.index", 'prior.index'),
+    (F + "[prior]\nindex = \"flat\"\n", "prior.index", 'prior.index'),
+    (F + "[prior]\namplitude = { dist = \"halfnormal\", scale = 1.0 }\n", "prior.amplitude", 'prior.amplitude'),
     (F + "[prior]\namplitude = -1.0\n", "prior.amplitude: power_law amplitude = -1.0: must be "
-     "positive"),
+     "positive", 'prior.amplitude'),
     (F + "[prior]\nk_pivot = { dist = \"normal\", loc = 0.1, scale = 0.01 }\n",
-     "prior.k_pivot: must be a number (a fixed convention, never sampled)"),
-    (F + "[prior]\nk_pivot = 0\n", "prior.k_pivot"),
+     "prior.k_pivot: must be a number (a fixed convention, never sampled)", 'prior.k_pivot'),
+    (F + "[prior]\nk_pivot = 0\n", "prior.k_pivot", 'prior.k_pivot'),
     (F + "[prior]\ncutoff_scale = 1.0\n",
-     "[prior] key 'cutoff_scale' applies only to prior.kind = 'power_law_cutoff'"),
-    (F + "[prior]\nkind = \"power_law_cutoff\"\ncutoff_scale = -1.0\n", "prior.cutoff_scale"),
-    (F + "[prior]\nkind = \"table\"\n", "prior.table: missing"),
+     "[prior] key 'cutoff_scale' applies only to prior.kind = 'power_law_cutoff'", 'prior.cutoff_scale'),
+    (F + "[prior]\nkind = \"power_law_cutoff\"\ncutoff_scale = -1.0\n", "prior.cutoff_scale", 'prior.cutoff_scale'),
+    (F + "[prior]\nkind = \"table\"\n", "prior.table: missing", 'prior.table'),
     (F + "[prior]\nkind = \"table\"\ntable = \"pk.txt\"\nindex = 1.0\n",
-     "[prior] key 'index' does not apply to prior.kind = 'table'"),
+     "[prior] key 'index' does not apply to prior.kind = 'table'", 'prior.index'),
     (F + "[prior]\ntable = \"pk.txt\"\n", "[prior] key 'table' applies only to prior.kind = "
-     "'table'"),
-    (F + "[prior]\nkind = \"powerlaw\"\n", "(did you mean 'power_law'?)"),
-    (F + "[prior]\nA = 1.0\n", "[prior] key 'A' applies only to the integral model"),
-    (F + "[integral]\nrefine = 4\n", "[integral] applies only to model.kind = 'integral'"),
-    (I + "[grid]\nbox_size = 1.0\n", "[grid] applies only to model.kind = 'field'"),
-    (I + "[field]\n", "[field] applies only"),
-    (I + "[likelihood]\n", "[likelihood] applies only"),
-    (I + "key = \"data\"\n", "[data] key 'key' applies only to the field model"),
-    (I + "[integral]\nrefine = 0\n", "integral.refine: must be a positive integer, got 0"),
-    (I + "[integral]\nrefine = true\n", "integral.refine: must be a positive integer, got true"),
-    (I + "[integral]\nrefin = 2\n", "(did you mean 'refine'?)"),
+     "'table'", 'prior.table'),
+    (F + "[prior]\nkind = \"powerlaw\"\n", "(did you mean 'power_law'?)", 'prior.kind'),
+    (F + "[prior]\nA = 1.0\n", "[prior] key 'A' applies only to the integral model", 'prior.A'),
+    (F + "[integral]\nrefine = 4\n", "[integral] applies only to model.kind = 'integral'", 'integral'),
+    (I + "[grid]\nbox_size = 1.0\n", "[grid] applies only to model.kind = 'field'", 'grid'),
+    (I + "[field]\n", "[field] applies only", 'field'),
+    (I + "[likelihood]\n", "[likelihood] applies only", 'likelihood'),
+    (I + "key = \"data\"\n", "[data] key 'key' applies only to the field model", 'data.key'),
+    (I + "[integral]\nrefine = 0\n", "integral.refine: must be a positive integer, got 0", 'integral.refine'),
+    (I + "[integral]\nrefine = true\n", "integral.refine: must be a positive integer, got true", 'integral.refine'),
+    (I + "[integral]\nrefin = 2\n", "(did you mean 'refine'?)", 'integral.refin'),
     (I + "[prior]\nA = { dist = \"gamma\", loc = 0.0, scale = 1.0 }\n",
-     "prior.A: unknown dist 'gamma'"),
-    (I + "[prior]\nA = { loc = 0.0, scale = 1.0 }\n", "prior.A: a prior mapping needs a 'dist'"),
+     "prior.A: unknown dist 'gamma'", 'prior.A'),
+    (I + "[prior]\nA = { loc = 0.0, scale = 1.0 }\n", "prior.A: a prior mapping needs a 'dist'", 'prior.A'),
     (I + "[prior]\nA = { dist = \"normal\", loc = 0.0, scale = 1.0, low = 0.0 }\n",
-     "prior.A: normal prior takes ['loc', 'scale']; unknown ['low']"),
-    (I + "[prior]\nA = { dist = [1] }\n", "prior.A.dist: must be a name"),
-    (I + "[prior]\nc = \"zero\"\n", "prior.c: must be a number (fixed) or a prior table"),
-    (I + "[prior]\nc = true\n", "prior.c: must be a number"),
-    (I + "[prior]\nsigma = -1.0\n", "prior.sigma: the noise sd must be > 0"),
+     "prior.A: normal prior takes ['loc', 'scale']; unknown ['low']", 'prior.A'),
+    (I + "[prior]\nA = { dist = [1] }\n", "prior.A.dist: must be a name", 'prior.A.dist'),
+    (I + "[prior]\nc = \"zero\"\n", "prior.c: must be a number (fixed) or a prior table", 'prior.c'),
+    (I + "[prior]\nc = true\n", "prior.c: must be a number", 'prior.c'),
+    (I + "[prior]\nsigma = -1.0\n", "prior.sigma: the noise sd must be > 0", 'prior.sigma'),
     (I + "[prior]\nsigma = { dist = \"normal\", loc = 1.0, scale = 1.0 }\n",
-     "prior.sigma: a normal prior allows sigma <= 0"),
+     "prior.sigma: a normal prior allows sigma <= 0", 'prior.sigma'),
     (I + "[prior]\nsigma = { dist = \"uniform\", low = -1.0, high = 1.0 }\n", "prior.sigma: "
-     "uniform low = -1.0 < 0"),
-    (I + "[prior]\nB = 1.0\n", "[prior] unknown key 'B'"),
-    (I + "[prior]\nkind = \"power_law\"\n", "[prior] key 'kind' applies only to the field model"),
-    (I + "noise_sigma = -2\n", "data.noise_sigma: must be a positive finite number, got -2"),
-    (I + "noise_sigma = 1.0\n[prior]\nsigma = 1.0\n", "data.noise_sigma: give either"),
-    (F + "[sampler]\nseed = 99999999999999999999\n", "sampler.seed: must be a non-negative integer"),
-    ("x = \n", "TOML syntax error: Invalid value (at line 1, column 5)"),
-    ("[model\nkind = 1\n", "TOML syntax error"),
-    ("a = 1\na = 2\n", "line 2"),
-    ("v = " + "9" * 5000 + "\n", "TOML value error"),
-    ("v = " + "[" * 50000 + "\n", "TOML"),
+     "uniform low = -1.0 < 0", 'prior.sigma'),
+    (I + "[prior]\nB = 1.0\n", "[prior] unknown key 'B'", 'prior.B'),
+    (I + "[prior]\nkind = \"power_law\"\n", "[prior] key 'kind' applies only to the field model", 'prior.kind'),
+    (I + "noise_sigma = -2\n", "data.noise_sigma: must be a positive finite number, got -2", 'data.noise_sigma'),
+    (I + "noise_sigma = 1.0\n[prior]\nsigma = 1.0\n", "data.noise_sigma: give either", 'data.noise_sigma'),
+    (F + "[sampler]\nseed = 99999999999999999999\n", "sampler.seed: must be a non-negative integer", 'sampler.seed'),
+    ("x = \n", "TOML syntax error: Invalid value (at line 1, column 5)", None),
+    ("[model\nkind = 1\n", "TOML syntax error", None),
+    ("a = 1\na = 2\n", "line 2", None),
+    ("v = " + "9" * 5000 + "\n", "TOML value error", None),
+    ("v = " + "[" * 50000 + "\n", "TOML", None),
 ]
 
 
-@pytest.mark.parametrize("text,expected", BAD, ids=[str(i) for i in range(len(BAD))])
-def test_bad_input_names_the_key(text, expected):
+@pytest.mark.parametrize("text,expected,key", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_names_the_key(text, expected, key):
     with pytest.raises(ConfigError) as info:
         C.parse_config(text)
     assert expected in str(info.value), str(info.value)
     assert isinstance(info.value, ValueError)
+    assert info.value.key == key, str(info.value)
+    # the message is the key's label and the problem (no file: parse_config had no source)
+    assert str(info.value) == ": ".join(p for p in (info.value.label, info.value.problem) if p)
 
 
 # --------------------------------------------------------------------------- round trips
