@@ -19,6 +19,7 @@ import pytest
 from core import integral as im
 from core.config import parse_config
 from core.engine.engine import Control, Engine, EngineError, stored_run_config
+from core.io import save_series_csv
 from core.reference.wiener import wiener_posterior
 from core.store.run_store import RunReader
 from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
@@ -61,7 +62,7 @@ def test_masked_field_mean_matches_conjugate_gradient_wiener(tmp_path):
 @pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
 def test_integral_model_posterior_matches_quadrature(tmp_path, algorithm):
     series = im.make_demo_series(5, n=40)
-    im.save_series_csv(tmp_path / "series.csv", series.t, series.y)
+    save_series_csv(tmp_path / "series.csv", series.t, series.y)
     text = """\
 [model]
 kind = "integral"

@@ -21,8 +21,8 @@ from core import io as L
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw, TabulatedPower
 from core.field.synthetic import make_dataset, save_dataset
-from core.integral import Series, save_series_csv
-from core.io import LoadError
+from core.integral import make_demo_series
+from core.io import LoadError, Series, save_series_csv
 from core.io import hdf5 as hdf5_module
 from support.files import fits_bytes, fits_card
 
@@ -427,6 +427,43 @@ def test_series_csv_and_whitespace(tmp_path):
     cfg = C.parse_config('[model]\nkind = "integral"\n[data]\npath = "s.csv"\n',
                          base_dir=tmp_path)
     assert np.array_equal(L.load_series_inputs(cfg).y, y)
+
+
+@pytest.mark.parametrize("with_f", [False, True])
+def test_csv_round_trip_is_exact(tmp_path, with_f):
+    s = make_demo_series(1, n=17)
+    f = np.cos(s.t) if with_f else None
+    path = tmp_path / "series.csv"
+    save_series_csv(path, s.t, s.y, f)
+    got = L.load_series(path)
+    np.testing.assert_array_equal(got.t, s.t)
+    np.testing.assert_array_equal(got.y, s.y)
+    if with_f:
+        np.testing.assert_array_equal(got.f, f)
+    else:
+        assert got.f is None
+    assert path.read_text().splitlines()[0] == ("t,y,f" if with_f else "t,y")
+
+
+@pytest.mark.parametrize("text,message", [
+    (",\n,,\n", "empty file"),     # rows of empty fields only: no header
+    ("time,y\n0,1\n1,2\n", r"line 1: header must be 't,y' or 't,y,f', got 'time,y'"),
+    ("t,y\n0,1\n1,abc\n", r"line 3: column 'y': 'abc' is not a number"),
+    ("t,y\n0,1\n1,nan\n", r"line 3: column 'y': 'nan' is not finite"),
+    ("t,y,f\n0,1,1\n1,2\n", "line 3: expected 3 fields"),
+    ("t,y\n0,1\n\n2,2\n2,3\n", r"line 5: t = 2.0 does not increase \(previous t = 2.0\)"),
+    ("t,y\n0,1\n", "need at least 2 data rows"),
+])
+def test_csv_errors_name_file_and_line(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(LoadError, match="bad.csv" + (".*" if message else "") + message):
+        L.load_series(path)
+
+
+def test_save_csv_validates(tmp_path):
+    with pytest.raises(ValueError, match="y: length 2 does not match t"):
+        save_series_csv(tmp_path / "x.csv", [0, 1, 2], [1, 2])
 
 
 @pytest.mark.parametrize("name, content, fragment", [
