@@ -31,7 +31,8 @@ before any of its bytes are read.
 1-D series (``Series``, ``load_series``, ``save_series_csv``: .csv .txt .dat, columns
 t, y[, f]; ``core.io.series`` is the one reader of the format) and P(k) tables
 (``load_power_table``, which reads the file and builds
-``core.field.power_spectrum.TabulatedPower``).
+``core.field.power_spectrum.TabulatedPower``; ``load_prior_table(config)`` for the table
+a config names).
 
 Run inputs. ``load_field_inputs(config)`` returns the validated arrays of a field
 run (it does not build ``Observations``; the engine does). References in
@@ -62,7 +63,7 @@ from core.io.formats import LOADERS, array_info, inspect_array, loader_for
 from core.io.hdf5 import Hdf5Loader
 from core.io.npy import NpyLoader
 from core.io.npz import NpzLoader
-from core.io.power_table import load_power_table
+from core.io.power_table import load_power_table, load_prior_table
 from core.io.series import (
     SERIES_EXTENSIONS,
     Series,
@@ -89,6 +90,7 @@ __all__ = [
     "NpyLoader",
     "NpzLoader",
     "load_power_table",
+    "load_prior_table",
     "SERIES_EXTENSIONS",
     "Series",
     "load_series",
