@@ -28,10 +28,6 @@ from support.files import fits_bytes, fits_card
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# Fuzz cases run, by test; printed by test_zz_fuzz_report (run pytest with -s or -rA).
-FUZZ_COUNTS: collections.Counter = collections.Counter()
-
-
 def field_config(tmp_path, data: dict, likelihood: dict | None = None):
     """A field RunConfig parsed from TOML text, its paths relative to tmp_path."""
     doc = {"model": {"kind": "field"}, "data": data}
@@ -736,15 +732,47 @@ def test_every_bad_input_is_a_load_error_naming_the_file(tmp_path):
             raise AssertionError(f"case {name!r}: {exc}") from exc
 
 
-def test_unreadable_file_and_fifo(tmp_path):
+def test_fifo_is_not_a_regular_file(tmp_path):
     fifo = tmp_path / "pipe.npy"
     os.mkfifo(fifo)
     expect_error(fifo, lambda: L.LOADERS[".npy"].load(fifo), "not a regular file")
-    if os.geteuid() != 0:       # root reads anything
-        locked = tmp_path / "locked.npz"
-        np.savez(locked, data=np.ones(3))
-        locked.chmod(0)
-        expect_error(locked, lambda: L.LOADERS[".npz"].load(locked), "permission denied")
+
+
+def test_unreadable_file_chmod_0(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads a chmod-0 file; test_unreadable_file_open_refused covers it")
+    locked = tmp_path / "locked.npz"
+    np.savez(locked, data=np.ones(3))
+    locked.chmod(0)
+    expect_error(locked, lambda: L.LOADERS[".npz"].load(locked), "permission denied")
+
+
+@pytest.mark.parametrize("ext", [".npy", ".npz", ".fits"])
+def test_unreadable_file_open_refused(tmp_path, monkeypatch, ext):
+    """Opening the file fails with PermissionError (what chmod 0 gives any user but root),
+    whoever runs the tests: the loader says "permission denied". (HDF5 files are opened by
+    the HDF5 library, below Python's open: only test_unreadable_file_chmod_0 reaches them.)"""
+    import builtins
+
+    path = tmp_path / f"locked{ext}"
+    if ext == ".fits":
+        from astropy.io import fits
+        fits.PrimaryHDU(np.ones((2, 2, 2), np.float32)).writeto(path)
+    else:
+        (np.save if ext == ".npy" else np.savez)(path, np.ones((2, 2, 2)))
+    real_open = builtins.open
+    refused = []
+
+    def open_refusing(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and os.fspath(file) == str(path):
+            refused.append(file)
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", open_refusing)
+    monkeypatch.setattr(io, "open", open_refusing)
+    expect_error(path, lambda: L.LOADERS[ext].load(path), "permission denied")
+    assert refused          # the refusal came from opening the file, not from elsewhere
 
 
 def _damaged_heap_h5(path):
@@ -785,13 +813,35 @@ def test_damaged_string_attribute_cannot_hang_or_crash_the_process(tmp_path, mon
 # --------------------------------------------------------------------------- fuzzing
 
 
-def attempt(fn):
-    """Run a loader call: success or LoadError, anything else fails the test."""
+def attempt(fn, counts, what: str) -> None:
+    """Run a loader call: success or LoadError, anything else fails the test; ``counts``
+    tallies "{what}: loaded" / "{what}: rejected"."""
     try:
         fn()
     except LoadError as exc:
         assert str(exc)
+        counts[f"{what}: rejected"] += 1
+    else:
+        counts[f"{what}: loaded"] += 1
     # Any other exception propagates and fails the example.
+
+
+def run_fuzz(fuzz, name: str, capsys, *args, at_least: dict[str, int]) -> None:
+    """Run the Hypothesis test ``fuzz`` (all its examples; ``args`` then a Counter are
+    passed before the drawn arguments), print its counts, and check each entry of
+    ``at_least``: a count name, or a suffix (": loaded", ": rejected", ": cases") that
+    sums every count ending in it."""
+    counts = collections.Counter()
+    fuzz(*args, counts)
+    with capsys.disabled():
+        print(f"\nloader fuzz, {name}: {sum(v for k, v in counts.items() if k.endswith(': cases'))}"
+              " cases")
+        for key, count in sorted(counts.items()):
+            print(f"  {key:44s} {count}")
+    for key, minimum in at_least.items():
+        got = (sum(v for k, v in counts.items() if k.endswith(key)) if key.startswith(":")
+               else counts[key])
+        assert got >= minimum, (key, dict(counts))
 
 
 @pytest.fixture(scope="module")
@@ -910,18 +960,20 @@ FUZZ = settings(max_examples=600, deadline=None, database=None,
                                        HealthCheck.too_slow])
 
 
-def _exercise(path, ext, base_dir):
+def _exercise(path, ext, base_dir, counts, what):
     loader = L.LOADERS[ext]
-    attempt(lambda: loader.list_arrays(path))
-    attempt(lambda: loader.load(path))
-    attempt(lambda: loader.load(path, "data"))
+    counts[f"{what}: cases"] += 1
+    attempt(lambda: loader.list_arrays(path), counts, what)
+    attempt(lambda: loader.load(path), counts, what)
+    attempt(lambda: loader.load(path, "data"), counts, what)
     data = {"path": path.name}
     if isinstance(loader, L.FitsLoader):
-        attempt(lambda: L.FitsLoader(mmap_threshold=0).load(path))   # the memory-map path
+        attempt(lambda: L.FitsLoader(mmap_threshold=0).load(path),    # the memory-map path
+                counts, what)
         data.update(mask="MASK", noise_map="NOISE")
     elif ext != ".npy":
         data.update(mask="mask", noise_map="noise" if ext == ".npz" else "maps/noise")
-    attempt(lambda: L.load_field_inputs(field_config(base_dir, data)))
+    attempt(lambda: L.load_field_inputs(field_config(base_dir, data)), counts, what)
 
 
 @FUZZ
@@ -930,11 +982,17 @@ def _exercise(path, ext, base_dir):
                                b"\x89HDF\r\n\x1a\n", fits_card("SIMPLE", True),
                                fits_card("SIMPLE", True) + fits_card("BITPIX", -32)]),
        payload=st.binary(max_size=2048))
-def test_fuzz_random_bytes(fuzz_dir, ext, prefix, payload):
+def _fuzz_random_bytes(fuzz_dir, counts, ext, prefix, payload):
     path = fuzz_dir / f"random{ext}"
     path.write_bytes(prefix + payload)
-    _exercise(path, ext, fuzz_dir)
-    FUZZ_COUNTS[f"random bytes {ext}"] += 1
+    _exercise(path, ext, fuzz_dir, counts, f"random bytes {ext}")
+
+
+def test_fuzz_random_bytes(fuzz_dir, capsys):
+    # every format is tried, and random bytes are (almost) always refused
+    run_fuzz(_fuzz_random_bytes, "random bytes", capsys, fuzz_dir, at_least={
+        ": cases": 300, ": rejected": 600,
+        **{f"random bytes {ext}: cases": 10 for ext in L.LOADERS}})
 
 
 FITS_KEYWORDS = ["SIMPLE", "BITPIX", "NAXIS", "NAXIS1", "NAXIS2", "NAXIS3", "NAXIS4",
@@ -954,7 +1012,7 @@ FITS_VALUES = st.one_of(st.booleans(), st.integers(-2**63, 2**63), st.sampled_fr
        cards=st.lists(st.tuples(st.sampled_from(FITS_KEYWORDS), FITS_VALUES), max_size=12),
        payload=st.binary(max_size=600),
        extension=st.booleans())
-def test_fuzz_fits_headers(fuzz_dir, head, cards, payload, extension):
+def _fuzz_fits_headers(fuzz_dir, counts, head, cards, payload, extension):
     """Headers built from FITS's own keywords with wrong, missing, repeated or absurd
     values (and optionally a second HDU after a valid primary one)."""
     body = fits_bytes(head + cards, payload)
@@ -963,33 +1021,51 @@ def test_fuzz_fits_headers(fuzz_dir, head, cards, payload, extension):
                           b"") + b"XTENSION= 'IMAGE   '" + body[20:]
     path = fuzz_dir / "header.fits"
     path.write_bytes(body)
-    _exercise(path, ".fits", fuzz_dir)
-    FUZZ_COUNTS["fits headers"] += 1
+    _exercise(path, ".fits", fuzz_dir, counts, "fits headers")
+
+
+def test_fuzz_fits_headers(fuzz_dir, capsys):
+    run_fuzz(_fuzz_fits_headers, "FITS headers", capsys, fuzz_dir,
+             at_least={"fits headers: cases": 300, "fits headers: rejected": 300})
+
+
+DAMAGED_KINDS = ["npy", "npy_fortran", "npz", "npz_compressed", "h5", "h5_latest", "fits",
+                 "fits_scaled", "fits_compressed"]
 
 
 @settings(FUZZ, max_examples=2000)
-@given(kind=st.sampled_from(["npy", "npy_fortran", "npz", "npz_compressed", "h5",
-                             "h5_latest", "fits", "fits_scaled", "fits_compressed"]),
-       mutate=mutations())
-def test_fuzz_damaged_valid_files(fuzz_dir, valid_files, kind, mutate):
+@given(kind=st.sampled_from(DAMAGED_KINDS), mutate=mutations())
+def _fuzz_damaged_valid_files(fuzz_dir, valid_files, counts, kind, mutate):
     ext, raw = valid_files[kind]
     path = fuzz_dir / f"damaged{ext}"
     path.write_bytes(mutate(raw))
-    _exercise(path, ext, fuzz_dir)
-    FUZZ_COUNTS[f"damaged {kind}"] += 1
+    _exercise(path, ext, fuzz_dir, counts, f"damaged {kind}")
+
+
+def test_fuzz_damaged_valid_files(fuzz_dir, valid_files, capsys):
+    # every kind is damaged often; some damage leaves a loadable file, most does not
+    run_fuzz(_fuzz_damaged_valid_files, "damaged valid files", capsys, fuzz_dir, valid_files,
+             at_least={": cases": 1000, ": loaded": 50, ": rejected": 1000,
+                       **{f"damaged {kind}: cases": 30 for kind in DAMAGED_KINDS}})
 
 
 @settings(FUZZ, max_examples=30)
 @given(mutate=mutations())
-def test_fuzz_damaged_hdf5_with_string_attributes(fuzz_dir, mutate):
-    """Variable-length attributes go through the child process; it must contain hangs."""
+def _fuzz_damaged_hdf5_with_string_attributes(fuzz_dir, counts, mutate):
     write_h5(fuzz_dir / "vlen_source.h5", vlen_unit=True)
     path = fuzz_dir / "vlen_damaged.h5"
     path.write_bytes(mutate((fuzz_dir / "vlen_source.h5").read_bytes()))
     loader = L.Hdf5Loader(attr_timeout_s=2.0)
-    attempt(lambda: loader.list_arrays(path))
-    attempt(lambda: loader.load(path, "data"))
-    FUZZ_COUNTS["damaged h5 (string attributes)"] += 1
+    what = "damaged h5 (string attributes)"
+    counts[f"{what}: cases"] += 1
+    attempt(lambda: loader.list_arrays(path), counts, what)
+    attempt(lambda: loader.load(path, "data"), counts, what)
+
+
+def test_fuzz_damaged_hdf5_with_string_attributes(fuzz_dir, capsys):
+    """Variable-length attributes go through the child process; it must contain hangs."""
+    run_fuzz(_fuzz_damaged_hdf5_with_string_attributes, "damaged HDF5, string attributes",
+             capsys, fuzz_dir, at_least={"damaged h5 (string attributes): cases": 20})
 
 
 TEXT_TOKENS = ["t", "y", "f", ",", " ", "\t", "\n", "#", "0", "1", "2.5", "-3", "1e308",
@@ -1001,19 +1077,15 @@ TEXT_TOKENS = ["t", "y", "f", ",", " ", "\t", "\n", "#", "0", "1", "2.5", "-3", 
        content=st.one_of(st.binary(max_size=512),
                          st.lists(st.sampled_from(TEXT_TOKENS), max_size=80).map(
                              lambda parts: "".join(parts).encode("utf-8"))))
-def test_fuzz_series_and_power_tables(fuzz_dir, ext, content):
+def _fuzz_series_and_power_tables(fuzz_dir, counts, ext, content):
     path = fuzz_dir / f"series{ext}"
     path.write_bytes(content)
-    attempt(lambda: L.load_series(path))
-    attempt(lambda: L.load_power_table(path))
-    FUZZ_COUNTS["series / power table text"] += 1
+    counts["series / power table text: cases"] += 1
+    attempt(lambda: L.load_series(path), counts, "series")
+    attempt(lambda: L.load_power_table(path), counts, "power table")
 
 
-def test_zz_fuzz_report():
-    """Runs last in this file: how many fuzz cases ran (see -s / -rA output)."""
-    total = sum(FUZZ_COUNTS.values())
-    print(f"\nfuzz cases run: {total}")
-    for name, count in sorted(FUZZ_COUNTS.items()):
-        print(f"  {name:34s} {count}")
-    if FUZZ_COUNTS:       # the fuzz tests ran in this process (not deselected)
-        assert total >= 300
+def test_fuzz_series_and_power_tables(fuzz_dir, capsys):
+    run_fuzz(_fuzz_series_and_power_tables, "series and power tables", capsys, fuzz_dir,
+             at_least={"series / power table text: cases": 300, "series: rejected": 200,
+                       "power table: rejected": 200})
