@@ -1,6 +1,7 @@
 """Tests of core.config: parsing, defaults, validation messages, TOML round trips, fuzz."""
 
 import ast
+import collections
 import math
 import pickle
 import subprocess
@@ -16,7 +17,6 @@ from core import config as C
 from core.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
-RESOURCES = ROOT / "resources"
 
 FIELD = """
 [model]
@@ -51,20 +51,36 @@ def test_import_pulls_in_neither_tensorflow_nor_qt():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("name", ["demo_field.toml", "demo_integral.toml"])
-def test_example_configs_parse_and_round_trip(name):
-    cfg = C.load_config(RESOURCES / name)
-    assert cfg.base_dir == RESOURCES
-    assert cfg.data_path == RESOURCES / cfg.data.path
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The built-in demos, as the app writes them (core.demo is their one source)."""
+    from core.demo import write_demo
+
+    return write_demo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.mark.parametrize("name", ["field_config", "exact_config", "integral_config"])
+def test_example_configs_parse_and_round_trip(demo, name):
+    cfg = C.load_config(demo[name])
+    assert cfg.base_dir == demo[name].parent
+    assert cfg.data_path == demo[name].parent / cfg.data.path
+    assert cfg.data_path.exists()
     assert C.parse_config(C.dump_config(cfg), base_dir=cfg.base_dir) == cfg
 
 
-def test_demo_field_values():
-    cfg = C.load_config(RESOURCES / "demo_field.toml")
-    assert cfg.prior.index == C.Distribution("normal", loc=-2.0, scale=0.5)
-    assert cfg.prior.amplitude == 1.0 and cfg.data.mask == "mask"
-    assert cfg.grid.box_size == (100.0, 100.0, 100.0) and cfg.grid.unit == "Mpc/h"
+def test_demo_field_values(demo):
+    from core.demo import DEMO_BOX, DEMO_NOISE, DEMO_SPECTRUM
+
+    cfg = C.load_config(demo["field_config"])
+    assert cfg.prior.index == C.Distribution("normal", loc=-1.5, scale=0.3)
+    assert cfg.prior.amplitude == DEMO_SPECTRUM["amplitude"] == 2000.0
+    assert cfg.data.mask == "mask" and cfg.data.noise_sigma == DEMO_NOISE
+    assert cfg.grid.box_size == (DEMO_BOX,) * 3 == (200.0, 200.0, 200.0)
+    assert cfg.grid.unit == "Mpc/h"
     assert cfg.integral is None
+    exact = C.load_config(demo["exact_config"])
+    assert exact.prior.index == DEMO_SPECTRUM["index"]
+    assert exact.sampler == cfg.sampler and exact.data == cfg.data
 
 
 def test_defaults_are_filled():
@@ -441,17 +457,27 @@ def test_to_toml_details():
 
 # --------------------------------------------------------------------------- fuzz
 
-FUZZ_COUNT = {"documents": 0, "mutations": 0, "text": 0, "parsed": 0, "rejected": 0}
-
-
-def _parse_or_config_error(text):
+def _parse_or_config_error(text, counts) -> None:
+    """Parse ``text``: it is a config or a ConfigError with a message (anything else fails
+    the example); ``counts`` tallies "parsed" / "rejected"."""
     try:
         C.parse_config(text)
     except ConfigError as exc:
         assert str(exc)
-        FUZZ_COUNT["rejected"] += 1
+        counts["rejected"] += 1
     else:
-        FUZZ_COUNT["parsed"] += 1
+        counts["parsed"] += 1
+
+
+def _run_fuzz(fuzz, name, capsys, *, at_least):
+    """Run the Hypothesis test ``fuzz`` (all its examples), then check that it made at
+    least ``at_least[outcome]`` cases of each outcome and print the counts."""
+    counts = collections.Counter()
+    fuzz(counts)
+    with capsys.disabled():
+        print(f"\nconfig fuzz, {name}: {dict(counts)}")
+    for outcome, minimum in at_least.items():
+        assert counts[outcome] >= minimum, (outcome, dict(counts))
 
 
 fuzz_scalars = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(),
@@ -474,17 +500,19 @@ fuzz_documents = st.dictionaries(
 
 
 @settings(max_examples=200, deadline=None)
-@given(fuzz_documents)
-def test_fuzz_random_documents(document):
-    FUZZ_COUNT["documents"] += 1
-    _parse_or_config_error(C.to_toml(document))
+@given(document=fuzz_documents)
+def _fuzz_random_documents(counts, document):
+    _parse_or_config_error(C.to_toml(document), counts)
+
+
+def test_fuzz_random_documents(capsys):
+    # random documents are almost never valid configs
+    _run_fuzz(_fuzz_random_documents, "random documents", capsys, at_least={"rejected": 100})
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(documents, st.data())
-def test_fuzz_mutated_valid_documents(document, data):
-    """A valid document with one entry replaced, removed or added: deep validation paths."""
-    FUZZ_COUNT["mutations"] += 1
+@given(document=documents, data=st.data())
+def _fuzz_mutated_valid_documents(counts, document, data):
     table = data.draw(st.sampled_from(sorted(document)))
     action = data.draw(st.sampled_from(["replace", "remove", "add", "replace_table"]))
     entries = dict(document[table])
@@ -500,21 +528,27 @@ def test_fuzz_mutated_valid_documents(document, data):
         else:
             entries[key] = data.draw(fuzz_values)
         document[table] = entries
-    _parse_or_config_error(C.to_toml(document))
+    _parse_or_config_error(C.to_toml(document), counts)
+
+
+def test_fuzz_mutated_valid_documents(capsys):
+    """A valid document with one entry replaced, removed or added: deep validation paths,
+    so both outcomes must occur often (a removed key with a default still parses)."""
+    _run_fuzz(_fuzz_mutated_valid_documents, "mutated valid documents", capsys,
+              at_least={"parsed": 30, "rejected": 150})
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(st.text(max_size=200),
-                 st.binary(max_size=200).map(lambda b: b.decode("utf-8", errors="replace")),
-                 st.lists(st.sampled_from(["[model]", "[data]", "[prior]", "kind = ", "path = ",
-                                           '"field"', '"d.npz"', "1", "{", "}", "[", "]", "=",
-                                           "\n", "'", '"', ",", "dist", "inf", "true"]),
-                          max_size=30).map("".join)))
-def test_fuzz_random_text(text):
-    FUZZ_COUNT["text"] += 1
-    _parse_or_config_error(text)
+@given(text=st.one_of(
+    st.text(max_size=200),
+    st.binary(max_size=200).map(lambda b: b.decode("utf-8", errors="replace")),
+    st.lists(st.sampled_from(["[model]", "[data]", "[prior]", "kind = ", "path = ",
+                              '"field"', '"d.npz"', "1", "{", "}", "[", "]", "=",
+                              "\n", "'", '"', ",", "dist", "inf", "true"]),
+             max_size=30).map("".join)))
+def _fuzz_random_text(counts, text):
+    _parse_or_config_error(text, counts)
 
 
-def test_zz_report_fuzz_counts(capsys):
-    with capsys.disabled():
-        print(f"\nconfig fuzz cases run: {FUZZ_COUNT}")
+def test_fuzz_random_text(capsys):
+    _run_fuzz(_fuzz_random_text, "random text", capsys, at_least={"rejected": 200})

@@ -163,7 +163,7 @@ def test_seed_reproducibility(tmp_path):
 
 def test_divergences_are_recorded_and_rejected(tmp_path):
     """A huge initial step size makes the first trajectories blow up: recorded, rejected, no crash."""
-    config, text, *_ = write_field_case(tmp_path, warmup=30, samples=20, shape=(8, 8, 8), mass="false")
+    config, text, *_ = write_field_case(tmp_path, warmup=30, samples=20, shape=(8, 8, 8), mass=False)
     text = text.replace("step_size = 0.1", "step_size = 80.0")
     config = parse_config(text, base_dir=tmp_path)
     status, _ = run(config, text, tmp_path / "run")
