@@ -552,6 +552,25 @@ def test_power_table(tmp_path):
     expect_error(tmp_path / "bin.txt", lambda: L.load_power_table(tmp_path / "bin.txt"))
 
 
+def test_prior_table_of_a_config(tmp_path):
+    """The table a config's prior names is read by core.io and handed to prior_spectrum
+    (core.field reads no files)."""
+    from core.field.power_spectrum import prior_spectrum
+
+    (tmp_path / "pk.txt").write_text("0.1 10\n1.0 1\n")
+    text = ('[model]\nkind = "field"\n[data]\npath = "d.npz"\n'
+            '[prior]\nkind = "table"\ntable = "pk.txt"\n')
+    cfg = C.parse_config(text, base_dir=tmp_path)
+    table = L.load_prior_table(cfg)
+    assert table == L.load_power_table(tmp_path / "pk.txt")
+    assert prior_spectrum(cfg.prior, table) is table
+    with pytest.raises(ValueError, match="the table read from prior.table must be given"):
+        prior_spectrum(cfg.prior)
+    assert L.load_prior_table(C.default_config("field", base_dir=tmp_path)) is None
+    missing = C.parse_config(text.replace("pk.txt", "none.txt"), base_dir=tmp_path)
+    expect_error(tmp_path / "none.txt", lambda: L.load_prior_table(missing), "no such file")
+
+
 # --------------------------------------------------------------------------- bad input
 
 
