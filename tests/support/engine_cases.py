@@ -22,7 +22,9 @@ DEFAULTS = dict(sigma=0.5, box=64.0, amplitude=300.0, index=-1.5, dtype="float32
 
 def field_case_document(mask: bool = False, **overrides) -> dict:
     """The config of a field case as nested dicts (``core.config``'s layout): ``DEFAULTS``
-    updated with ``overrides``; ``mask``: the data file's "mask" array is used."""
+    updated with ``overrides`` (``index`` a number, or a prior table such as
+    ``{"dist": "normal", "loc": -1.5, "scale": 0.3}``); ``mask``: the data file's "mask"
+    array is used."""
     v = {**DEFAULTS, **overrides}
     data = {"path": "data.npz", "noise_sigma": v["sigma"]}
     if mask:

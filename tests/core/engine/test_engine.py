@@ -207,7 +207,7 @@ def test_store_opens_with_xarray(tmp_path):
     import xarray as xr
 
     config, text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8),
-                                        index='{ dist = "normal", loc = -1.5, scale = 0.3 }')
+                                        index={"dist": "normal", "loc": -1.5, "scale": 0.3})
     run(config, text, tmp_path / "run")
     tree = xr.open_datatree(tmp_path / "run" / "run.zarr", engine="zarr")
     assert tree["posterior"].dataset["index"].shape == (2, 30)
