@@ -22,6 +22,7 @@ from core import integral as im
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLawCutoff
 from core.field.synthetic import make_dataset, save_dataset
+from core.io.series import save_series_csv
 
 DEMO_SHAPE = (32, 32, 32)
 DEMO_BOX = 200.0
@@ -121,7 +122,7 @@ def write_demo(outdir, seed: int = 2026) -> dict[str, Path]:
     assert exact_text != field_text and sampled not in exact_text
     (out / "field_exact.toml").write_text(exact_text)
     series = im.make_demo_series(seed)
-    im.save_series_csv(out / "series.csv", series.t, series.y)
+    save_series_csv(out / "series.csv", series.t, series.y)
     (out / "integral.toml").write_text(INTEGRAL_TOML)
     return {"field_data": out / "demo_field.npz", "field_config": out / "field.toml",
             "exact_config": out / "field_exact.toml",

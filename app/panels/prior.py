@@ -40,6 +40,7 @@ from app.state.config_state import FIELD_HYPERPARAMETERS, ConfigState, prior_kin
 from core.field.grid import Grid
 from core.field.power_spectrum import spectrum_from_config
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
+from core.io import load_power_table
 from core.priors import PRIOR_KINDS
 
 __all__ = ["PriorPanel", "HYPER_LABELS"]
@@ -233,7 +234,7 @@ class PriorPanel(SetupPanel):
         kind = s["prior.kind"]
         try:
             if kind == "table":
-                return spectrum_from_config("table", {"path": str(s.resolve(s["prior.table"]))})
+                return load_power_table(s.resolve(s["prior.table"]))
             params = {"k_pivot": s["prior.k_pivot"]}
             for name in FIELD_HYPERPARAMETERS[kind]:
                 params[name] = (values or {}).get(name, s.hyper_centre(name))

@@ -24,7 +24,7 @@ the chosen kinds are written (``document``); the others keep their values for wh
 user switches back.
 
 Validation (``validate``) runs ``core.config.config_from_dict`` and maps each
-``ConfigError`` to the key it names; to report every bad key at once, not only the
+``ConfigError`` to the state key of the config key it carries (``state_key_of``); to report every bad key at once, not only the
 first, a failing key is set back to its default in a scratch copy and the check is
 repeated. ``check_files`` adds what only the files can tell (the data file exists and
 holds the arrays named in data.key / data.mask / data.noise_map; the P(k) table reads),
@@ -37,7 +37,6 @@ import contextlib
 import copy
 import math
 import os
-import re
 import tomllib
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -48,7 +47,7 @@ from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
 from core.priors import PRIOR_KINDS, SAMPLED_KINDS, Prior, parse_prior
 
 __all__ = ["ConfigState", "parse_number", "format_value", "FIELD_HYPERPARAMETERS",
-           "HYPER_PARTS", "SAMPLER_KEYS", "key_of_error", "prior_kinds"]
+           "HYPER_PARTS", "SAMPLER_KEYS", "state_key_of", "prior_kinds"]
 
 #: P(k) hyperparameters of the field model that may be sampled, by prior kind.
 FIELD_HYPERPARAMETERS = {kind: tuple(SPECTRA[kind].parameters) for kind in SPECTRA}
@@ -61,8 +60,6 @@ SAMPLER_KEYS = tuple(f"sampler.{name}" for name in cfg.config_to_dict(
 
 _FIELD_DEFAULTS = cfg.config_to_dict(cfg.default_config("field"))
 _INTEGRAL_DEFAULTS = cfg.config_to_dict(cfg.default_config("integral"))
-_ERROR_KEY = re.compile(r"^(?P<table>[a-z_]+)\.(?P<name>[A-Za-z_]+)(?:\[\d+\]|\.\w+)*:")
-_ERROR_TABLE_KEY = re.compile(r"^\[(?P<table>[a-z_]+)\] (?:unknown )?key '(?P<name>\w+)'")
 
 
 def prior_kinds(name: str) -> tuple[str, ...]:
@@ -101,16 +98,13 @@ def format_value(value) -> str:
     return str(value)
 
 
-def key_of_error(message: str) -> str:
-    """The state key a ``ConfigError`` message names ("sampler.num_warmup: ..." ->
-    "sampler.num_warmup"; "grid.box_size[1]: ..." -> "grid.box_size"); "config" if none."""
-    m = _ERROR_KEY.match(message)
-    if m:
-        return f"{m['table']}.{m['name']}"
-    m = _ERROR_TABLE_KEY.match(message)
-    if m:
-        return f"{m['table']}.{m['name']}"
-    return "config"
+def state_key_of(error: cfg.ConfigError) -> str:
+    """The key of ``validate``'s result for a ``ConfigError``: its config key cut to
+    "table.name" ("sampler.num_warmup" stays; "prior.A.dist" -> "prior.A", since one
+    hyperparameter's sub-keys share one message); "config" for a problem with a whole
+    table or the document (``error.key`` "sampler" or None)."""
+    table, _, rest = (error.key or "").partition(".")
+    return f"{table}.{rest.split('.')[0]}" if rest else "config"
 
 
 def _hyper_keys(name: str) -> list[str]:
@@ -426,18 +420,18 @@ class ConfigState:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise cfg.ConfigError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+            raise cfg.ConfigError(None, f"cannot read config ({exc.strerror or exc})",
+                                  source=str(path)) from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise cfg.ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") \
-                from None
+            raise cfg.ConfigError(None, f"not UTF-8 text (byte {exc.start}: {exc.reason})",
+                                  source=str(path)) from None
         self.load_text(text, base_dir=path.parent, source=str(path))
         self.path = path
 
     def load_text(self, text: str, base_dir, source: str | None = None) -> None:
         """Read TOML text; raises ConfigError for text that is not TOML at all."""
-        prefix = f"{source}: " if source else ""
         try:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:
@@ -446,7 +440,7 @@ class ConfigState:
                 cfg.parse_config(text, base_dir=base_dir, source=source)
             except cfg.ConfigError as err:
                 raise err from None
-            raise cfg.ConfigError(f"{prefix}TOML syntax error: {exc}") from None
+            raise cfg.ConfigError(None, f"TOML syntax error: {exc}", source=source) from None
         self.base_dir = Path(os.path.abspath(os.fspath(base_dir)))
         self.path = None
         self._file_cache.clear()
@@ -518,7 +512,7 @@ class ConfigState:
                 break
             except cfg.ConfigError as exc:
                 message = str(exc)
-                key = key_of_error(message)
+                key = state_key_of(exc)
                 if key in errors or key == "config":
                     errors.setdefault(key, message)
                     break

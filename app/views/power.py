@@ -97,7 +97,7 @@ def prior_spectrum(config):
     the names of the sampled ones (their stand-in values are always overridden with
     ``evaluate(k, name=value)``). Raises ValueError with the reason."""
     from core.field.power_spectrum import hyperparameter_names, prior_spectrum
-    from core.io import LoadError
+    from core.io import LoadError, load_prior_table
     from core.priors import SampledPrior
 
     prior = config.prior
@@ -106,7 +106,8 @@ def prior_spectrum(config):
     # a sampled hyperparameter gets a valid stand-in; the panel always overrides it
     stand_in = {"amplitude": 1.0, "index": 0.0, "cutoff_scale": 0.0}
     try:
-        spectrum = prior_spectrum(prior, config.resolve_path, {n: stand_in[n] for n in sampled})
+        spectrum = prior_spectrum(prior, load_prior_table(config),
+                                  {n: stand_in[n] for n in sampled})
     except (LoadError, OSError) as err:
         raise ValueError(f"prior table: {err}") from None
     return spectrum, sampled

@@ -31,9 +31,11 @@ table with dist normal | lognormal | halfnormal | uniform). ``data.noise_sigma =
 is accepted as a shorthand for ``prior.sigma = s`` and is stored (and written back)
 as the latter, so sigma lives in one place.
 
-Every problem raises ``ConfigError`` (a ``ValueError``) whose message names the key
-path (``sampler.num_warmup: ...``) or the table (``[sampler] unknown key ...``), and,
-for ``load_config``, the file. Data files are not opened here.
+Every problem raises ``ConfigError`` (a ``ValueError``) that carries the key it is
+about (``err.key``: "sampler.num_warmup", "prior.index.scale", a table such as
+"sampler", or None for the whole document) and ``err.problem``; its message names the
+key path (``sampler.num_warmup: ...``) or the table (``[sampler] unknown key ...``),
+and, for ``load_config``, the file. Data files are not opened here.
 
 Modules: ``schema`` (the sections and ``ConfigError``), ``parse`` (TOML or dicts to a
 ``RunConfig``), ``writer`` (``RunConfig`` to dicts and TOML).

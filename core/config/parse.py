@@ -1,7 +1,8 @@
 """Reading a run config: TOML text or nested dicts to a validated ``RunConfig``.
 
-Every rejection is a ``ConfigError`` whose message starts with the key
-("grid.shape: ...", "prior.index.scale: ...").
+Every rejection is a ``ConfigError`` that carries the key it is about (``err.key``:
+"grid.box_size", "prior.index", "sampler"; None for the whole document) and whose message
+starts with it ("grid.box_size: ...", "[sampler] unknown key ..."); see ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -60,8 +60,8 @@ def _show(value) -> str:
     return f"{text} ({kind})" if kind else text
 
 
-def _fail(key: str, problem: str, value=None, *, show=True):
-    raise ConfigError(f"{key}: {problem}" + (f", got {_show(value)}" if show else ""))
+def _fail(key: str, problem: str, value=None, *, show=True, label: str | None = None):
+    raise ConfigError(key, problem + (f", got {_show(value)}" if show else ""), label=label)
 
 
 def _is_int(value) -> bool:
@@ -80,18 +80,19 @@ def _int(key: str, value, minimum: int) -> int:
     return int(value)
 
 
-def _float(key: str, value, rule: str = "finite") -> float:
-    """rule: 'finite', 'positive' (> 0), 'nonnegative' (>= 0), 'open_unit' (0 < x < 1)."""
+def _float(key: str, value, rule: str = "finite", *, label: str | None = None) -> float:
+    """rule: 'finite', 'positive' (> 0), 'nonnegative' (>= 0), 'open_unit' (0 < x < 1).
+    ``label``: how the message names the key, when not as ``key`` (see ``ConfigError``)."""
     need = {"finite": "a finite number", "positive": "a positive finite number",
             "nonnegative": "a finite number >= 0",
             "open_unit": "a number strictly between 0 and 1"}[rule]
     if not _is_number(value):
-        _fail(key, f"must be {need}", value)
+        _fail(key, f"must be {need}", value, label=label)
     x = float(value) if abs(value) < 1e308 or isinstance(value, float) else math.inf
     ok = math.isfinite(x) and {"finite": True, "positive": x > 0, "nonnegative": x >= 0,
                                "open_unit": 0 < x < 1}[rule]
     if not ok:
-        _fail(key, f"must be {need}", value)
+        _fail(key, f"must be {need}", value, label=label)
     return x
 
 
@@ -115,15 +116,15 @@ def _choice(key: str, value, choices) -> str:
         if isinstance(value, str):
             close = difflib.get_close_matches(value, choices, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{key}: must be one of {', '.join(map(repr, choices))}, "
-                          f"got {_show(value)}{hint}")
+        raise ConfigError(key, f"must be one of {', '.join(map(repr, choices))}, "
+                               f"got {_show(value)}{hint}")
     return value
 
 
 def _table(name: str, raw: Mapping, *, required: bool = False) -> dict:
     if name not in raw:
         if required:
-            raise ConfigError(f"missing table [{name}]")
+            raise ConfigError(name, f"missing table [{name}]", label="")
         return {}
     value = raw[name]
     if not isinstance(value, dict):
@@ -138,19 +139,20 @@ def _check_keys(table: str, given: Mapping, allowed, known_elsewhere: Mapping[st
         if key in allowed:
             continue
         if key in known_elsewhere:
-            raise ConfigError(f"[{table}] key {key!r} {known_elsewhere[key]}")
+            raise ConfigError(f"{table}.{key}", f"[{table}] key {key!r} {known_elsewhere[key]}",
+                              label="")
         close = difflib.get_close_matches(key, list(allowed), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else \
             f" (allowed: {', '.join(allowed) or 'none'})"
-        raise ConfigError(f"[{table}] unknown key {key!r}{hint}")
+        raise ConfigError(f"{table}.{key}", f"[{table}] unknown key {key!r}{hint}", label="")
 
 
 def _data_path(key: str, value, extensions) -> str:
     path = _str(key, value, nonempty=True)
     suffix = os.path.splitext(path)[1].lower()
     if not path.lower().endswith(tuple(extensions)):   # endswith: a file named ".csv" too
-        raise ConfigError(f"{key}: {path!r} has extension {suffix or '(none)'!r}; accepted: "
-                          f"{', '.join(extensions)}")
+        raise ConfigError(key, f"{path!r} has extension {suffix or '(none)'!r}; accepted: "
+                               f"{', '.join(extensions)}")
     return path
 
 
@@ -196,7 +198,8 @@ def _parse_grid(raw) -> GridSection:
     if isinstance(box, list):
         if len(box) != 3:
             _fail("grid.box_size", "must be one number or a list of three", box)
-        sizes = tuple(_float(f"grid.box_size[{i}]", b, "positive") for i, b in enumerate(box))
+        sizes = tuple(_float("grid.box_size", b, "positive", label=f"grid.box_size[{i}]")
+                      for i, b in enumerate(box))
     else:
         if not _is_number(box):
             _fail("grid.box_size", "must be one number or a list of three", box)
@@ -248,7 +251,7 @@ def _parse_data(raw, model_kind: str, likelihood_kind: str | None) -> DataSectio
             allowed += ["noise_sigma", "noise_map"]
         _check_keys("data", t, allowed, elsewhere)
     if "path" not in t:
-        raise ConfigError("data.path: missing (the data file, relative to the config file)")
+        raise ConfigError("data.path", "missing (the data file, relative to the config file)")
     extensions = INTEGRAL_DATA_EXTENSIONS if model_kind == "integral" else FIELD_DATA_EXTENSIONS
     path = _data_path("data.path", t["path"], extensions)
     if model_kind == "integral":
@@ -259,7 +262,7 @@ def _parse_data(raw, model_kind: str, likelihood_kind: str | None) -> DataSectio
     noise_sigma = noise_map = None
     if likelihood_kind != "poisson_lognormal":
         if "noise_sigma" in t and "noise_map" in t:
-            raise ConfigError("data.noise_map: give either noise_sigma or noise_map, not both")
+            raise ConfigError("data.noise_map", "give either noise_sigma or noise_map, not both")
         if "noise_map" in t:
             noise_map = _str("data.noise_map", t["noise_map"], nonempty=True)
         else:
@@ -273,7 +276,7 @@ def _prior(key: str, value, kinds=FIELD_HYPERPRIOR_KINDS):
     try:
         return parse_prior(key, value, kinds)
     except PriorError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(exc.key, exc.problem) from None
 
 
 # Placeholders used while checking one fixed P(k) hyperparameter at a time with the
@@ -291,7 +294,7 @@ def _parse_field_prior(raw) -> PriorSection:
             **{k: "does not apply to prior.kind = 'table' (a table has no hyperparameters)"
                for k in ("k_pivot", "amplitude", "index", "cutoff_scale")}})
         if "table" not in t:
-            raise ConfigError("prior.table: missing; prior.kind = 'table' needs "
+            raise ConfigError("prior.table", "missing; prior.kind = 'table' needs "
                               "table = \"pk.txt\" (a file of k, P rows)")
         return PriorSection(kind=kind, k_pivot=None, amplitude=None, index=None,
                             table=_str("prior.table", t["table"], nonempty=True))
@@ -317,7 +320,7 @@ def _parse_field_prior(raw) -> PriorSection:
             try:
                 spectrum_from_config(kind, params)
             except ValueError as exc:
-                raise ConfigError(f"{key}: {exc}") from None
+                raise ConfigError(key, str(exc)) from None
             values[name] = prior.value
         else:
             values[name] = prior
@@ -328,7 +331,12 @@ def _parse_field_prior(raw) -> PriorSection:
 _INTEGRAL_DEFAULTS = {"A": {"dist": "normal", "loc": 0.0, "scale": 1.0},
                       "c": {"dist": "normal", "loc": 0.0, "scale": 10.0},
                       "sigma": {"dist": "halfnormal", "scale": 1.0}}
-_PRIORS_PREFIX = re.compile(r"^priors\['(\w+)'\]: ")
+
+
+def _integral_prior_error(key: str, name: str, exc: ValueError) -> ConfigError:
+    """core.integral's rejection of parameter ``name`` as the config's error at ``key``
+    (core.integral names the parameter "priors['A']: ..."; the config names its key)."""
+    return ConfigError(key, str(exc).removeprefix(f"priors[{name!r}]: "))
 
 
 def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSection]:
@@ -344,20 +352,18 @@ def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSecti
     keys = {name: f"prior.{name}" for name in INTEGRAL_PARAMETERS}
     if "noise_sigma" in data_raw:
         if "sigma" in p:
-            raise ConfigError("data.noise_sigma: give either data.noise_sigma (fixed) or "
+            raise ConfigError("data.noise_sigma", "give either data.noise_sigma (fixed) or "
                               "prior.sigma, not both")
         priors["sigma"] = _float("data.noise_sigma", data_raw["noise_sigma"], "positive")
         keys["sigma"] = "data.noise_sigma"
     parsed = {name: _prior(keys[name], value, SAMPLED_KINDS) for name, value in priors.items()}
     try:
         # The spec's own rules for the set (sigma > 0 and its allowed priors), checked
-        # on placeholder data (the data file is not read here).
+        # on placeholder data (the data file is not read here). Each prior parsed above,
+        # so only sigma's rules can fail here.
         IntegralModelSpec(t=[0.0, 1.0], y=[0.0, 0.0], refine=refine, priors=parsed)
     except ValueError as exc:
-        message = str(exc)
-        match = _PRIORS_PREFIX.match(message)
-        key = keys.get(match.group(1), "prior") if match else "prior"
-        raise ConfigError(f"{key}: {message[match.end():] if match else message}") from None
+        raise _integral_prior_error(keys["sigma"], "sigma", exc) from None
     values = {name: (p.value if p.is_fixed else p) for name, p in parsed.items()}
     section = PriorSection(kind=None, k_pivot=None, amplitude=None, index=None,
                            cutoff_scale=None, table=None, **values)
@@ -367,22 +373,22 @@ def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSecti
 def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
     """Validate a parsed TOML document (nested dicts) into a ``RunConfig``."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"config: must be a table of tables, got {_show(raw)}")
+        raise ConfigError(None, f"must be a table of tables, got {_show(raw)}", label="config")
     for name, value in raw.items():
         if name not in _TABLES:
             close = difflib.get_close_matches(name, _TABLES, n=1)
             hint = f" (did you mean [{close[0]}]?)" if close else \
                 f" (known: {', '.join(f'[{t}]' for t in _TABLES)})"
             what = "table" if isinstance(value, dict) else "top-level key"
-            raise ConfigError(f"unknown {what} [{name}]{hint}" if what == "table" else
-                              f"unknown {what} {name!r}{hint}")
+            raise ConfigError(name, f"unknown {what} [{name}]{hint}" if what == "table" else
+                              f"unknown {what} {name!r}{hint}", label="")
     model = _parse_model(raw)
     not_here = _INTEGRAL_ONLY if model.kind == "field" else _FIELD_ONLY
     for name in not_here:
         if name in raw:
-            raise ConfigError(f"[{name}] applies only to model.kind = "
+            raise ConfigError(name, f"[{name}] applies only to model.kind = "
                               f"'{'integral' if model.kind == 'field' else 'field'}' "
-                              f"(this config has model.kind = {model.kind!r})")
+                              f"(this config has model.kind = {model.kind!r})", label="")
     sampler = _parse_sampler(raw)
     base = Path(os.path.abspath(os.path.expanduser(os.fspath(base_dir))))
     if model.kind == "integral":
@@ -401,9 +407,9 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
 def parse_config(text: str, base_dir=".", source: str | None = None) -> RunConfig:
     """Parse and validate TOML text. ``base_dir`` resolves relative paths; ``source``
     (e.g. the file name) prefixes error messages."""
-    prefix = f"{source}: " if source else ""
     if not isinstance(text, str):
-        raise ConfigError(f"{prefix}config text must be a string, got {type(text).__name__}")
+        raise ConfigError(None, f"config text must be a string, got {type(text).__name__}",
+                          source=source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:     # message carries "(at line L, column C)"
@@ -412,18 +418,18 @@ def parse_config(text: str, base_dir=".", source: str | None = None) -> RunConfi
             lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
             message = message.replace("(at end of document)",
                                       f"(at end of document, line {max(lines, 1)})")
-        raise ConfigError(f"{prefix}TOML syntax error: {message}") from None
+        raise ConfigError(None, f"TOML syntax error: {message}", source=source) from None
     except RecursionError:
-        raise ConfigError(f"{prefix}TOML syntax error: arrays or tables nested too deeply") \
-            from None
+        raise ConfigError(None, "TOML syntax error: arrays or tables nested too deeply",
+                          source=source) from None
     except ValueError as exc:                  # e.g. an integer with > 4300 digits
-        raise ConfigError(f"{prefix}TOML value error: {exc}") from None
+        raise ConfigError(None, f"TOML value error: {exc}", source=source) from None
     try:
         return config_from_dict(raw, base_dir)
     except ConfigError as exc:
-        if not prefix:
+        if not source:
             raise
-        raise ConfigError(f"{prefix}{exc}") from None
+        raise exc.in_file(source) from None
 
 
 def load_config(path) -> RunConfig:
@@ -433,11 +439,13 @@ def load_config(path) -> RunConfig:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+        raise ConfigError(None, f"cannot read config ({exc.strerror or exc})",
+                          source=path) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        raise ConfigError(None, f"not UTF-8 text (byte {exc.start}: {exc.reason})",
+                          source=path) from None
     return parse_config(text, base_dir=os.path.dirname(os.path.abspath(path)), source=path)
 
 

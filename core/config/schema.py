@@ -27,7 +27,53 @@ _INT64_MAX = 2**63 - 1
 
 
 class ConfigError(ValueError):
-    """A config that cannot be read or is invalid; the message names file/key/value."""
+    """A config that cannot be read or is invalid: which key, what is wrong, and which file.
+
+    ``ConfigError(key, problem)`` is the usual form, for example
+    ``ConfigError("sampler.num_warmup", "must be a non-negative integer, got -5 (an integer)")``.
+
+    key
+        The dotted config key the problem is about, down to sub-keys ("grid.box_size",
+        "sampler.num_warmup", "prior.index.scale", "prior.A.dist"); an array element keys
+        the array ("grid.box_size" for ``grid.box_size[1]``). A problem with a whole table
+        keys the table ("sampler", "grid"; an unknown table or top-level key keys its name).
+        None for a problem with the whole document (not readable, not UTF-8, not TOML, not a
+        table of tables). Code that needs the key (the GUI puts each message next to its
+        setting) reads ``key``, never the message.
+    problem
+        What is wrong, without the file and without the leading ``label``.
+    label
+        How the message names the key before ": " (default: ``key``; "grid.box_size[1]" for an
+        array element; "config" for the document). ``""`` when ``problem`` names the key
+        itself ("[sampler] unknown key 'zzz' ...", "unknown table [samplr] ...").
+    source
+        The config file, when the text came from one (``load_config``, ``parse_config``'s
+        ``source``); None otherwise.
+
+    ``str(err)`` is the message users see: ``"{source}: {label}: {problem}"`` with the empty
+    parts left out, e.g. "run.toml: sampler.num_warmup: must be a non-negative integer, got -5
+    (an integer)" or "[sampler] unknown key 'zzz' (allowed: ...)".
+    """
+
+    def __init__(self, key: str | None, problem: str, *, label: str | None = None,
+                 source: str | None = None):
+        self.key = key
+        self.problem = problem
+        self.label = (key or "") if label is None else label
+        self.source = source
+        super().__init__(": ".join(part for part in (source, self.label, problem) if part))
+
+    def in_file(self, source: str) -> "ConfigError":
+        """The same error, its message prefixed by the file it came from."""
+        return ConfigError(self.key, self.problem, label=self.label, source=source)
+
+    def __reduce__(self):
+        # Exceptions pickle as cls(*args); keep key, label and source across processes.
+        return (_config_error, (self.key, self.problem, self.label, self.source))
+
+
+def _config_error(key, problem, label, source) -> ConfigError:
+    return ConfigError(key, problem, label=label, source=source)
 
 
 # --------------------------------------------------------------------------- sections

@@ -45,7 +45,7 @@ class FieldModel:
     kind = "field"
 
     def __init__(self, config: RunConfig):
-        from core.io import load_field_inputs
+        from core.io import load_field_inputs, load_prior_table
 
         self.config = config
         inputs = load_field_inputs(config)
@@ -69,7 +69,7 @@ class FieldModel:
         hyper = {name: parse_prior(f"prior.{name}", getattr(prior, name))
                  for name in hyperparameter_names(prior.kind)}
         values = {name: h.median() for name, h in hyper.items()}   # a fixed one: its value
-        spectrum = prior_spectrum(prior, config.resolve_path, values)
+        spectrum = prior_spectrum(prior, load_prior_table(config), values)
         self.spectrum = spectrum
         self.dtype = _DTYPES[config.field.dtype]
         self.posterior = FieldPosterior(self.grid, spectrum, self.observations, hyper_priors=hyper,

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import os
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping
 
@@ -219,8 +218,9 @@ class TabulatedPower(PowerSpectrum):
     finite, smooth spectrum; check the range if the ends matter). P(0) = 0.
 
     Validation: at least 2 rows, k and P finite, k > 0 strictly increasing, P > 0.
-    Errors name ``source`` (the file, if any) and the offending row. The table has no
-    sampled hyperparameters (``parameters`` is empty).
+    Errors name ``source`` (the file, if any) and the offending row (``_rows``: how to
+    name each row, e.g. its line in the file). The table has no sampled hyperparameters
+    (``parameters`` is empty). Table files are read by ``core.io.load_power_table``.
     """
 
     kind: ClassVar[str] = "table"
@@ -257,40 +257,6 @@ class TabulatedPower(PowerSpectrum):
         self._slope_first = (self._log_p[1] - self._log_p[0]) / (self._log_k[1] - self._log_k[0])
         self._slope_last = ((self._log_p[-1] - self._log_p[-2])
                             / (self._log_k[-1] - self._log_k[-2]))
-
-    @classmethod
-    def from_file(cls, path) -> "TabulatedPower":
-        """Read a text table: two columns k, P (whitespace or comma separated).
-
-        '#' starts a comment (whole line or trailing); blank lines are skipped.
-        Errors are ``ValueError`` naming the file and line.
-        """
-        path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"power table {path!r}: not a text file ({exc.reason})") from None
-        ks, ps, rows = [], [], []
-        for number, line in enumerate(lines, start=1):
-            text = line.split("#", 1)[0].replace(",", " ").strip()
-            if not text:
-                continue
-            columns = text.split()
-            if len(columns) != 2:
-                raise ValueError(f"power table {path!r}, line {number}: expected 2 columns "
-                                 f"(k, P), found {len(columns)}: {line.strip()!r}")
-            values = []
-            for column in columns:
-                try:
-                    values.append(float(column))
-                except ValueError:
-                    raise ValueError(f"power table {path!r}, line {number}: {column!r} is "
-                                     "not a number") from None
-            ks.append(values[0])
-            ps.append(values[1])
-            rows.append(f"line {number}")
-        return cls(ks, ps, source=path, _rows=rows)
 
     def log_power(self, k, **overrides) -> np.ndarray:
         """log P(k) (log-log linear, power-law extrapolation); -inf at k = 0."""
@@ -341,19 +307,21 @@ def hyperparameter_names(kind: str) -> list[str]:
     return ["amplitude", "index"] + (["cutoff_scale"] if kind == "power_law_cutoff" else [])
 
 
-def prior_spectrum(prior, resolve_path, values: Mapping[str, float] | None = None) -> PowerSpectrum:
+def prior_spectrum(prior, table: "TabulatedPower | None" = None,
+                   values: Mapping[str, float] | None = None) -> PowerSpectrum:
     """The P(k) of a field config's ``[prior]`` section (``core.config.PriorSection``).
 
-    A table is read from its file (``resolve_path(prior.table)``; ``core.io.LoadError``
-    when it cannot be). A family takes ``values[name]`` for each hyperparameter given there
-    and the section's number for the others; a sampled hyperparameter must be given
-    (ValueError otherwise). The engine's model, the exact posterior and the P(k) panel all
-    build their spectrum here.
+    For ``prior.kind == "table"`` the caller gives the table read from ``prior.table``
+    (``core.io.load_prior_table(config)``: this numpy module reads no files). A family takes
+    ``values[name]`` for each hyperparameter given there and the section's number for the
+    others; a sampled hyperparameter must be given (ValueError otherwise). The engine's
+    model, the exact posterior and the P(k) panel all build their spectrum here.
     """
     if prior.kind == "table":
-        from core.io import load_power_table
-
-        return load_power_table(resolve_path(prior.table))
+        if not isinstance(table, TabulatedPower):
+            raise ValueError("prior.kind = 'table': the table read from prior.table must be "
+                             "given")
+        return table
     values = dict(values or {})
     params: dict[str, Any] = {"k_pivot": prior.k_pivot}
     for name in hyperparameter_names(prior.kind):
@@ -369,9 +337,10 @@ def spectrum_from_config(kind: str, params: Mapping[str, Any],
     """Build a spectrum from a registry name and plain parameters.
 
     ``params`` holds the constructor arguments as numbers (the inverse of
-    ``to_config``); for "table" either ``path`` (a file to read) or ``k`` and ``p``
-    lists (and optionally ``source``). ``source`` prefixes error messages (e.g. the
-    config file). Unknown kinds or keys raise ``ValueError`` naming them.
+    ``to_config``); for "table" ``k`` and ``p`` lists (and optionally ``source``; a
+    table file is read by ``core.io.load_power_table``). ``source`` prefixes error
+    messages (e.g. the config file). Unknown kinds or keys raise ``ValueError`` naming
+    them.
     """
     prefix = f"{source}: " if source else ""
     if kind not in SPECTRA:
@@ -381,17 +350,13 @@ def spectrum_from_config(kind: str, params: Mapping[str, Any],
         raise ValueError(f"{prefix}{kind} parameters must be a table of name = value, "
                          f"got {params!r}")
     if kind == "table":
-        allowed = {"path", "k", "p", "source"}
+        allowed = {"k", "p", "source"}
         unknown = [key for key in params if key not in allowed]
         if unknown:
             raise ValueError(f"{prefix}table: unknown key {unknown[0]!r} "
-                             "(allowed: path, or k and p)")
-        if "path" in params:
-            if "k" in params or "p" in params:
-                raise ValueError(f"{prefix}table: give either 'path' or 'k' and 'p', not both")
-            return TabulatedPower.from_file(params["path"])
+                             "(allowed: k, p, source)")
         if "k" not in params or "p" not in params:
-            raise ValueError(f"{prefix}table: needs 'path', or both 'k' and 'p'")
+            raise ValueError(f"{prefix}table: needs both 'k' and 'p'")
         return TabulatedPower(params["k"], params["p"], source=params.get("source"))
     cls = SPECTRA[kind]
     names = [f.name for f in fields(cls)]

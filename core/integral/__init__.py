@@ -3,7 +3,7 @@
 Modules: ``quadrature`` (closed forms, the trapezoid rule, float limits), ``priors``,
 ``spec`` (a run's data, discretisation and priors; overflow guard; numpy log-density),
 ``posterior`` (the quadrature reference posterior), ``report`` (discretisation error),
-``series`` (data series files and the demo series).
+``series`` (the demo series; series files are ``core.io.series``'s).
 
 The GUI process imports this package (specs, data files, the numpy reference posterior),
 so it uses numpy and scipy only and never imports TensorFlow. The TensorFlow
@@ -103,13 +103,7 @@ from core.integral.quadrature import (
     trapezoid_integral,
 )
 from core.integral.report import DiscretisationReport, discretisation_report
-from core.integral.series import (
-    DEMO_PARAMETERS,
-    Series,
-    load_series_csv,
-    make_demo_series,
-    save_series_csv,
-)
+from core.integral.series import DEMO_PARAMETERS, make_demo_series
 from core.integral.spec import (
     PARAMETERS,
     IntegralModelSpec,
@@ -135,11 +129,8 @@ __all__ = [
     "positive_exp_limit",
     "DiscretisationReport",
     "discretisation_report",
-    "Series",
     "DEMO_PARAMETERS",
     "make_demo_series",
-    "save_series_csv",
-    "load_series_csv",
     "PARAMETERS",
     "IntegralModelSpec",
     "exponent_limit",

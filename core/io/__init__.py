@@ -28,9 +28,11 @@ when there are several; ``attributes=False`` skips the box size, unit and metada
 unpickled: an array of Python objects (dtype object) is refused from its header,
 before any of its bytes are read.
 
-1-D series (``load_series``: .csv .txt .dat, columns t, y[, f]) and P(k) tables
-(``load_power_table``) wrap ``core.integral.load_series_csv`` and
-``core.field.power_spectrum.TabulatedPower.from_file``.
+1-D series (``Series``, ``load_series``, ``save_series_csv``: .csv .txt .dat, columns
+t, y[, f]; ``core.io.series`` is the one reader of the format) and P(k) tables
+(``load_power_table``, which reads the file and builds
+``core.field.power_spectrum.TabulatedPower``; ``load_prior_table(config)`` for the table
+a config names).
 
 Run inputs. ``load_field_inputs(config)`` returns the validated arrays of a field
 run (it does not build ``Observations``; the engine does). References in
@@ -61,8 +63,14 @@ from core.io.formats import LOADERS, array_info, inspect_array, loader_for
 from core.io.hdf5 import Hdf5Loader
 from core.io.npy import NpyLoader
 from core.io.npz import NpzLoader
-from core.io.power_table import load_power_table
-from core.io.series import SERIES_EXTENSIONS, load_series, load_series_inputs
+from core.io.power_table import load_power_table, load_prior_table
+from core.io.series import (
+    SERIES_EXTENSIONS,
+    Series,
+    load_series,
+    load_series_inputs,
+    save_series_csv,
+)
 
 __all__ = [
     "MMAP_THRESHOLD_BYTES",
@@ -82,7 +90,10 @@ __all__ = [
     "NpyLoader",
     "NpzLoader",
     "load_power_table",
+    "load_prior_table",
     "SERIES_EXTENSIONS",
+    "Series",
     "load_series",
     "load_series_inputs",
+    "save_series_csv",
 ]

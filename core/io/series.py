@@ -1,19 +1,133 @@
-"""1-D series files (.csv .txt .dat, columns t, y[, f]) for the integral model."""
+"""1-D series files (.csv .txt .dat, columns t, y[, f]) for the integral model: the one
+reader and writer of the format.
+
+Two spellings of the same table, told apart by the first line that is not blank or a
+``#`` comment: with a comma it is CSV, otherwise whitespace-separated columns.
+
+    CSV          header ``t,y`` or ``t,y,f`` required; rows of that many fields; blank
+                 rows skipped; quoting as in the ``csv`` module.
+    whitespace   ``#`` starts a comment (whole line or trailing); an optional header
+                 ``t y`` or ``t y f``; without one, the first row says whether f is given.
+
+Both: every value a finite number, t strictly increasing, at least 2 rows. Errors are
+``LoadError`` naming the file and line; the two spellings word the columns their own
+way ("fields (t,y)" / "columns (t y)").
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import os
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from core.io.arrays import LoadError, _check_file, _hint, _short
 
-__all__ = ['SERIES_EXTENSIONS', 'load_series', 'load_series_inputs']
+__all__ = ['SERIES_EXTENSIONS', 'Series', 'load_series', 'load_series_inputs',
+           'save_series_csv']
 
 SERIES_EXTENSIONS = (".csv", ".txt", ".dat")   # core.config.INTEGRAL_DATA_EXTENSIONS
 
-# --------------------------------------------------------------------------- series, tables
+
+class Series(NamedTuple):
+    """A 1D data series: times t, observations y, optional f column (None: f = 1)."""
+
+    t: np.ndarray
+    y: np.ndarray
+    f: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    """How one spelling of a series file words its rows in messages."""
+
+    separator: str              # joins header names: "t,y" / "t y"
+    cells: str                  # what a row holds: "fields" / "columns"
+    header_required: bool
+    rows_hint: str              # after "need at least 2 data rows"
+
+
+_CSV = _Spelling(",", "fields", True, "")
+_WHITESPACE = _Spelling(" ", "columns", False, " (t y [f])")
+_HEADERS = (["t", "y"], ["t", "y", "f"])
+
+
+def _csv_rows(text: str):
+    """(line, cells) of the non-blank CSV rows (cells as written)."""
+    for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+        if row and any(cell.strip() for cell in row):
+            yield number, row
+
+
+def _whitespace_rows(text: str):
+    """(line, cells) of the lines with something left after their ``#`` comment."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        cells = line.split("#", 1)[0].split()
+        if cells:
+            yield number, cells
+
+
+def _is_numeric_row(cells) -> bool:
+    try:
+        [float(c) for c in cells]
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_series(path: str, rows, spelling: _Spelling) -> Series:
+    """The series of ``rows`` ((line, cells) pairs) under the rules of the module docstring."""
+    sep = spelling.separator
+    header = None
+    columns: list[list[float]] = []
+    seen_any = False
+    for number, cells in rows:
+        if header is None:
+            seen_any = True
+            names = [c.strip() for c in cells]
+            if spelling.header_required or not _is_numeric_row(cells):
+                if names not in _HEADERS:
+                    header_text = sep.join(names) if spelling.header_required else \
+                        " ".join(cells)
+                    optional = "" if spelling.header_required else " (or no header)"
+                    raise LoadError(f"{path}, line {number}: header must be 't{sep}y' or "
+                                    f"'t{sep}y{sep}f'{optional}, got {header_text!r}")
+                header = names
+                columns = [[] for _ in header]
+                continue
+            if len(cells) not in (2, 3):
+                raise LoadError(f"{path}, line {number}: expected 2 or 3 columns (t y [f]), "
+                                f"got {len(cells)}")
+            header = ["t", "y", "f"][:len(cells)]
+            columns = [[] for _ in header]
+        if len(cells) != len(header):
+            raise LoadError(f"{path}, line {number}: expected {len(header)} {spelling.cells} "
+                            f"({sep.join(header)}), got {len(cells)}")
+        for name, cell, column in zip(header, cells, columns):
+            try:
+                value = float(cell)
+            except ValueError:
+                raise LoadError(f"{path}, line {number}: column {name!r}: {cell.strip()!r} "
+                                "is not a number") from None
+            if not math.isfinite(value):
+                raise LoadError(f"{path}, line {number}: column {name!r}: {cell.strip()!r} "
+                                "is not finite")
+            column.append(value)
+        t = columns[0]
+        if len(t) >= 2 and not t[-1] > t[-2]:
+            raise LoadError(f"{path}, line {number}: t = {t[-1]!r} does not increase "
+                            f"(previous t = {t[-2]!r})")
+    if not seen_any and spelling.header_required:
+        raise LoadError(f"{path}: empty file; expected a header 't,y' or 't,y,f'")
+    if not columns or len(columns[0]) < 2:
+        raise LoadError(f"{path}: need at least 2 data rows{spelling.rows_hint}, got "
+                        f"{len(columns[0]) if columns else 0}")
+    arrays = [np.array(c) for c in columns]
+    return Series(arrays[0], arrays[1], arrays[2] if len(arrays) == 3 else None)
 
 
 def _first_content_line(text: str) -> str | None:
@@ -24,64 +138,9 @@ def _first_content_line(text: str) -> str | None:
     return None
 
 
-def _series_whitespace(path: str, text: str):
-    """Whitespace-separated t y [f] columns: '#' comments, an optional header line
-    't y' or 't y f', the rules of ``load_series_csv`` otherwise."""
-    from core.integral import Series
-
-    header = None
-    columns: list[list[float]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        cells = line.split("#", 1)[0].split()
-        if not cells:
-            continue
-        if header is None:
-            try:
-                [float(c) for c in cells]
-            except ValueError:
-                if cells not in (["t", "y"], ["t", "y", "f"]):
-                    raise LoadError(f"{path}, line {number}: header must be 't y' or "
-                                    f"'t y f' (or no header), got {' '.join(cells)!r}") \
-                        from None
-                header = cells
-                columns = [[] for _ in header]
-                continue
-            if len(cells) not in (2, 3):
-                raise LoadError(f"{path}, line {number}: expected 2 or 3 columns (t y [f]), "
-                                f"got {len(cells)}")
-            header = ["t", "y", "f"][:len(cells)]
-            columns = [[] for _ in header]
-        if len(cells) != len(header):
-            raise LoadError(f"{path}, line {number}: expected {len(header)} columns "
-                            f"({' '.join(header)}), got {len(cells)}")
-        for name, cell, column in zip(header, cells, columns):
-            try:
-                value = float(cell)
-            except ValueError:
-                raise LoadError(f"{path}, line {number}: column {name!r}: {cell!r} is not a "
-                                "number") from None
-            if not math.isfinite(value):
-                raise LoadError(f"{path}, line {number}: column {name!r}: {cell!r} is not "
-                                "finite")
-            column.append(value)
-        t = columns[0]
-        if len(t) >= 2 and not t[-1] > t[-2]:
-            raise LoadError(f"{path}, line {number}: t = {t[-1]!r} does not increase "
-                            f"(previous t = {t[-2]!r})")
-    if not columns or len(columns[0]) < 2:
-        raise LoadError(f"{path}: need at least 2 data rows (t y [f]), got "
-                        f"{len(columns[0]) if columns else 0}")
-    arrays = [np.array(c) for c in columns]
-    return Series(arrays[0], arrays[1], arrays[2] if len(arrays) == 3 else None)
-
-
-def load_series(path):
-    """A 1-D series (``core.integral.Series``) from .csv / .txt / .dat.
-
-    A file whose first non-comment line has a comma is CSV and read by
-    ``core.integral.load_series_csv`` (header 't,y' or 't,y,f' required);
-    otherwise columns are whitespace-separated (see ``_series_whitespace``).
-    """
+def load_series(path) -> Series:
+    """A 1-D series from .csv / .txt / .dat (see the module docstring); LoadError naming
+    the file (and line) for anything else."""
     name = os.fspath(path)
     if not name.lower().endswith(SERIES_EXTENSIONS):
         suffix = os.path.splitext(name)[1].lower()
@@ -107,22 +166,43 @@ def load_series(path):
         raise LoadError(f"{path}: no data (only blank or '#' comment lines); expected a "
                         "header 't,y' or 't,y,f' and rows")
     if "," not in first:
-        return _series_whitespace(path, text)
-    import csv
-
-    from core.integral import load_series_csv  # imports scipy: only when needed
+        return _parse_series(path, _whitespace_rows(text), _WHITESPACE)
     try:
-        return load_series_csv(path)
+        return _parse_series(path, _csv_rows(text), _CSV)
     except MemoryError:
         raise LoadError(f"{path}: too large to read") from None
-    except (ValueError, OSError, csv.Error) as exc:
+    except (LoadError, csv.Error) as exc:
         message = str(exc) if str(exc).startswith(path) else f"{path}: {_short(exc)}"
         if text.startswith("\ufeff"):
             message += " (the file starts with a byte-order mark; save it without one)"
         raise LoadError(message) from None
 
 
-def load_series_inputs(config):
+def save_series_csv(path, t, y, f=None) -> None:
+    """Write ``t,y`` (or ``t,y,f``) with a header line and 17 significant digits (floats
+    with ``repr``: ``load_series`` reads back exactly the same numbers)."""
+    # The integral model's own check of a data vector (one-dimensional, finite), so that a
+    # file written here is one its spec accepts; scipy is imported only when writing.
+    from core.integral.spec import _float_vector
+
+    t = _float_vector("t", t)
+    y = _float_vector("y", y)
+    cols = [t, y]
+    header = ["t", "y"]
+    if f is not None:
+        cols.append(_float_vector("f", f))
+        header.append("f")
+    for name, col in zip(header[1:], cols[1:]):
+        if col.size != t.size:
+            raise ValueError(f"{name}: length {col.size} does not match t (length {t.size})")
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for row in zip(*cols):
+            w.writerow([repr(float(v)) for v in row])
+
+
+def load_series_inputs(config) -> Series:
     """The integral model's series: ``data.path`` of ``config`` (model.kind
     "integral"), resolved against the config file's folder; see ``load_series``."""
     if getattr(getattr(config, "model", None), "kind", None) != "integral":
@@ -130,5 +210,3 @@ def load_series_inputs(config):
                         f"{getattr(getattr(config, 'model', None), 'kind', None)!r} "
                         "(use load_field_inputs for the field model)")
     return load_series(config.data_path)
-
-

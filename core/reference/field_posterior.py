@@ -54,6 +54,7 @@ import numpy as np
 from core.config import RunConfig
 from core.field.grid import Grid
 from core.field.power_spectrum import prior_spectrum
+from core.io import load_prior_table
 from core.priors import SampledPrior
 from core.reference.wiener import AUTO_EXACT_STD_MAX_CELLS, posterior_samples, wiener_posterior
 
@@ -140,7 +141,7 @@ def stored_field_mode_variance(cfg: RunConfig, shape) -> np.ndarray:
     grid = Grid(tuple(int(n) for n in shape), cfg.grid.box_size, cfg.grid.unit)
     k = grid.k_magnitude_half()
     nonzero = k > 0
-    power = prior_spectrum(cfg.prior, cfg.resolve_path).evaluate(np.where(nonzero, k, 1.0))
+    power = prior_spectrum(cfg.prior, load_prior_table(cfg)).evaluate(np.where(nonzero, k, 1.0))
     variance = np.where(nonzero, power * grid.n_cells**2 / grid.volume, 0.0)
     smoothing = cfg.likelihood.smoothing_scale
     if smoothing:

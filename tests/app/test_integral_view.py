@@ -18,6 +18,7 @@ from scipy.special import ndtr
 from app.state.run_state import RunState
 from app.views.integral import IntegralView, band_subset, mixture_quantiles
 from core import integral as im
+from core.io import save_series_csv
 from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
 
 CONFIG = """\
@@ -42,7 +43,7 @@ HALFNORMAL_SIGMA = '{ dist = "halfnormal", scale = 2.0 }'
 
 def make_series(tmp_path, n=60, seed=3):
     series = im.make_demo_series(seed, n=n)
-    im.save_series_csv(tmp_path / "series.csv", series.t, series.y)
+    save_series_csv(tmp_path / "series.csv", series.t, series.y)
     return series
 
 

@@ -246,7 +246,7 @@ MEASURE = textwrap.dedent("""
     base = Path(sys.argv[1])
     config, text, *_ = write_field_case(base, shape=(int(sys.argv[2]),) * 3, chains=3,
                                         leapfrog=8, warmup=10, samples=20, chunk=10,
-                                        dtype="float32", mass="false")
+                                        dtype="float32", mass=False)
     import tensorflow
     status, _ = run(config, text, base / "run")
     assert status == "finished"
@@ -367,7 +367,7 @@ class _NaNAwayFromStart:
 
 def test_nan_log_density_ends_warmup_with_a_diagnosis(tmp_path, monkeypatch):
     config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=500, samples=100,
-                                        chunk=10, mass="false")
+                                        chunk=10, mass=False)
     real = engine_mod.build_model
     monkeypatch.setattr(engine_mod, "build_model",
                         lambda c: _NaNAwayFromStart(real(c), c))
@@ -388,7 +388,7 @@ def test_nan_log_density_ends_warmup_with_a_diagnosis(tmp_path, monkeypatch):
 
 def test_a_noise_level_far_below_the_data_collapses_the_step_size(tmp_path):
     config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=500, samples=100,
-                                        chunk=10, mass="false", leapfrog=1, dtype="float64",
+                                        chunk=10, mass=False, leapfrog=1, dtype="float64",
                                         sigma=1e-12)
     with pytest.raises(EngineError) as info:
         run(config, text, tmp_path / "run")

@@ -8,59 +8,54 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import parse_config
+from core.config import config_from_dict, dump_config
 from core.engine.engine import Engine
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
 from core.store.run_store import RunReader
 
-FIELD_CONFIG = """\
-[model]
-kind = "field"
-[data]
-path = "data.npz"
-noise_sigma = {sigma}
-{mask_line}
-[grid]
-box_size = {box}
-[prior]
-kind = "power_law"
-k_pivot = 0.1
-amplitude = {amplitude}
-index = {index}
-[field]
-dtype = "{dtype}"
-[sampler]
-algorithm = "{algorithm}"
-num_warmup = {warmup}
-num_samples = {samples}
-num_leapfrog_steps = {leapfrog}
-step_size = 0.1
-adapt_mass_matrix = {mass}
-chains = {chains}
-seed = {seed}
-thin = {thin}
-chunk_size = {chunk}
-"""
-
-DEFAULTS = dict(sigma=0.5, mask_line="", box=64.0, amplitude=300.0, index=-1.5, dtype="float32",
-                algorithm="hmc", warmup=150, samples=300, leapfrog=10, mass="true", chains=2, seed=3,
+DEFAULTS = dict(sigma=0.5, box=64.0, amplitude=300.0, index=-1.5, dtype="float32",
+                algorithm="hmc", warmup=150, samples=300, leapfrog=10, mass=True, chains=2, seed=3,
                 thin=5, chunk=25)
 
 
+def field_case_document(mask: bool = False, **overrides) -> dict:
+    """The config of a field case as nested dicts (``core.config``'s layout): ``DEFAULTS``
+    updated with ``overrides`` (``index`` a number, or a prior table such as
+    ``{"dist": "normal", "loc": -1.5, "scale": 0.3}``); ``mask``: the data file's "mask"
+    array is used."""
+    v = {**DEFAULTS, **overrides}
+    data = {"path": "data.npz", "noise_sigma": v["sigma"]}
+    if mask:
+        data["mask"] = "mask"
+    return {
+        "model": {"kind": "field"},
+        "data": data,
+        "grid": {"box_size": v["box"]},
+        "prior": {"kind": "power_law", "k_pivot": 0.1, "amplitude": v["amplitude"],
+                  "index": v["index"]},
+        "field": {"dtype": v["dtype"]},
+        "sampler": {"algorithm": v["algorithm"], "num_warmup": v["warmup"],
+                    "num_samples": v["samples"], "num_leapfrog_steps": v["leapfrog"],
+                    "step_size": 0.1, "adapt_mass_matrix": v["mass"], "chains": v["chains"],
+                    "seed": v["seed"], "thin": v["thin"], "chunk_size": v["chunk"]},
+    }
+
+
 def write_field_case(tmp_path: Path, shape=(16, 16, 16), mask=False, **overrides):
+    """Data (tmp_path/data.npz) and config (tmp_path/run.toml, written by core.config's
+    writer) of a small field run: (config, its TOML text, dataset, grid, spectrum)."""
     values = {**DEFAULTS, **overrides}
     grid = Grid(shape, values["box"])
     spectrum = PowerLaw(amplitude=values["amplitude"], index=-1.5, k_pivot=0.1)
     dataset = make_dataset(grid, spectrum, values["sigma"], mask="slab" if mask else "none",
                            mask_fraction=0.25, seed=11)
     save_dataset(tmp_path / "data.npz", dataset)
-    if mask:
-        values["mask_line"] = 'mask = "mask"'
-    text = FIELD_CONFIG.format(**values)
+    config = config_from_dict(field_case_document(mask, **overrides), base_dir=tmp_path)
+    text = dump_config(config)
     (tmp_path / "run.toml").write_text(text)
-    return parse_config(text, base_dir=tmp_path), text, dataset, grid, spectrum
+    return config, text, dataset, grid, spectrum
 
 
 def run(config, text, run_dir, **kwargs):

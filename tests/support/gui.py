@@ -18,7 +18,7 @@ import shiboken6
 from PySide6.QtCore import QCoreApplication, QEvent
 from PySide6.QtWidgets import QApplication
 
-from core.demo import FIELD_TOML
+from core.config import config_from_dict, dump_config
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLawCutoff
 from core.field.synthetic import make_dataset, save_dataset
@@ -35,23 +35,31 @@ def tf_modules() -> list[str]:
 
 def tiny_case(folder, *, shape=(8, 8, 8), warmup=10, samples=20, chunk=5, name="tiny.toml",
               leapfrog=3, chains=2, thin=2):
-    """Data + config for a run of a few seconds; returns the config path."""
+    """Data + config for a run of a few seconds; returns the config path.
+
+    The demo's field run (``core.demo``'s P(k), noise and mask) on a small grid, the
+    config written by ``core.config``'s writer."""
     folder.mkdir(parents=True, exist_ok=True)
     grid = Grid(shape, 200.0, "Mpc/h")
     spectrum = PowerLawCutoff(amplitude=2000.0, index=-1.5, k_pivot=0.1, cutoff_scale=4.0)
     dataset = make_dataset(grid, spectrum, 0.5, mask="slab", mask_fraction=0.25, seed=7)
     save_dataset(folder / "tiny_field.npz", dataset)
-    text = FIELD_TOML.format(noise=0.5, box=200.0, amplitude=2000.0, index=-1.5, k_pivot=0.1,
-                             cutoff_scale=4.0)
-    text = text.replace('"demo_field.npz"', '"tiny_field.npz"')
-    for key, value in (("num_warmup", warmup), ("num_samples", samples),
-                       ("num_leapfrog_steps", leapfrog), ("chunk_size", chunk),
-                       ("chains", chains), ("thin", thin), ("adapt_mass_matrix", "false")):
-        lines = [line if not line.startswith(f"{key} =") else f"{key} = {value}"
-                 for line in text.splitlines()]
-        text = "\n".join(lines) + "\n"
+    document = {
+        "model": {"kind": "field"},
+        "data": {"path": "tiny_field.npz", "key": "data", "noise_sigma": 0.5, "mask": "mask"},
+        "grid": {"box_size": 200.0, "unit": "Mpc/h"},
+        "prior": {"kind": "power_law_cutoff", "k_pivot": 0.1, "amplitude": 2000.0,
+                  "index": {"dist": "normal", "loc": -1.5, "scale": 0.3},
+                  "cutoff_scale": 4.0},
+        "likelihood": {"kind": "gaussian"},
+        "field": {"parameterisation": "whitened", "dtype": "float32"},
+        "sampler": {"algorithm": "hmc", "num_warmup": warmup, "num_samples": samples,
+                    "num_leapfrog_steps": leapfrog, "step_size": 0.05, "target_accept": 0.75,
+                    "adapt_mass_matrix": False, "chains": chains, "seed": 42, "thin": thin,
+                    "chunk_size": chunk},
+    }
     path = folder / name
-    path.write_text(text)
+    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
     return path
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.state.config_state import ConfigState, key_of_error, parse_number
-from core.config import ConfigError, load_config
+from app.state.config_state import ConfigState, parse_number, state_key_of
+from core.config import ConfigError, config_from_dict, load_config
 from core.demo import write_demo
 
 
@@ -131,8 +131,59 @@ def test_saving_elsewhere_keeps_the_data_reachable(demo, tmp_path):
     assert state["data.path"] == "demo_field.npz"
 
 
-def test_error_keys():
-    assert key_of_error("grid.box_size[1]: must be positive") == "grid.box_size"
-    assert key_of_error("prior.A.dist: must be a name") == "prior.A"
-    assert key_of_error("[data] key 'noise_sigma' does not apply") == "data.noise_sigma"
-    assert key_of_error("missing table [data]") == "config"
+def _error_of(document) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(document)
+    return info.value
+
+
+def test_state_key_of_an_error_is_its_config_key_cut_to_table_and_name():
+    field = {"model": {"kind": "field"}, "data": {"path": "d.npz"}}
+    integral = {"model": {"kind": "integral"}, "data": {"path": "s.csv"}}
+    cases = [
+        ({**field, "grid": {"box_size": [1.0, -2.0, 3.0]}}, "grid.box_size"),
+        ({**integral, "prior": {"A": {"dist": [1]}}}, "prior.A"),
+        ({**field, "data": {"path": "d.npz", "noise_sigma": 1.0},
+          "likelihood": {"kind": "poisson_lognormal"}}, "data.noise_sigma"),
+        ({"model": {"kind": "field"}}, "data.path"),
+        ({**field, "sampler": 3}, "config"),              # a whole table
+        ({**field, "extra": {}}, "config"),               # an unknown table
+        ([1, 2], "config"),                               # the whole document
+    ]
+    for document, key in cases:
+        error = _error_of(document)
+        assert state_key_of(error) == key, str(error)
+    assert state_key_of(ConfigError("prior.index.scale", "must be > 0")) == "prior.index"
+    assert state_key_of(ConfigError(None, "TOML syntax error: ...")) == "config"
+
+
+def test_each_bad_key_lands_on_its_own_message(demo):
+    """Bad values in several tables at once: each is reported under its own key, with the
+    message core.config words for that key alone."""
+    state = ConfigState.from_file(demo["field_config"])
+    bad = {"sampler.chains": 0, "sampler.target_accept": 1.5, "grid.unit": 3,
+           "likelihood.smoothing_scale": -1.0, "field.dtype": "float16",
+           "data.noise_sigma": 0.0, "prior.k_pivot": 0.0, "grid.box_size": [1.0, 2.0]}
+    state.update(bad)
+    state.set_sampled("amplitude", True)
+    state["prior.amplitude.dist"] = "gamma"
+    errors = state.validate()
+    assert set(errors) == set(bad) | {"prior.amplitude"}
+    for key, message in errors.items():
+        assert message.startswith(key), message
+        alone = ConfigState.from_file(demo["field_config"])
+        if key == "prior.amplitude":
+            alone.set_sampled("amplitude", True)
+            alone["prior.amplitude.dist"] = "gamma"
+        else:
+            alone[key] = bad[key]
+        assert alone.validate() == {key: message}
+    integral = ConfigState.from_file(demo["integral_config"])
+    integral.update({"integral.refine": 0, "prior.sigma.sampled": False,
+                     "prior.sigma.value": -1.0, "prior.A.sampled": True,
+                     "prior.A.dist": "normal", "prior.A.scale": "wide"})
+    errors = integral.validate()
+    assert set(errors) == {"integral.refine", "prior.sigma", "prior.A"}
+    assert errors["prior.sigma"] == "prior.sigma: the noise sd must be > 0, got -1.0"
+    assert errors["integral.refine"].startswith("integral.refine: must be a positive integer")
+    assert errors["prior.A"].startswith("prior.A: ")

@@ -1,6 +1,8 @@
 """Tests of core.config: parsing, defaults, validation messages, TOML round trips, fuzz."""
 
+import collections
 import math
+import pickle
 import subprocess
 import sys
 import tomllib
@@ -15,7 +17,6 @@ from core.config import ConfigError
 from core.priors import HalfNormalPrior, NormalPrior, UniformPrior
 
 ROOT = Path(__file__).resolve().parents[3]
-RESOURCES = ROOT / "resources"
 
 FIELD = """
 [model]
@@ -50,20 +51,36 @@ def test_import_pulls_in_neither_tensorflow_nor_qt():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("name", ["demo_field.toml", "demo_integral.toml"])
-def test_example_configs_parse_and_round_trip(name):
-    cfg = C.load_config(RESOURCES / name)
-    assert cfg.base_dir == RESOURCES
-    assert cfg.data_path == RESOURCES / cfg.data.path
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The built-in demos, as the app writes them (core.demo is their one source)."""
+    from core.demo import write_demo
+
+    return write_demo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.mark.parametrize("name", ["field_config", "exact_config", "integral_config"])
+def test_example_configs_parse_and_round_trip(demo, name):
+    cfg = C.load_config(demo[name])
+    assert cfg.base_dir == demo[name].parent
+    assert cfg.data_path == demo[name].parent / cfg.data.path
+    assert cfg.data_path.exists()
     assert C.parse_config(C.dump_config(cfg), base_dir=cfg.base_dir) == cfg
 
 
-def test_demo_field_values():
-    cfg = C.load_config(RESOURCES / "demo_field.toml")
-    assert cfg.prior.index == NormalPrior(loc=-2.0, scale=0.5)
-    assert cfg.prior.amplitude == 1.0 and cfg.data.mask == "mask"
-    assert cfg.grid.box_size == (100.0, 100.0, 100.0) and cfg.grid.unit == "Mpc/h"
+def test_demo_field_values(demo):
+    from core.demo import DEMO_BOX, DEMO_NOISE, DEMO_SPECTRUM
+
+    cfg = C.load_config(demo["field_config"])
+    assert cfg.prior.index == NormalPrior(loc=-1.5, scale=0.3)
+    assert cfg.prior.amplitude == DEMO_SPECTRUM["amplitude"] == 2000.0
+    assert cfg.data.mask == "mask" and cfg.data.noise_sigma == DEMO_NOISE
+    assert cfg.grid.box_size == (DEMO_BOX,) * 3 == (200.0, 200.0, 200.0)
+    assert cfg.grid.unit == "Mpc/h"
     assert cfg.integral is None
+    exact = C.load_config(demo["exact_config"])
+    assert exact.prior.index == DEMO_SPECTRUM["index"]
+    assert exact.sampler == cfg.sampler and exact.data == cfg.data
 
 
 def test_defaults_are_filled():
@@ -119,8 +136,9 @@ def test_integral_noise_sigma_is_a_fixed_sigma():
 
 
 def test_load_config_errors_name_the_file(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match="cannot read config") as info:
         C.load_config(tmp_path / "missing.toml")
+    assert info.value.key is None and info.value.source == str(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b"[model]\nkind = \xff\n")
     with pytest.raises(ConfigError, match=r"bad\.toml: not UTF-8"):
@@ -130,6 +148,12 @@ def test_load_config_errors_name_the_file(tmp_path):
         C.load_config(bad)
     assert str(info.value) == (f"{bad}: sampler.num_warmup: must be a non-negative integer, "
                                "got -5 (an integer)")
+    assert info.value.key == "sampler.num_warmup" and info.value.source == str(bad)
+    assert info.value.problem == "must be a non-negative integer, got -5 (an integer)"
+    # it survives pickling (the engine process reports errors to its clients) intact
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (str(again), again.key, again.problem, again.label, again.source) == (
+        str(info.value), "sampler.num_warmup", info.value.problem, "sampler.num_warmup", str(bad))
     bad.write_text("[model]\nkind = \"field\"\n[data]\npath = 'x.npz\n")
     with pytest.raises(ConfigError, match=r"bad\.toml: TOML syntax error: .*end of document, "
                        r"line 4"):
@@ -154,141 +178,144 @@ def test_registries_are_the_model_modules_own():
 F = FIELD
 I = INTEGRAL
 BAD = [
-    # (document, expected substring of the message)
+    # (document, expected substring of the message, the key the error carries)
     (F + "[sampler]\nnum_warmpu = 3\n",
-     "[sampler] unknown key 'num_warmpu' (did you mean 'num_warmup'?)"),
-    (F + "[sampler]\nzzz = 3\n", "[sampler] unknown key 'zzz' (allowed:"),
-    (F + "[samplr]\nseed = 1\n", "unknown table [samplr] (did you mean [sampler]?)"),
-    (F + "[extra]\n", "unknown table [extra]"),
-    ("verbose = true\n" + F, "unknown top-level key 'verbose'"),
-    ("sampler = 3\n" + F, "sampler: must be a table [sampler], got 3"),
+     "[sampler] unknown key 'num_warmpu' (did you mean 'num_warmup'?)", 'sampler.num_warmpu'),
+    (F + "[sampler]\nzzz = 3\n", "[sampler] unknown key 'zzz' (allowed:", 'sampler.zzz'),
+    (F + "[samplr]\nseed = 1\n", "unknown table [samplr] (did you mean [sampler]?)", 'samplr'),
+    (F + "[extra]\n", "unknown table [extra]", 'extra'),
+    ("verbose = true\n" + F, "unknown top-level key 'verbose'", 'verbose'),
+    ("sampler = 3\n" + F, "sampler: must be a table [sampler], got 3", 'sampler'),
     (F + "[sampler]\nnum_warmup = -5\n",
-     "sampler.num_warmup: must be a non-negative integer, got -5"),
-    (F + "[sampler]\nnum_samples = 0\n", "sampler.num_samples: must be a positive integer"),
+     "sampler.num_warmup: must be a non-negative integer, got -5", 'sampler.num_warmup'),
+    (F + "[sampler]\nnum_samples = 0\n", "sampler.num_samples: must be a positive integer", 'sampler.num_samples'),
     (F + "[sampler]\nnum_samples = \"10\"\n", "sampler.num_samples: must be a positive integer, "
-     'got "10" (a string)'),
-    (F + "[sampler]\nnum_samples = 10.0\n", "sampler.num_samples: must be a positive integer"),
-    (F + "[sampler]\nchains = true\n", "sampler.chains: must be a positive integer, got true"),
-    (F + "[sampler]\nchains = 0\n", "sampler.chains"),
-    (F + "[sampler]\nthin = 0\n", "sampler.thin"),
-    (F + "[sampler]\nchunk_size = -1\n", "sampler.chunk_size"),
-    (F + "[sampler]\nnum_leapfrog_steps = 0\n", "sampler.num_leapfrog_steps"),
-    (F + "[sampler]\nseed = -1\n", "sampler.seed: must be a non-negative integer"),
-    (F + "[sampler]\nseed = 1.5\n", "sampler.seed"),
-    (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number"),
-    (F + "[sampler]\nstep_size = inf\n", "sampler.step_size"),
-    (F + "[sampler]\nstep_size = nan\n", "sampler.step_size"),
+     'got "10" (a string)', 'sampler.num_samples'),
+    (F + "[sampler]\nnum_samples = 10.0\n", "sampler.num_samples: must be a positive integer", 'sampler.num_samples'),
+    (F + "[sampler]\nchains = true\n", "sampler.chains: must be a positive integer, got true", 'sampler.chains'),
+    (F + "[sampler]\nchains = 0\n", "sampler.chains", 'sampler.chains'),
+    (F + "[sampler]\nthin = 0\n", "sampler.thin", 'sampler.thin'),
+    (F + "[sampler]\nchunk_size = -1\n", "sampler.chunk_size", 'sampler.chunk_size'),
+    (F + "[sampler]\nnum_leapfrog_steps = 0\n", "sampler.num_leapfrog_steps", 'sampler.num_leapfrog_steps'),
+    (F + "[sampler]\nseed = -1\n", "sampler.seed: must be a non-negative integer", 'sampler.seed'),
+    (F + "[sampler]\nseed = 1.5\n", "sampler.seed", 'sampler.seed'),
+    (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number", 'sampler.step_size'),
+    (F + "[sampler]\nstep_size = inf\n", "sampler.step_size", 'sampler.step_size'),
+    (F + "[sampler]\nstep_size = nan\n", "sampler.step_size", 'sampler.step_size'),
     (F + "[sampler]\nstep_size = false\n", "sampler.step_size: must be a positive finite number, "
-     "got false (a boolean)"),
+     "got false (a boolean)", 'sampler.step_size'),
     (F + "[sampler]\ntarget_accept = 1\n", "sampler.target_accept: must be a number strictly "
-     "between 0 and 1"),
-    (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept"),
-    (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false"),
+     "between 0 and 1", 'sampler.target_accept'),
+    (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept", 'sampler.target_accept'),
+    (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false", 'sampler.adapt_mass_matrix'),
     (F + "[sampler]\nalgorithm = \"nutz\"\n", "sampler.algorithm: must be one of 'hmc', 'nuts', "
-     "got \"nutz\" (a string) (did you mean 'nuts'?)"),
-    (F + "[model]\n", "Cannot declare"),     # TOML syntax: table declared twice
+     "got \"nutz\" (a string) (did you mean 'nuts'?)", 'sampler.algorithm'),
+    (F + "[model]\n", "Cannot declare", None),     # TOML syntax: table declared twice
     ("[model]\nkind = \"fields\"\n[data]\npath = \"d.npz\"\n",
-     "model.kind: must be one of 'field', 'integral'"),
-    ("[model]\nkind = \"field\"\n", "data.path: missing"),
-    ("[model]\nkind = \"field\"\n[data]\nkey = \"x\"\n", "data.path: missing"),
-    (F.replace('"data.npz"', '""'), "data.path: must not be empty"),
-    (F.replace('"data.npz"', "3"), "data.path: must be a string, got 3"),
+     "model.kind: must be one of 'field', 'integral'", 'model.kind'),
+    ("[model]\nkind = \"field\"\n", "data.path: missing", 'data.path'),
+    ("[model]\nkind = \"field\"\n[data]\nkey = \"x\"\n", "data.path: missing", 'data.path'),
+    (F.replace('"data.npz"', '""'), "data.path: must not be empty", 'data.path'),
+    (F.replace('"data.npz"', "3"), "data.path: must be a string, got 3", 'data.path'),
     (F.replace('"data.npz"', '"data.csv"'), "data.path: 'data.csv' has extension '.csv'; "
-     "accepted: .npy, .npz, .h5, .hdf5"),
-    (I.replace('"series.csv"', '"s.npz"'), "accepted: .csv, .txt, .dat"),
-    (F.replace('"data.npz"', '"data"'), "extension '(none)'"),
-    (F + "noise_sigma = 0\n", "data.noise_sigma: must be a positive finite number"),
-    (F + "noise_sigma = 1.0\nnoise_map = \"n\"\n", "data.noise_map: give either"),
-    (F + "mask = true\n", "data.mask: must be a string, got true"),
-    (F + "[likelihood]\nkind = \"poisson_lognormal\"\n[data]\n", "Cannot declare"),
+     "accepted: .npy, .npz, .h5, .hdf5", 'data.path'),
+    (I.replace('"series.csv"', '"s.npz"'), "accepted: .csv, .txt, .dat", 'data.path'),
+    (F.replace('"data.npz"', '"data"'), "extension '(none)'", 'data.path'),
+    (F + "noise_sigma = 0\n", "data.noise_sigma: must be a positive finite number", 'data.noise_sigma'),
+    (F + "noise_sigma = 1.0\nnoise_map = \"n\"\n", "data.noise_map: give either", 'data.noise_map'),
+    (F + "mask = true\n", "data.mask: must be a string, got true", 'data.mask'),
+    (F + "[likelihood]\nkind = \"poisson_lognormal\"\n[data]\n", "Cannot declare", None),
     (F + "noise_sigma = 2.0\n[likelihood]\nkind = \"poisson_lognormal\"\n",
-     "[data] key 'noise_sigma' does not apply to likelihood.kind = 'poisson_lognormal'"),
+     "[data] key 'noise_sigma' does not apply to likelihood.kind = 'poisson_lognormal'", 'data.noise_sigma'),
     (F + "[likelihood]\nmean_count = 3.0\n",
-     "[likelihood] key 'mean_count' applies only to likelihood.kind = 'poisson_lognormal'"),
+     "[likelihood] key 'mean_count' applies only to likelihood.kind = 'poisson_lognormal'", 'likelihood.mean_count'),
     (F + "[likelihood]\nkind = \"poisson_lognormal\"\nmean_count = 0\n",
-     "likelihood.mean_count: must be a positive finite number"),
+     "likelihood.mean_count: must be a positive finite number", 'likelihood.mean_count'),
     (F + "[likelihood]\nsmoothing_scale = -1.0\n", "likelihood.smoothing_scale: must be a "
-     "finite number >= 0"),
-    (F + "[likelihood]\nkind = \"gauss\"\n", "likelihood.kind: must be one of"),
-    (F + "[likelihood]\nfield_mean = \"0\"\n", "likelihood.field_mean: must be a finite number"),
-    (F + "[grid]\nbox_size = 0\n", "grid.box_size: must be a positive finite number"),
+     "finite number >= 0", 'likelihood.smoothing_scale'),
+    (F + "[likelihood]\nkind = \"gauss\"\n", "likelihood.kind: must be one of", 'likelihood.kind'),
+    (F + "[likelihood]\nfield_mean = \"0\"\n", "likelihood.field_mean: must be a finite number", 'likelihood.field_mean'),
+    (F + "[grid]\nbox_size = 0\n", "grid.box_size: must be a positive finite number", 'grid.box_size'),
     (F + "[grid]\nbox_size = [1.0, 2.0]\n", "grid.box_size: must be one number or a list of "
-     "three"),
-    (F + "[grid]\nbox_size = [1.0, -2.0, 3.0]\n", "grid.box_size[1]: must be a positive"),
-    (F + "[grid]\nbox_size = \"100\"\n", "grid.box_size: must be one number or a list of three"),
-    (F + "[grid]\nbox_size = inf\n", "grid.box_size"),
-    (F + "[grid]\nunit = 3\n", "grid.unit: must be a string"),
-    (F + "[field]\ndtype = \"float16\"\n", "field.dtype: must be one of 'float32', 'float64'"),
-    (F + "[field]\nparameterisation = \"whitend\"\n", "(did you mean 'whitened'?)"),
+     "three", 'grid.box_size'),
+    (F + "[grid]\nbox_size = [1.0, -2.0, 3.0]\n", "grid.box_size[1]: must be a positive", 'grid.box_size'),
+    (F + "[grid]\nbox_size = \"100\"\n", "grid.box_size: must be one number or a list of three", 'grid.box_size'),
+    (F + "[grid]\nbox_size = inf\n", "grid.box_size", 'grid.box_size'),
+    (F + "[grid]\nunit = 3\n", "grid.unit: must be a string", 'grid.unit'),
+    (F + "[field]\ndtype = \"float16\"\n", "field.dtype: must be one of 'float32', 'float64'", 'field.dtype'),
+    (F + "[field]\nparameterisation = \"whitend\"\n", "(did you mean 'whitened'?)", 'field.parameterisation'),
     (F + "[field]\nparameterization = \"whitened\"\n",
-     "[field] unknown key 'parameterization' (did you mean 'parameterisation'?)"),
+     "[field] unknown key 'parameterization' (did you mean 'parameterisation'?)", 'field.parameterization'),
     (F + "[prior]\nindex = { dist = \"gamma\", loc = 0.0, scale = 1.0 }\n",
-     "prior.index: unknown dist 'gamma'; known: ['lognormal', 'normal', 'uniform']"),
+     "prior.index: unknown dist 'gamma'; known: ['lognormal', 'normal', 'uniform']", 'prior.index'),
     (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, sigma = 1.0 }\n",
-     "prior.index: normal prior takes ['loc', 'scale']; unknown ['sigma']"),
+     "prior.index: normal prior takes ['loc', 'scale']; unknown ['sigma']", 'prior.index'),
     (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0 }\n", "prior.index: normal prior "
-     "needs ['loc', 'scale']; missing ['scale']"),
+     "needs ['loc', 'scale']; missing ['scale']", 'prior.index'),
     (F + "[prior]\nindex = { dist = \"normal\", loc = 0.0, scale = -1.0 }\n",
-     "prior.index.scale: must be > 0, got -1.0"),
-    (F + "[prior]\nindex = { dist = 3 }\n", "prior.index"),
-    (F + "[prior]\nindex = { dist = [1] }\n", "prior.index"),
-    (F + "[prior]\nindex = \"flat\"\n", "prior.index"),
-    (F + "[prior]\namplitude = { dist = \"halfnormal\", scale = 1.0 }\n", "prior.amplitude"),
+     "prior.index.scale: must be > 0, got -1.0", 'prior.index.scale'),
+    (F + "[prior]\nindex = { dist = 3 }\n", "prior.index", 'prior.index.dist'),
+    (F + "[prior]\nindex = { dist = [1] }\n", "prior.index", 'prior.index.dist'),
+    (F + "[prior]\nindex = \"flat\"\n", "prior.index", 'prior.index'),
+    (F + "[prior]\namplitude = { dist = \"halfnormal\", scale = 1.0 }\n", "prior.amplitude", 'prior.amplitude'),
     (F + "[prior]\namplitude = -1.0\n", "prior.amplitude: power_law amplitude = -1.0: must be "
-     "positive"),
+     "positive", 'prior.amplitude'),
     (F + "[prior]\nk_pivot = { dist = \"normal\", loc = 0.1, scale = 0.01 }\n",
-     "prior.k_pivot: must be a number (a fixed convention, never sampled)"),
-    (F + "[prior]\nk_pivot = 0\n", "prior.k_pivot"),
+     "prior.k_pivot: must be a number (a fixed convention, never sampled)", 'prior.k_pivot'),
+    (F + "[prior]\nk_pivot = 0\n", "prior.k_pivot", 'prior.k_pivot'),
     (F + "[prior]\ncutoff_scale = 1.0\n",
-     "[prior] key 'cutoff_scale' applies only to prior.kind = 'power_law_cutoff'"),
-    (F + "[prior]\nkind = \"power_law_cutoff\"\ncutoff_scale = -1.0\n", "prior.cutoff_scale"),
-    (F + "[prior]\nkind = \"table\"\n", "prior.table: missing"),
+     "[prior] key 'cutoff_scale' applies only to prior.kind = 'power_law_cutoff'", 'prior.cutoff_scale'),
+    (F + "[prior]\nkind = \"power_law_cutoff\"\ncutoff_scale = -1.0\n", "prior.cutoff_scale", 'prior.cutoff_scale'),
+    (F + "[prior]\nkind = \"table\"\n", "prior.table: missing", 'prior.table'),
     (F + "[prior]\nkind = \"table\"\ntable = \"pk.txt\"\nindex = 1.0\n",
-     "[prior] key 'index' does not apply to prior.kind = 'table'"),
+     "[prior] key 'index' does not apply to prior.kind = 'table'", 'prior.index'),
     (F + "[prior]\ntable = \"pk.txt\"\n", "[prior] key 'table' applies only to prior.kind = "
-     "'table'"),
-    (F + "[prior]\nkind = \"powerlaw\"\n", "(did you mean 'power_law'?)"),
-    (F + "[prior]\nA = 1.0\n", "[prior] key 'A' applies only to the integral model"),
-    (F + "[integral]\nrefine = 4\n", "[integral] applies only to model.kind = 'integral'"),
-    (I + "[grid]\nbox_size = 1.0\n", "[grid] applies only to model.kind = 'field'"),
-    (I + "[field]\n", "[field] applies only"),
-    (I + "[likelihood]\n", "[likelihood] applies only"),
-    (I + "key = \"data\"\n", "[data] key 'key' applies only to the field model"),
-    (I + "[integral]\nrefine = 0\n", "integral.refine: must be a positive integer, got 0"),
-    (I + "[integral]\nrefine = true\n", "integral.refine: must be a positive integer, got true"),
-    (I + "[integral]\nrefin = 2\n", "(did you mean 'refine'?)"),
+     "'table'", 'prior.table'),
+    (F + "[prior]\nkind = \"powerlaw\"\n", "(did you mean 'power_law'?)", 'prior.kind'),
+    (F + "[prior]\nA = 1.0\n", "[prior] key 'A' applies only to the integral model", 'prior.A'),
+    (F + "[integral]\nrefine = 4\n", "[integral] applies only to model.kind = 'integral'", 'integral'),
+    (I + "[grid]\nbox_size = 1.0\n", "[grid] applies only to model.kind = 'field'", 'grid'),
+    (I + "[field]\n", "[field] applies only", 'field'),
+    (I + "[likelihood]\n", "[likelihood] applies only", 'likelihood'),
+    (I + "key = \"data\"\n", "[data] key 'key' applies only to the field model", 'data.key'),
+    (I + "[integral]\nrefine = 0\n", "integral.refine: must be a positive integer, got 0", 'integral.refine'),
+    (I + "[integral]\nrefine = true\n", "integral.refine: must be a positive integer, got true", 'integral.refine'),
+    (I + "[integral]\nrefin = 2\n", "(did you mean 'refine'?)", 'integral.refin'),
     (I + "[prior]\nA = { dist = \"gamma\", loc = 0.0, scale = 1.0 }\n",
-     "prior.A: unknown dist 'gamma'"),
-    (I + "[prior]\nA = { loc = 0.0, scale = 1.0 }\n", "prior.A: a prior mapping needs a 'dist'"),
+     "prior.A: unknown dist 'gamma'", 'prior.A'),
+    (I + "[prior]\nA = { loc = 0.0, scale = 1.0 }\n", "prior.A: a prior mapping needs a 'dist'", 'prior.A'),
     (I + "[prior]\nA = { dist = \"normal\", loc = 0.0, scale = 1.0, low = 0.0 }\n",
-     "prior.A: normal prior takes ['loc', 'scale']; unknown ['low']"),
-    (I + "[prior]\nA = { dist = [1] }\n", "prior.A.dist: must be a name"),
-    (I + "[prior]\nc = \"zero\"\n", "prior.c: must be a number (fixed) or a prior table"),
-    (I + "[prior]\nc = true\n", "prior.c: must be a number"),
-    (I + "[prior]\nsigma = -1.0\n", "prior.sigma: the noise sd must be > 0"),
+     "prior.A: normal prior takes ['loc', 'scale']; unknown ['low']", 'prior.A'),
+    (I + "[prior]\nA = { dist = [1] }\n", "prior.A.dist: must be a name", 'prior.A.dist'),
+    (I + "[prior]\nc = \"zero\"\n", "prior.c: must be a number (fixed) or a prior table", 'prior.c'),
+    (I + "[prior]\nc = true\n", "prior.c: must be a number", 'prior.c'),
+    (I + "[prior]\nsigma = -1.0\n", "prior.sigma: the noise sd must be > 0", 'prior.sigma'),
     (I + "[prior]\nsigma = { dist = \"normal\", loc = 1.0, scale = 1.0 }\n",
-     "prior.sigma: a normal prior allows sigma <= 0"),
+     "prior.sigma: a normal prior allows sigma <= 0", 'prior.sigma'),
     (I + "[prior]\nsigma = { dist = \"uniform\", low = -1.0, high = 1.0 }\n", "prior.sigma: "
-     "uniform low = -1.0 < 0"),
-    (I + "[prior]\nB = 1.0\n", "[prior] unknown key 'B'"),
-    (I + "[prior]\nkind = \"power_law\"\n", "[prior] key 'kind' applies only to the field model"),
-    (I + "noise_sigma = -2\n", "data.noise_sigma: must be a positive finite number, got -2"),
-    (I + "noise_sigma = 1.0\n[prior]\nsigma = 1.0\n", "data.noise_sigma: give either"),
-    (F + "[sampler]\nseed = 99999999999999999999\n", "sampler.seed: must be a non-negative integer"),
-    ("x = \n", "TOML syntax error: Invalid value (at line 1, column 5)"),
-    ("[model\nkind = 1\n", "TOML syntax error"),
-    ("a = 1\na = 2\n", "line 2"),
-    ("v = " + "9" * 5000 + "\n", "TOML value error"),
-    ("v = " + "[" * 50000 + "\n", "TOML"),
+     "uniform low = -1.0 < 0", 'prior.sigma'),
+    (I + "[prior]\nB = 1.0\n", "[prior] unknown key 'B'", 'prior.B'),
+    (I + "[prior]\nkind = \"power_law\"\n", "[prior] key 'kind' applies only to the field model", 'prior.kind'),
+    (I + "noise_sigma = -2\n", "data.noise_sigma: must be a positive finite number, got -2", 'data.noise_sigma'),
+    (I + "noise_sigma = 1.0\n[prior]\nsigma = 1.0\n", "data.noise_sigma: give either", 'data.noise_sigma'),
+    (F + "[sampler]\nseed = 99999999999999999999\n", "sampler.seed: must be a non-negative integer", 'sampler.seed'),
+    ("x = \n", "TOML syntax error: Invalid value (at line 1, column 5)", None),
+    ("[model\nkind = 1\n", "TOML syntax error", None),
+    ("a = 1\na = 2\n", "line 2", None),
+    ("v = " + "9" * 5000 + "\n", "TOML value error", None),
+    ("v = " + "[" * 50000 + "\n", "TOML", None),
 ]
 
 
-@pytest.mark.parametrize("text,expected", BAD, ids=[str(i) for i in range(len(BAD))])
-def test_bad_input_names_the_key(text, expected):
+@pytest.mark.parametrize("text,expected,key", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_names_the_key(text, expected, key):
     with pytest.raises(ConfigError) as info:
         C.parse_config(text)
     assert expected in str(info.value), str(info.value)
     assert isinstance(info.value, ValueError)
+    assert info.value.key == key, str(info.value)
+    # the message is the key's label and the problem (no file: parse_config had no source)
+    assert str(info.value) == ": ".join(p for p in (info.value.label, info.value.problem) if p)
 
 
 # --------------------------------------------------------------------------- round trips
@@ -430,17 +457,27 @@ def test_to_toml_details():
 
 # --------------------------------------------------------------------------- fuzz
 
-FUZZ_COUNT = {"documents": 0, "mutations": 0, "text": 0, "parsed": 0, "rejected": 0}
-
-
-def _parse_or_config_error(text):
+def _parse_or_config_error(text, counts) -> None:
+    """Parse ``text``: it is a config or a ConfigError with a message (anything else fails
+    the example); ``counts`` tallies "parsed" / "rejected"."""
     try:
         C.parse_config(text)
     except ConfigError as exc:
         assert str(exc)
-        FUZZ_COUNT["rejected"] += 1
+        counts["rejected"] += 1
     else:
-        FUZZ_COUNT["parsed"] += 1
+        counts["parsed"] += 1
+
+
+def _run_fuzz(fuzz, name, capsys, *, at_least):
+    """Run the Hypothesis test ``fuzz`` (all its examples), then check that it made at
+    least ``at_least[outcome]`` cases of each outcome and print the counts."""
+    counts = collections.Counter()
+    fuzz(counts)
+    with capsys.disabled():
+        print(f"\nconfig fuzz, {name}: {dict(counts)}")
+    for outcome, minimum in at_least.items():
+        assert counts[outcome] >= minimum, (outcome, dict(counts))
 
 
 fuzz_scalars = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(),
@@ -463,17 +500,19 @@ fuzz_documents = st.dictionaries(
 
 
 @settings(max_examples=200, deadline=None)
-@given(fuzz_documents)
-def test_fuzz_random_documents(document):
-    FUZZ_COUNT["documents"] += 1
-    _parse_or_config_error(C.to_toml(document))
+@given(document=fuzz_documents)
+def _fuzz_random_documents(counts, document):
+    _parse_or_config_error(C.to_toml(document), counts)
+
+
+def test_fuzz_random_documents(capsys):
+    # random documents are almost never valid configs
+    _run_fuzz(_fuzz_random_documents, "random documents", capsys, at_least={"rejected": 100})
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(documents, st.data())
-def test_fuzz_mutated_valid_documents(document, data):
-    """A valid document with one entry replaced, removed or added: deep validation paths."""
-    FUZZ_COUNT["mutations"] += 1
+@given(document=documents, data=st.data())
+def _fuzz_mutated_valid_documents(counts, document, data):
     table = data.draw(st.sampled_from(sorted(document)))
     action = data.draw(st.sampled_from(["replace", "remove", "add", "replace_table"]))
     entries = dict(document[table])
@@ -489,21 +528,27 @@ def test_fuzz_mutated_valid_documents(document, data):
         else:
             entries[key] = data.draw(fuzz_values)
         document[table] = entries
-    _parse_or_config_error(C.to_toml(document))
+    _parse_or_config_error(C.to_toml(document), counts)
+
+
+def test_fuzz_mutated_valid_documents(capsys):
+    """A valid document with one entry replaced, removed or added: deep validation paths,
+    so both outcomes must occur often (a removed key with a default still parses)."""
+    _run_fuzz(_fuzz_mutated_valid_documents, "mutated valid documents", capsys,
+              at_least={"parsed": 30, "rejected": 150})
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(st.text(max_size=200),
-                 st.binary(max_size=200).map(lambda b: b.decode("utf-8", errors="replace")),
-                 st.lists(st.sampled_from(["[model]", "[data]", "[prior]", "kind = ", "path = ",
-                                           '"field"', '"d.npz"', "1", "{", "}", "[", "]", "=",
-                                           "\n", "'", '"', ",", "dist", "inf", "true"]),
-                          max_size=30).map("".join)))
-def test_fuzz_random_text(text):
-    FUZZ_COUNT["text"] += 1
-    _parse_or_config_error(text)
+@given(text=st.one_of(
+    st.text(max_size=200),
+    st.binary(max_size=200).map(lambda b: b.decode("utf-8", errors="replace")),
+    st.lists(st.sampled_from(["[model]", "[data]", "[prior]", "kind = ", "path = ",
+                              '"field"', '"d.npz"', "1", "{", "}", "[", "]", "=",
+                              "\n", "'", '"', ",", "dist", "inf", "true"]),
+             max_size=30).map("".join)))
+def _fuzz_random_text(counts, text):
+    _parse_or_config_error(text, counts)
 
 
-def test_zz_report_fuzz_counts(capsys):
-    with capsys.disabled():
-        print(f"\nconfig fuzz cases run: {FUZZ_COUNT}")
+def test_fuzz_random_text(capsys):
+    _run_fuzz(_fuzz_random_text, "random text", capsys, at_least={"rejected": 200})

@@ -19,6 +19,7 @@ import pytest
 from core import integral as im
 from core.config import parse_config
 from core.engine.engine import Control, Engine, EngineError
+from core.io import save_series_csv
 from core.reference.wiener import wiener_posterior
 from core.store.run_store import RunReader, stored_run_config
 from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
@@ -61,7 +62,7 @@ def test_masked_field_mean_matches_conjugate_gradient_wiener(tmp_path):
 @pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
 def test_integral_model_posterior_matches_quadrature(tmp_path, algorithm):
     series = im.make_demo_series(5, n=40)
-    im.save_series_csv(tmp_path / "series.csv", series.t, series.y)
+    save_series_csv(tmp_path / "series.csv", series.t, series.y)
     text = """\
 [model]
 kind = "integral"
@@ -162,7 +163,7 @@ def test_seed_reproducibility(tmp_path):
 
 def test_divergences_are_recorded_and_rejected(tmp_path):
     """A huge initial step size makes the first trajectories blow up: recorded, rejected, no crash."""
-    config, text, *_ = write_field_case(tmp_path, warmup=30, samples=20, shape=(8, 8, 8), mass="false")
+    config, text, *_ = write_field_case(tmp_path, warmup=30, samples=20, shape=(8, 8, 8), mass=False)
     text = text.replace("step_size = 0.1", "step_size = 80.0")
     config = parse_config(text, base_dir=tmp_path)
     status, _ = run(config, text, tmp_path / "run")
@@ -206,7 +207,7 @@ def test_store_opens_with_xarray(tmp_path):
     import xarray as xr
 
     config, text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8),
-                                        index='{ dist = "normal", loc = -1.5, scale = 0.3 }')
+                                        index={"dist": "normal", "loc": -1.5, "scale": 0.3})
     run(config, text, tmp_path / "run")
     tree = xr.open_datatree(tmp_path / "run" / "run.zarr", engine="zarr")
     assert tree["posterior"].dataset["index"].shape == (2, 30)

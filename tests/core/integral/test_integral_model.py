@@ -534,43 +534,6 @@ def test_demo_series_is_deterministic_and_follows_the_closed_form():
     assert 0.4 < np.std(resid) < 0.6
 
 
-@pytest.mark.parametrize("with_f", [False, True])
-def test_csv_round_trip_is_exact(tmp_path, with_f):
-    s = im.make_demo_series(1, n=17)
-    f = np.cos(s.t) if with_f else None
-    path = tmp_path / "series.csv"
-    im.save_series_csv(path, s.t, s.y, f)
-    got = im.load_series_csv(path)
-    np.testing.assert_array_equal(got.t, s.t)
-    np.testing.assert_array_equal(got.y, s.y)
-    if with_f:
-        np.testing.assert_array_equal(got.f, f)
-    else:
-        assert got.f is None
-    assert path.read_text().splitlines()[0] == ("t,y,f" if with_f else "t,y")
-
-
-@pytest.mark.parametrize("text,message", [
-    ("", "empty file"),
-    ("time,y\n0,1\n1,2\n", r"line 1: header must be 't,y' or 't,y,f', got 'time,y'"),
-    ("t,y\n0,1\n1,abc\n", r"line 3: column 'y': 'abc' is not a number"),
-    ("t,y\n0,1\n1,nan\n", r"line 3: column 'y': 'nan' is not finite"),
-    ("t,y,f\n0,1,1\n1,2\n", "line 3: expected 3 fields"),
-    ("t,y\n0,1\n\n2,2\n2,3\n", r"line 5: t = 2.0 does not increase \(previous t = 2.0\)"),
-    ("t,y\n0,1\n", "need at least 2 data rows"),
-])
-def test_csv_errors_name_file_and_line(tmp_path, text, message):
-    path = tmp_path / "bad.csv"
-    path.write_text(text)
-    with pytest.raises(ValueError, match="bad.csv" + (".*" if message else "") + message):
-        im.load_series_csv(path)
-
-
-def test_save_csv_validates(tmp_path):
-    with pytest.raises(ValueError, match="y: length 2 does not match t"):
-        im.save_series_csv(tmp_path / "x.csv", [0, 1, 2], [1, 2])
-
-
 # --------------------------------------------------------------------------- architecture
 
 
