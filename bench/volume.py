@@ -50,6 +50,17 @@ def smooth_field(n: int, seed: int) -> np.ndarray:
     return (field / field.std()).astype(np.float32)
 
 
+def moments_chunk(first_step: int, moments) -> dict:
+    """A one-step "chunk" event carrying new posterior moments (one chain), as the engine sends it."""
+    from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
+
+    stats = {name: np.zeros((1, 1), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    progress = {**new_progress(), "draws": first_step + 1}
+    return chunk_event(first_step=first_step, n_steps=1, phase="sampling", stats=stats, params={},
+                       steps_total=first_step + 1, progress=progress, elapsed=0.0,
+                       steps_per_second=0.0, total_elapsed=0.0, moments=moments)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128])
@@ -121,8 +132,7 @@ def main():
             state, view = case["state"], case["view"]
             mean = case["fields"][repeat % len(case["fields"])]
             t0 = time.perf_counter()
-            state.on_event({"type": "chunk", "first_step": state.n_steps, "n_steps": 1, "stats": {},
-                            "moments": (mean, mean, repeat + 1)})
+            state.on_event(moments_chunk(state.n_steps, (mean, mean, repeat + 1)))
             view.refresh()
             while view._pending_key is not None:  # above 128^3 a worker thread prepares it
                 app.processEvents()

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import (
-    QComboBox,
-    QFormLayout,
-    QFrame,
-    QLabel,
-    QLineEdit,
-    QScrollArea,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QLineEdit, QScrollArea, QVBoxLayout, QWidget
 
-from app.panels.binding import (
-    _INVALID_EDIT,
-    _alive,
-    _message_label,
-    bind_combo,
-    bind_text,
-)
-from app.state.config_state import (
-    ConfigState,
-)
+from app.panels.binding import _INVALID_EDIT, _alive, _message_label, bind_combo, bind_text
+from app.state.config_state import ConfigState
 
 __all__ = ["SetupPanel"]
 

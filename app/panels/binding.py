@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import shiboken6
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QLabel,
-    QLineEdit,
-)
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QLineEdit
 
-from app.state.config_state import (
-    ConfigState,
-    format_value,
-    parse_number,
-)
+from app.state.config_state import ConfigState, format_value, parse_number
 from core.run import resources
 
 __all__ = ["ERROR_STYLE", "INFO_STYLE", "bind_text", "bind_combo", "bind_editable_combo", "bind_check"]

@@ -27,19 +27,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.base import SetupPanel
-from app.panels.binding import (
-    INFO_STYLE,
-    _alive,
-    _bytes,
-    _g,
-    _info_label,
-    bind_editable_combo,
-    bind_text,
-)
-from app.state.config_state import (
-    ConfigState,
-    format_value,
-)
+from app.panels.binding import INFO_STYLE, _alive, _bytes, _g, _info_label, bind_editable_combo, bind_text
+from app.state.config_state import ConfigState, format_value
 from app.views.jobs import LatestJob
 from core import config as cfg
 

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QHBoxLayout,
-    QLineEdit,
-    QWidget,
-)
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLineEdit, QWidget
 
 from app.panels.base import SetupPanel
 from app.panels.binding import (
@@ -22,11 +17,7 @@ from app.panels.binding import (
     _si_time,
     bind_text,
 )
-from app.state.config_state import (
-    ConfigState,
-    format_value,
-    parse_number,
-)
+from app.state.config_state import ConfigState, format_value, parse_number
 from core import config as cfg
 from core.field.grid import Grid
 from core.run import resources

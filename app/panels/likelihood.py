@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from app.panels.base import SetupPanel
 from app.panels.binding import _alive
-from app.state.config_state import (
-    ConfigState,
-)
+from app.state.config_state import ConfigState
 
 __all__ = ["LikelihoodPanel"]
 

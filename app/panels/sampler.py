@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtWidgets import (
-    QCheckBox,
-)
+from PySide6.QtWidgets import QCheckBox
 
 from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label, bind_check
-from app.state.config_state import (
-    SAMPLER_KEYS,
-    ConfigState,
-)
+from app.state.config_state import SAMPLER_KEYS, ConfigState
 
 __all__ = ["SamplerPanel"]
 

@@ -43,12 +43,7 @@ Modules: ``schema`` (the sections and ``ConfigError``), ``parse`` (TOML or dicts
 
 from __future__ import annotations
 
-from core.config.parse import (
-    config_from_dict,
-    default_config,
-    load_config,
-    parse_config,
-)
+from core.config.parse import config_from_dict, default_config, load_config, parse_config
 from core.config.schema import (
     ALGORITHMS,
     DTYPES,

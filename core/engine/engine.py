@@ -52,14 +52,7 @@ from core.engine.kernels import UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model
 from core.engine.warmup import WarmupWatch
 from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
-from core.run.messages import (
-    STAT_DTYPES,
-    STAT_NAMES,
-    Estimate,
-    chunk_event,
-    new_progress,
-    status_event,
-)
+from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
 from core.store.run_store import (
     STORE_NAME,

@@ -10,12 +10,7 @@ from typing import Mapping
 import numpy as np
 
 from core.integral.quadrature import exact_integral, quadratic_limit, trapezoid_integral
-from core.integral.spec import (
-    _LOG_2PI,
-    IntegralModelSpec,
-    check_overflow,
-    exponent_limit,
-)
+from core.integral.spec import _LOG_2PI, IntegralModelSpec, check_overflow, exponent_limit
 
 __all__ = ['QuadraturePosterior', 'posterior_quadrature']
 

@@ -10,13 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from core.integral.quadrature import (
-    _LOG_2PI,
-    _log_max,
-    positive_exp_limit,
-    quadratic_limit,
-    trapezoid_integral,
-)
+from core.integral.quadrature import _LOG_2PI, _log_max, positive_exp_limit, quadratic_limit, trapezoid_integral
 from core.priors import _neg_half_exp, parse_prior
 
 __all__ = ["PARAMETERS", "IntegralModelSpec", "exponent_limit", "check_overflow", "log_density", "spec_from_config"]

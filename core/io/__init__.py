@@ -50,13 +50,7 @@ be accepted; no other exception escapes a loader for a bad file (the GUI shows t
 message, never a traceback).
 """
 
-from core.io.arrays import (
-    MMAP_THRESHOLD_BYTES,
-    ArrayInfo,
-    ArrayStats,
-    LoadedArray,
-    LoadError,
-)
+from core.io.arrays import MMAP_THRESHOLD_BYTES, ArrayInfo, ArrayStats, LoadedArray, LoadError
 from core.io.field_inputs import FieldInputs, is_file_reference, load_field_inputs
 from core.io.fits import FitsLoader
 from core.io.formats import LOADERS, array_info, inspect_array, loader_for
@@ -64,13 +58,7 @@ from core.io.hdf5 import Hdf5Loader
 from core.io.npy import NpyLoader
 from core.io.npz import NpzLoader
 from core.io.power_table import load_power_table, load_prior_table
-from core.io.series import (
-    SERIES_EXTENSIONS,
-    Series,
-    load_series,
-    load_series_inputs,
-    save_series_csv,
-)
+from core.io.series import SERIES_EXTENSIONS, Series, load_series, load_series_inputs, save_series_csv
 
 __all__ = [
     "MMAP_THRESHOLD_BYTES",

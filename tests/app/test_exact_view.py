@@ -20,6 +20,7 @@ from app.views.slices import slice_of
 from core.config import parse_config
 from core.reference.field_posterior import exact_posterior_for_config
 from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from support.runs import view_chunk
 
 CONFIG = """\
 [model]
@@ -70,9 +71,7 @@ def hmc_like_moments(exact, count, seed=1):
 
 
 def chunk_event(first_step, moments, chains=2):
-    return {"type": "chunk", "first_step": first_step, "n_steps": 1,
-            "stats": {name: np.zeros((chains, 1)) for name in STAT_NAMES}, "params": {},
-            "moments": moments}
+    return view_chunk(first_step, chains=chains, moments=moments)
 
 
 def state_for(text, tmp_path, observed, shape):

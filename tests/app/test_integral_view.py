@@ -20,6 +20,7 @@ from app.views.integral import IntegralView, band_subset, mixture_quantiles
 from core import integral as im
 from core.io import save_series_csv
 from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from support.runs import view_chunk
 
 CONFIG = """\
 [model]
@@ -69,8 +70,7 @@ def stats_for(chains, n):
 
 def chunk_event(first_step, params, phase="sampling"):
     chains, n = next(iter(params.values())).shape
-    return {"type": "chunk", "first_step": first_step, "n_steps": n, "phase": phase,
-            "stats": stats_for(chains, n), "params": params}
+    return view_chunk(first_step, chains=chains, n_steps=n, phase=phase, params=params)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from app.views import volume as volume_module
 from app.views.slices import COLOUR_MAPS, PLANES, SlicesView
 from app.views.volume import VolumeView, block_mean, masked_value, prepare_volume, projection_cutoffs, texture_factors
 from support.gui import tiny_case
-from support.runs import meta_for
+from support.runs import meta_for, view_chunk
 
 N = 32
 BACKGROUND = (30, 30, 30)          # volume.BACKGROUND "#1e1e1e"
@@ -43,8 +43,8 @@ def blob(centre, n=N, width=2.0):
 def new_mean(state: RunState, mean: np.ndarray) -> None:
     """A chunk event carrying new posterior moments (as the engine sends them)."""
     first = state.n_steps
-    state.on_event({"type": "chunk", "first_step": first, "n_steps": 1, "stats": {},
-                    "moments": (mean, np.ones_like(mean), first + 1)})
+    state.on_event(view_chunk(first, chains=state.chains or 1,
+                              moments=(mean, np.ones_like(mean), first + 1)))
 
 
 def lut(name: str) -> np.ndarray:
@@ -248,8 +248,7 @@ def test_levels_kind_and_chain_changes_are_announced_and_followed(shown, qtbot):
     np.testing.assert_array_equal(view.volume._last_data, texture)
     # the latest draw of chain 1 (two chains: a chunk event with one field per chain)
     draws = np.stack([blob((4, 4, 4)), blob((28, 28, 28))]).astype(np.float32)
-    state.on_event({"type": "chunk", "first_step": state.n_steps, "n_steps": 1, "stats": {},
-                    "latest_field": draws})
+    state.on_event(view_chunk(state.n_steps, chains=2, latest_field=draws))
     slices.refresh()
     with qtbot.waitSignal(slices.settings_changed, timeout=1000):
         slices.set_kind("latest")

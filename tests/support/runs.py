@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.run.engine_limits import field_buffer_draws
-from core.run.messages import chunk_event, new_progress
+from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
 
 
 def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, grid=(6, 5, 4),
@@ -94,3 +94,17 @@ def meta_for(chains=2, num_warmup=40, num_samples=60, thin=3, grid=(6, 5, 4),
 def feed(state, events):
     for event in events:
         state.on_event(event)
+
+
+def view_chunk(first_step: int, *, chains: int = 2, n_steps: int = 1, phase: str = "sampling",
+               params: dict | None = None, latest_field=None, moments=None) -> dict:
+    """A complete "chunk" event for view tests that care about one part of it (the moments,
+    the latest field, some parameter draws): zero traces of the right dtypes and shapes,
+    ``params`` as given ((chains, n_steps) arrays), everything else as the engine sends it."""
+    stats = {name: np.zeros((chains, n_steps), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    progress = dict(new_progress())
+    progress["warmup_draws" if phase == "warmup" else "draws"] = first_step + n_steps
+    return chunk_event(first_step=first_step, n_steps=n_steps, phase=phase, stats=stats,
+                       params=dict(params or {}), steps_total=first_step + n_steps, progress=progress,
+                       elapsed=0.0, steps_per_second=0.0, total_elapsed=0.0,
+                       latest_field=latest_field, moments=moments)

@@ -23,12 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from core.reference import wiener
-from core.reference.wiener import (
-    dense_posterior,
-    posterior_samples,
-    wiener_mean_closed_form,
-    wiener_posterior,
-)
+from core.reference.wiener import dense_posterior, posterior_samples, wiener_mean_closed_form, wiener_posterior
 
 REPO = Path(__file__).resolve().parents[3]
 
