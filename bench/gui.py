@@ -26,50 +26,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import cases  # bench/cases.py
 import numpy as np
 
-from core.field.grid import Grid
-from core.field.power_spectrum import PowerLawCutoff
-from core.field.synthetic import make_dataset, save_dataset
 from core.run.engine_process import EngineProcess
 
 WARMUP = 50
 
-CONFIG = """\
-[model]
-kind = "field"
-[data]
-path = "data.npz"
-noise_sigma = 0.5
-mask = "mask"
-[grid]
-box_size = 200.0
-[prior]
-kind = "power_law_cutoff"
-k_pivot = 0.1
-amplitude = 2000.0
-index = {{ dist = "normal", loc = -1.5, scale = 0.3 }}
-cutoff_scale = 4.0
-[sampler]
-num_warmup = {warmup}
-num_samples = {samples}
-num_leapfrog_steps = 10
-step_size = 0.05
-adapt_mass_matrix = true
-chains = 2
-seed = 1
-thin = 5
-chunk_size = 25
-"""
 
 
 def write_case(folder: Path, n: int, samples: int) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    grid = Grid((n, n, n), 200.0)
-    spectrum = PowerLawCutoff(amplitude=2000.0, index=-1.5, k_pivot=0.1, cutoff_scale=4.0)
-    save_dataset(folder / "data.npz", make_dataset(grid, spectrum, 0.5, mask="slab", seed=3))
+    cases.write_data(folder, n)
     path = folder / "run.toml"
-    path.write_text(CONFIG.format(warmup=WARMUP, samples=samples))
+    path.write_text(cases.config_text(
+        {"dist": "normal", "loc": -1.5, "scale": 0.3},
+        sampler={"num_warmup": WARMUP, "num_samples": samples, "num_leapfrog_steps": 10,
+                 "step_size": 0.05, "adapt_mass_matrix": True, "chains": 2, "seed": 1, "thin": 5,
+                 "chunk_size": 25}))
     return path
 
 

@@ -28,58 +28,30 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import cases  # noqa: E402  (bench/cases.py)
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
 from core.config import parse_config  # noqa: E402
+from core.demo import DEMO_SPECTRUM  # noqa: E402
 from core.engine.engine import Engine  # noqa: E402
 from core.engine.kernels import UnrolledHamiltonianMonteCarlo  # noqa: E402
 from core.engine.models import build_model  # noqa: E402
-from core.field.grid import Grid  # noqa: E402
-from core.field.power_spectrum import PowerLawCutoff  # noqa: E402
-from core.field.synthetic import make_dataset, save_dataset  # noqa: E402
 
 LEAPFROG = 10
 
-CONFIG = """\
-[model]
-kind = "field"
-[data]
-path = "data.npz"
-noise_sigma = 0.5
-mask = "mask"
-[grid]
-box_size = 200.0
-[prior]
-kind = "power_law_cutoff"
-k_pivot = 0.1
-amplitude = 2000.0
-index = -1.5
-cutoff_scale = 4.0
-[field]
-parameterisation = "whitened"
-dtype = "float32"
-[sampler]
-algorithm = "hmc"
-num_warmup = {warmup}
-num_samples = {samples}
-num_leapfrog_steps = {leapfrog}
-step_size = 0.05
-chains = {chains}
-seed = 1
-thin = 10
-chunk_size = 50
-"""
 
 
 def write_case(directory: Path, n: int) -> None:
-    grid = Grid((n, n, n), 200.0)
-    spectrum = PowerLawCutoff(amplitude=2000.0, index=-1.5, k_pivot=0.1, cutoff_scale=4.0)
-    save_dataset(directory / "data.npz", make_dataset(grid, spectrum, 0.5, mask="slab", seed=3))
+    cases.write_data(directory, n)
 
 
 def config_for(directory: Path, chains: int, warmup: int, samples: int):
-    text = CONFIG.format(chains=chains, warmup=warmup, samples=samples, leapfrog=LEAPFROG)
+    text = cases.config_text(
+        DEMO_SPECTRUM["index"], field={"parameterisation": "whitened", "dtype": "float32"},
+        sampler={"algorithm": "hmc", "num_warmup": warmup, "num_samples": samples,
+                 "num_leapfrog_steps": LEAPFROG, "step_size": 0.05, "chains": chains, "seed": 1,
+                 "thin": 10, "chunk_size": 50})
     return parse_config(text, base_dir=directory), text
 
 

@@ -18,26 +18,14 @@ from app.views.power import PowerView, masked_data_field
 from core.field.grid import Grid
 from core.field.power_estimator import measure_power, relative_error
 from core.field.power_spectrum import PowerLaw
+from support.configs import field_config_text
 from support.runs import fake_run, feed, meta_for
 
 GRID = (8, 6, 5)
 BOX = (32.0, 30.0, 20.0)
-CONFIG = """\
-[model]
-kind = "field"
-[data]
-path = "data.npz"
-noise_sigma = 0.5
-mask = "mask"
-[grid]
-box_size = [32.0, 30.0, 20.0]
-unit = "Mpc"
-[prior]
-kind = "power_law"
-k_pivot = 0.2
-amplitude = 3.0
-index = { dist = "normal", loc = -1.5, scale = 0.3 }
-"""
+CONFIG = field_config_text(box_size=list(BOX), unit="Mpc", prior={
+    "kind": "power_law", "k_pivot": 0.2, "amplitude": 3.0,
+    "index": {"dist": "normal", "loc": -1.5, "scale": 0.3}})
 RTOL = 1e-6
 
 

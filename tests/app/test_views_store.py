@@ -21,39 +21,20 @@ from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
 from core.run.messages import STAT_NAMES
 from core.store.run_store import ChunkRecord, RunReader, RunStoreError, RunStoreWriter
+from support.configs import field_config_text
 from support.runs import fake_run
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = (12, 12, 12)
 PIN = (3, 7, 5)
-CONFIG = """\
-[model]
-kind = "field"
-[data]
-path = "data.npz"
-noise_sigma = 0.5
-mask = "mask"
-[grid]
-box_size = 48.0
-[prior]
-kind = "power_law"
-k_pivot = 0.1
-amplitude = 300.0
-index = { dist = "normal", loc = -1.5, scale = 0.3 }
-[field]
-dtype = "float32"
-[sampler]
-algorithm = "hmc"
-num_warmup = 20
-num_samples = 30
-num_leapfrog_steps = 5
-step_size = 0.1
-adapt_mass_matrix = true
-chains = 2
-seed = 3
-thin = 2
-chunk_size = 10
-"""
+CONFIG = field_config_text(
+    box_size=48.0,
+    prior={"kind": "power_law", "k_pivot": 0.1, "amplitude": 300.0,
+           "index": {"dist": "normal", "loc": -1.5, "scale": 0.3}},
+    field={"dtype": "float32"},
+    sampler={"algorithm": "hmc", "num_warmup": 20, "num_samples": 30, "num_leapfrog_steps": 5,
+             "step_size": 0.1, "adapt_mass_matrix": True, "chains": 2, "seed": 3, "thin": 2,
+             "chunk_size": 10})
 
 
 @pytest.fixture(scope="module")
