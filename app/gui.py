@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "add_arguments", "demo_config", "display_available"]
+__all__ = ["main", "add_arguments", "demo_config", "display_available", "application_icon", "ICON_PATH"]
 
 DEMO_CONFIG = "field.toml"
 
@@ -66,6 +66,20 @@ def demo_config() -> Path:
     from app.main_window import demo_path
 
     return demo_path(DEMO_CONFIG)
+
+
+#: The window icon (resources/ at the top of the source tree; absent from a plain wheel install).
+ICON_PATH = Path(__file__).resolve().parents[1] / "resources" / "fieldscope.svg"
+
+
+def application_icon():
+    """The application's QIcon, or None when the icon file is missing or unreadable here."""
+    from PySide6.QtGui import QIcon
+
+    if not ICON_PATH.is_file():
+        return None
+    icon = QIcon(str(ICON_PATH))
+    return None if icon.isNull() else icon
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Fieldscope")
     app.setOrganizationName("Fieldscope")
+    icon = application_icon()
+    if icon is not None:
+        app.setWindowIcon(icon)
     window = MainWindow()
     # quit when the window has closed *and* its engine has exited (the window hides at
     # once, then closes when the engine is gone; Qt's last-window rule misses that)

@@ -69,3 +69,19 @@ def test_bad_targets_and_no_display_are_one_line_errors(tmp_path, monkeypatch, c
     assert cli.main() == 0                       # `fieldscope` alone: help, and why
     out = capsys.readouterr().out
     assert "gui" in out and "no display found" in out
+
+
+def test_the_application_icon_is_a_real_image(qapp):
+    """resources/fieldscope.svg renders (Qt's SVG plugin reads it) at the sizes a desktop asks for."""
+    from app.gui import ICON_PATH, application_icon
+
+    assert ICON_PATH.is_file()
+    icon = application_icon()
+    assert icon is not None
+    for size in (16, 48, 256):
+        image = icon.pixmap(size, size).toImage()
+        assert image.width() == size and image.height() == size
+        # not blank: the field's colours differ across the image
+        colours = {image.pixel(x, y) for x in range(0, size, max(1, size // 8))
+                   for y in range(0, size, max(1, size // 8))}
+        assert len(colours) > 4
