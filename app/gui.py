@@ -25,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "add_arguments", "demo_config", "display_available", "application_icon", "ICON_PATH"]
+__all__ = [
+    "main", "add_arguments", "demo_config", "display_available", "application_icon", "ICON_PATH"
+]
 
 DEMO_CONFIG = "field.toml"
 

@@ -24,6 +24,11 @@ from core.field.power_spectrum import PowerLawCutoff
 from core.field.synthetic import make_dataset, save_dataset
 from core.io.series import save_series_csv
 
+__all__ = [
+    "DEMO_SHAPE", "DEMO_BOX", "DEMO_SPECTRUM", "DEMO_NOISE", "FIELD_TOML", "INTEGRAL_TOML",
+    "write_demo"
+]
+
 DEMO_SHAPE = (32, 32, 32)
 DEMO_BOX = 200.0
 DEMO_SPECTRUM = dict(amplitude=2000.0, index=-1.5, k_pivot=0.1, cutoff_scale=4.0)

@@ -9,7 +9,9 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QLineEdit
 from app.state.config_state import ConfigState, format_value, parse_number
 from core.run import resources
 
-__all__ = ["ERROR_STYLE", "INFO_STYLE", "bind_text", "bind_combo", "bind_editable_combo", "bind_check"]
+__all__ = [
+    "ERROR_STYLE", "INFO_STYLE", "bind_text", "bind_combo", "bind_editable_combo", "bind_check"
+]
 
 ERROR_STYLE = "color: #d9534f;"
 INFO_STYLE = "color: #6b6b6b;"

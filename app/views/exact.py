@@ -38,6 +38,11 @@ from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
 
+__all__ = [
+    "PANELS", "COLOUR_MAPS", "HIST_BINS", "Comparison", "compare_moments", "nice_limit",
+    "ExactComparisonView"
+]
+
 #: (key, title, level group, row, column) of the image panels
 PANELS = (("wiener_mean", "Wiener mean", "mean", 0, 0),
           ("hmc_mean", "HMC running mean", "mean", 0, 1),

@@ -21,6 +21,8 @@ from app.views.style import (
     configure_live_plot,
 )
 
+__all__ = ["HEALTH_PLOTS", "DIVERGENCE_PLOTS", "HealthView"]
+
 #: (stat name, axis label, log y)
 HEALTH_PLOTS = (("grad_norm", "gradient norm", True),
                 ("acceptance_rate", "acceptance rate", False),

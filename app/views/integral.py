@@ -42,6 +42,11 @@ from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain
 from core.integral.spec import PARAMETERS
 from core.priors import SampledPrior
 
+__all__ = [
+    "BAND_LEVEL", "BAND_QUANTILES", "HIST_BINS", "BAND_BRUSH", "PRED_BRUSH", "Band",
+    "mixture_quantiles", "predictive_band", "band_subset", "spec_for", "IntegralView"
+]
+
 BAND_LEVEL = 0.90
 BAND_QUANTILES = ((1 - BAND_LEVEL) / 2, (1 + BAND_LEVEL) / 2)
 HIST_BINS = 40

@@ -29,6 +29,11 @@ from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.style import pin_colour
 
+__all__ = [
+    "PLANES", "AXIS_NAMES", "COLOUR_MAPS", "COLOUR_MAP_LABELS", "LEVEL_GROUPS",
+    "DEFAULT_COLOUR_MAPS", "slice_of", "robust_levels", "SliceViewState", "SlicesView"
+]
+
 #: (name, (horizontal axis, vertical axis), normal axis) of each view, axes of a[i, j, k]
 PLANES = (("xy", (0, 1), 2), ("xz", (0, 2), 1), ("yz", (1, 2), 0))
 AXIS_NAMES = "xyz"

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
+__all__ = [
+    "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
+    "chain_colour", "pin_colour", "chain_pen", "configure_live_plot", "add_warmup_marker",
+    "add_legend", "add_empty_hint", "sparse_log_ticks"
+]
+
 CHAIN_COLOURS = ("#4fa3ff", "#ffa640", "#5fd35f", "#c58cff", "#e0c060", "#ff7fd0", "#40e0e0", "#b0b0b0")
 PIN_COLOURS = ("#ffe119", "#42d4f4", "#f032e6", "#bfef45", "#fabed4", "#ffffff", "#f58231", "#9a6324")
 DIVERGENCE_COLOUR = "#ff2020"

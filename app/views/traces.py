@@ -22,6 +22,8 @@ from app.views.style import (
     pin_colour,
 )
 
+__all__ = ["TracesView"]
+
 
 class TracesView(RunView):
     """Log-density, hyperparameters and pinned voxel values against the step index."""

@@ -67,6 +67,13 @@ from app.views.base import FIELD, FIELD_VIEWS, RunView, save_png
 from app.views.jobs import LatestJob
 from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, robust_levels
 
+__all__ = [
+    "RENDER_METHODS", "VOXELS_PER_AXIS", "SAFE_TEXTURE_SIZE", "ASYNC_VOXELS", "BACKGROUND",
+    "AXIS_COLOURS", "texture_factors", "block_mean", "MASK_RANGES", "CUTOFF_RANGES",
+    "masked_value", "projection_cutoffs", "prepare_volume", "vispy_colormap", "gl_problem",
+    "gl_texture_limit", "gl_renderer", "default_voxels_per_axis", "VolumeDisplay", "VolumeView"
+]
+
 #: vispy's ray-casting projections offered, with their labels
 RENDER_METHODS = {"mip": "maximum", "attenuated_mip": "attenuated maximum", "minip": "minimum"}
 #: the most voxels per axis rendered, on software OpenGL (Mesa llvmpipe ray-casts on the CPU:

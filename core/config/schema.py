@@ -12,7 +12,12 @@ from pathlib import Path
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
 from core.priors import NormalPrior, SampledPrior
 
-__all__ = ["ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection", "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig", "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "FIELD_DATA_EXTENSIONS", "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"]
+__all__ = [
+    "ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection",
+    "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
+    "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "FIELD_DATA_EXTENSIONS",
+    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"
+]
 
 MODEL_KINDS = ("field", "integral")
 #: The field latent's parameterisations (described in ``core.engine.field_density``, which

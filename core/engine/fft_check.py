@@ -18,6 +18,12 @@ import tensorflow as tf
 from core.engine import fft
 from core.engine.fft_composite import composite_irfft3d, composite_rfft3d
 
+__all__ = [
+    "CheckResult", "check_seed_example", "check_irfft_finite_differences",
+    "check_rfft_finite_differences", "check_adjoint_float32", "check_composite_agreement",
+    "check_hessian_vector_product", "check_jit", "check_registered_gradients", "run_checks", "main"
+]
+
 
 @dataclass(frozen=True)
 class CheckResult:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+__all__ = ["hermitian_completion", "composite_irfft3d", "composite_rfft3d"]
+
 
 def hermitian_completion(spectrum: tf.Tensor, n_last: int) -> tf.Tensor:
     """Full spectrum Z[..., n0, n1, n_last] from the half-spectrum X[..., n0, n1, n_last//2+1].

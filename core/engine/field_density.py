@@ -60,6 +60,8 @@ from core.field.observations import Observations
 from core.field.power_spectrum import PowerLaw, PowerLawCutoff, PowerSpectrum
 from core.priors import Prior, SampledPrior
 
+__all__ = ["mirror", "hermitian_from_real", "SampledHyper", "FieldPosterior"]
+
 tfb = tfp.bijectors
 tfd = tfp.distributions
 

@@ -26,6 +26,8 @@ from core.field.power_estimator import measure_power
 from core.field.power_spectrum import hyperparameter_names, prior_spectrum
 from core.priors import parse_prior
 
+__all__ = ["FieldModel", "IntegralModel", "build_model"]
+
 _DTYPES = {"float32": tf.float32, "float64": tf.float64}
 
 

@@ -12,7 +12,11 @@ import numpy as np
 if TYPE_CHECKING:
     from core.integral.spec import IntegralModelSpec
 
-__all__ = ["expm1_ratio", "phi2", "closed_form_integral", "closed_form_mean", "segment_grid", "SegmentGrid", "trapezoid_integral", "exact_integral", "predictive_mean", "quadratic_limit", "positive_exp_limit"]
+__all__ = [
+    "expm1_ratio", "phi2", "closed_form_integral", "closed_form_mean", "segment_grid",
+    "SegmentGrid", "trapezoid_integral", "exact_integral", "predictive_mean", "quadratic_limit",
+    "positive_exp_limit"
+]
 
 _SERIES_RADIUS = 0.5
 _SERIES_TERMS = 22  # 0.5^22 / 23! ~ 1e-29: far below float64 resolution on |z| < 1/2.

@@ -13,7 +13,10 @@ import numpy as np
 from core.integral.quadrature import _LOG_2PI, _log_max, positive_exp_limit, quadratic_limit, trapezoid_integral
 from core.priors import _neg_half_exp, parse_prior
 
-__all__ = ["PARAMETERS", "IntegralModelSpec", "exponent_limit", "check_overflow", "log_density", "spec_from_config"]
+__all__ = [
+    "PARAMETERS", "IntegralModelSpec", "exponent_limit", "check_overflow", "log_density",
+    "spec_from_config"
+]
 
 #: The integral model's parameters, in state order: THE list (the config, the GUI import it).
 PARAMETERS = ("A", "c", "sigma")

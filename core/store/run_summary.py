@@ -46,6 +46,11 @@ import numpy as np
 from core.store import diagnostics as dg
 from core.store.run_store import RunReader
 
+__all__ = [
+    "RHAT_ATTENTION", "ESS_ATTENTION", "DiagnosticsRow", "TABLE_COLUMNS", "TEXT_COLUMNS",
+    "format_cell", "needs_attention", "ChainHealth", "RunSummary", "summarize_run"
+]
+
 #: R-hat above this, an ESS below ESS_ATTENTION or any divergence needs attention
 RHAT_ATTENTION = 1.01
 ESS_ATTENTION = 100.0
