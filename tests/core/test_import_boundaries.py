@@ -13,6 +13,7 @@ on our behalf (a plotting library that pulls in Qt, a loader that pulls in Tenso
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -99,3 +100,37 @@ def test_engine_modules_import_no_qt(module):
 def test_app_modules_import_neither_tensorflow_nor_the_engine(module):
     bad = imported_roots(module) & set(TENSORFLOW + ("core.engine",))
     assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def test_every_public_module_declares_what_it_exports():
+    """``__all__`` in every module of core and app (read from the source, nothing imported),
+    and every name it lists exists in the module."""
+    missing, unknown = [], []
+    for module in modules("core") + modules("app"):
+        if module.endswith("__main__"):
+            continue
+        path = ROOT / Path(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        tree = ast.parse(path.read_text())
+        exported = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                    and any(getattr(t, "id", None) == "__all__"
+                            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+        if not exported:
+            missing.append(module)
+            continue
+        names = set(ast.literal_eval(exported[0].value))
+        unknown += [f"{module}.{n}" for n in sorted(names - _top_level_names(tree))]
+    assert not missing, f"modules without __all__: {missing}"
+    assert not unknown, f"__all__ lists names the module does not define: {unknown}"
