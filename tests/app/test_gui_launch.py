@@ -33,7 +33,9 @@ def test_screenshot_of_a_run(tmp_path, xla_cache):
     out = launch(["gui", str(config), "--run", "--screenshot", str(png), "--quit-after", "0.5"],
                  tmp_path, xla_cache)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert shown_after(out.stderr) < 4.0       # ~1 s on an idle machine
+    # the window appears (~1 s on an idle machine); its speed is measured by bench/startup.py,
+    # a loose bound here only catches a window that hangs behind a blocking load
+    assert shown_after(out.stderr) < 30.0
     image = QImage(str(png))
     assert image.width() >= 1000 and image.height() >= 700
     runs = list((config.parent / "runs").iterdir())
