@@ -109,7 +109,11 @@ def _read_attributes_isolated(path: str, name: str, attrs: list[str],
 class Hdf5Loader:
     """HDF5 datasets, named by their path in the file without the leading "/"
     ("field", "group/field"). Variable-length strings and other object dtypes are
-    refused; the whole dataset is read into memory."""
+    refused; the whole dataset is read into memory.
+
+    Only this file's bytes are read: a dataset with external storage or a virtual
+    dataset, and a key reached through an external link, are refused from the headers
+    (the message names the other file), before the HDF5 library opens anything else."""
 
     extensions = (".h5", ".hdf5")
     description = "HDF5 file"
