@@ -16,7 +16,8 @@ Gridded arrays (``LOADERS``, one loader object per extension)::
                   ``core.field.synthetic.save_dataset``).
     .h5 / .hdf5   datasets at paths such as "group/field"; ``box_size`` (one number or
                   three) and ``unit`` are read from the dataset's attributes, else the
-                  file root's.
+                  file root's. Only the file's own bytes are read: external storage,
+                  virtual datasets and external links are refused, named.
     .fits / .fit / .fts   image HDUs (astropy.io.fits): "PRIMARY", an EXTNAME or an
                   index; box size |CDELTn| * NAXISn in CUNITn. numpy axis i is FITS
                   axis 3 - i (NAXIS1 varies fastest). See ``FitsLoader``.
@@ -47,7 +48,9 @@ run (it does not build ``Observations``; the engine does). References in
 Errors. Every problem with a file raises ``LoadError`` (a ``ValueError``) whose message
 starts with the file's path and names the array and the offending value or what would
 be accepted; no other exception escapes a loader for a bad file (the GUI shows the
-message, never a traceback).
+message, never a traceback). A FIFO or device is never opened (only regular files are
+read), and ``load_field_inputs`` checks every array's shape from its header before
+reading any, so a small file that unpacks to gigabytes is refused first.
 """
 
 from core.io.arrays import MMAP_THRESHOLD_BYTES, ArrayInfo, ArrayStats, LoadedArray, LoadError

@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from core.io.arrays import LoadedArray, LoadError
-from core.io.formats import loader_for
+from core.io.arrays import ArrayInfo, LoadedArray, LoadError
+from core.io.formats import array_info, loader_for
 from core.io.npy import NpyLoader
 
 __all__ = ['FieldInputs', 'is_file_reference', 'load_field_inputs']
@@ -58,8 +59,41 @@ def is_file_reference(ref: str) -> bool:
     return isinstance(ref, str) and _REF_FILE.match(ref) is not None
 
 
-def _load_reference(config, data_path: str, ref: str, setting: str) -> LoadedArray:
-    """Load ``data.mask`` / ``data.noise_map`` by the rule in the module docstring."""
+class _Reference(NamedTuple):
+    """Where ``data.mask`` / ``data.noise_map`` (or the data) points: resolved, not read."""
+
+    loader: object
+    path: str
+    key: str | None
+    setting: str        # the config key ("data.mask"), or "" for the data itself
+    ref: str
+    embedded: bool      # an array in the data file (a name, not a file)
+
+    def wrap(self, exc: LoadError) -> LoadError:
+        if not self.setting:
+            return exc
+        if self.embedded:
+            return LoadError(f"{self.setting} = {self.ref!r}: {exc} (a name is an array in "
+                             "the data file; a file path must end in .npy, .npz, .h5, .hdf5 "
+                             "or .fits, with ':key' to pick an array)")
+        return LoadError(f"{self.setting} = {self.ref!r}: {exc}")
+
+    def header(self) -> ArrayInfo:
+        """The array's header (shape, dtype); no data read."""
+        try:
+            return array_info(self.path, self.key)
+        except LoadError as exc:
+            raise self.wrap(exc) from None
+
+    def load(self, attributes: bool = False) -> LoadedArray:
+        try:
+            return self.loader.load(self.path, self.key, attributes=attributes)
+        except LoadError as exc:
+            raise self.wrap(exc) from None
+
+
+def _reference(config, data_path: str, ref: str, setting: str) -> _Reference:
+    """Resolve ``data.mask`` / ``data.noise_map`` by the rule in the module docstring."""
     match = _REF_FILE.match(ref)
     if match is None:     # an array in the data file
         loader = loader_for(data_path)
@@ -67,12 +101,7 @@ def _load_reference(config, data_path: str, ref: str, setting: str) -> LoadedArr
             raise LoadError(f"{setting} = {ref!r}: the data file {data_path} is a single "
                             ".npy array, so it has no array of that name; give a file "
                             "(e.g. 'mask.npy', or 'other.npz:key')")
-        try:
-            return loader.load(data_path, ref, attributes=False)
-        except LoadError as exc:
-            raise LoadError(f"{setting} = {ref!r}: {exc} (a name is an array in the data "
-                            "file; a file path must end in .npy, .npz, .h5, .hdf5 or "
-                            ".fits, with ':key' to pick an array)") from None
+        return _Reference(loader, data_path, ref, setting, ref, True)
     path = str(config.resolve_path(match.group("file")))
     key = match.group("key")
     loader = loader_for(path)
@@ -81,52 +110,79 @@ def _load_reference(config, data_path: str, ref: str, setting: str) -> LoadedArr
                         "or drop the ':'")
     if key is not None and isinstance(loader, NpyLoader):
         raise LoadError(f"{setting} = {ref!r}: a .npy file holds one array; drop ':{key}'")
-    try:
-        return loader.load(path, key, attributes=False)
-    except LoadError as exc:
-        raise LoadError(f"{setting} = {ref!r}: {exc}") from None
+    return _Reference(loader, path, key, setting, ref, False)
+
+
+_NOT_REAL = {
+    "c": "is complex; Fieldscope's fields are real (save the real part, or the real-"
+         "space field, as a float array)",
+    "O": "holds Python objects",
+    "U": "holds strings, not numbers", "S": "holds strings, not numbers",
+    "V": "is a record / raw-bytes dtype, not numbers",
+    "M": "holds dates, not numbers", "m": "holds time intervals, not numbers",
+}
+
+
+def _where(path: str, name: str, setting: str) -> str:
+    return f"{path}: array {name!r} ({setting})"
+
+
+def _real_dtype(where: str, dtype: np.dtype, role: str) -> None:
+    """Refuse dtypes that cannot be a real field."""
+    if dtype.kind in _NOT_REAL:
+        raise LoadError(f"{where}: dtype {dtype} {_NOT_REAL[dtype.kind]}; {role} must be a "
+                        "real (float or integer) array")
 
 
 def _real_array(loaded: LoadedArray, setting: str, role: str) -> str:
     """Refuse dtypes that cannot be a real field; return where-text for messages."""
-    where = f"{loaded.path}: array {loaded.name!r} ({setting})"
-    dtype = loaded.array.dtype
-    reasons = {
-        "c": "is complex; Fieldscope's fields are real (save the real part, or the real-"
-             "space field, as a float array)",
-        "O": "holds Python objects",
-        "U": "holds strings, not numbers", "S": "holds strings, not numbers",
-        "V": "is a record / raw-bytes dtype, not numbers",
-        "M": "holds dates, not numbers", "m": "holds time intervals, not numbers",
-    }
-    if dtype.kind in reasons:
-        raise LoadError(f"{where}: dtype {dtype} {reasons[dtype.kind]}; {role} must be a "
-                        "real (float or integer) array")
+    where = _where(loaded.path, loaded.name, setting)
+    _real_dtype(where, loaded.array.dtype, role)
     return where
 
 
-def _same_shape(where: str, arr: np.ndarray, shape, what: str):
-    if arr.shape != shape:
-        raise LoadError(f"{where}: shape {arr.shape} does not match the data shape {shape}"
-                        f"; the {what} must have the data's shape")
+def _same_shape(where: str, shape, data_shape, what: str):
+    if tuple(shape) != tuple(data_shape):
+        raise LoadError(f"{where}: shape {tuple(shape)} does not match the data shape "
+                        f"{tuple(data_shape)}; the {what} must have the data's shape")
 
 
-def _field_data(loaded: LoadedArray, likelihood: str, notes: list[str]) -> np.ndarray:
-    where = _real_array(loaded, "data.key", "the data")
-    arr = loaded.array
-    if arr.dtype.kind == "b":
+def _check_data_header(where: str, shape, dtype: np.dtype) -> None:
+    """What the data's header alone shows to be wrong (dtype, dimensions)."""
+    _real_dtype(where, dtype, "the data")
+    if dtype.kind == "b":
         raise LoadError(f"{where}: dtype bool: true/false values look like a mask, not "
                         "measurements; set data.key to the measured values and data.mask to "
                         "this array")
-    if arr.ndim != 3:
+    if len(shape) != 3:
         hint = ""
-        if arr.ndim > 3 and sum(n != 1 for n in arr.shape) <= 3:
+        if len(shape) > 3 and sum(n != 1 for n in shape) <= 3:
             hint = ("; save it without its length-1 axes (such as a FITS cube's "
                     "degenerate Stokes or frequency axis)")
         raise LoadError(f"{where}: the field model needs a 3-D array (n0, n1, n2), got "
-                        f"shape {arr.shape} ({arr.ndim}-D){hint}")
-    if arr.size == 0:
-        raise LoadError(f"{where}: shape {arr.shape} is empty (an axis of length 0)")
+                        f"shape {tuple(shape)} ({len(shape)}-D){hint}")
+    if math.prod(shape) == 0:
+        raise LoadError(f"{where}: shape {tuple(shape)} is empty (an axis of length 0)")
+
+
+def _check_mask_header(where: str, shape, dtype: np.dtype, data_shape) -> None:
+    _real_dtype(where, dtype, "the mask")
+    _same_shape(where, shape, data_shape, "mask")
+
+
+def _check_noise_header(where: str, shape, dtype: np.dtype, data_shape) -> None:
+    _real_dtype(where, dtype, "the noise map")
+    if dtype.kind == "b":
+        raise LoadError(f"{where}: dtype bool: a noise map holds noise sd values (numbers), "
+                        "not true/false")
+    if len(shape) != 0:      # a 0-d array is one sd for every voxel
+        _same_shape(where, shape, data_shape, "noise map (or a 0-d noise sd)")
+
+
+def _field_data(loaded: LoadedArray, likelihood: str, notes: list[str]) -> np.ndarray:
+    where = _where(loaded.path, loaded.name, "data.key")
+    arr = loaded.array
+    _check_data_header(where, arr.shape, arr.dtype)
     if arr.dtype.kind in "iu":
         if likelihood == "poisson_lognormal":
             notes.append(f"data {loaded.name!r}: integer counts ({arr.dtype}) for the "
@@ -138,9 +194,9 @@ def _field_data(loaded: LoadedArray, likelihood: str, notes: list[str]) -> np.nd
 
 
 def _field_mask(loaded: LoadedArray, shape) -> np.ndarray:
-    where = _real_array(loaded, "data.mask", "the mask")
+    where = _where(loaded.path, loaded.name, "data.mask")
     m = loaded.array
-    _same_shape(where, m, shape, "mask")
+    _check_mask_header(where, m.shape, m.dtype, shape)
     if m.dtype != bool:
         bad = ~((m == 0) | (m == 1))
         if bad.any():
@@ -158,18 +214,31 @@ def _field_mask(loaded: LoadedArray, shape) -> np.ndarray:
 
 
 def _field_noise(loaded: LoadedArray, shape) -> tuple[np.ndarray | None, float | None]:
-    where = _real_array(loaded, "data.noise_map", "the noise map")
+    where = _where(loaded.path, loaded.name, "data.noise_map")
     arr = loaded.array
-    if arr.dtype.kind == "b":
-        raise LoadError(f"{where}: dtype bool: a noise map holds noise sd values (numbers), "
-                        "not true/false")
+    _check_noise_header(where, arr.shape, arr.dtype, shape)
     if arr.ndim == 0:      # one sd for every voxel (the demo data sets store it so)
         sigma = float(arr)
         if not (math.isfinite(sigma) and sigma > 0):
             raise LoadError(f"{where}: the noise sd {sigma!r} must be positive and finite")
         return None, sigma
-    _same_shape(where, arr, shape, "noise map (or a 0-d noise sd)")
     return np.asarray(arr, dtype=np.float64), None
+
+
+def _check_noise_values(where: str, noise: np.ndarray, data: np.ndarray,
+                        mask: np.ndarray | None) -> None:
+    """Every observed voxel (in the mask, with finite data) needs a noise sd > 0 (the
+    gaussian likelihood divides by it); masked voxels may hold anything."""
+    observed = np.isfinite(data)
+    if mask is not None:
+        observed &= mask
+    bad = observed & ~(np.isfinite(noise) & (noise > 0))
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise LoadError(f"{where}: {int(bad.sum())} observed voxel(s) have a noise sd that is "
+                        f"not positive and finite (first at {index}: {float(noise[index])!r}); "
+                        "a noise map holds each voxel's noise sd (> 0), masked voxels may "
+                        "hold anything")
 
 
 def _find_truth(loader, path: str, key: str) -> str | None:
@@ -191,9 +260,11 @@ def load_field_inputs(config) -> FieldInputs:
     array; ``data.mask`` / ``data.noise_map`` follow the rule in the module docstring.
     Checks: data real and 3-D with no empty axis (bool, complex, object, string
     dtypes refused with the reason); mask and noise map of the data's shape, the mask
-    0/1 or bool with at least one observed voxel. Value checks that depend on the
-    likelihood (noise sd > 0 at observed voxels, counts >= 0, NaN handling) are left
-    to ``core.field.observations.Observations.create``.
+    0/1 or bool with at least one observed voxel; for the gaussian likelihood, a noise
+    map's sd > 0 and finite at every observed voxel (in the mask, finite data). Every
+    array's shape and dtype are checked from its header before any array is read.
+    Other value checks that depend on the likelihood (counts >= 0, NaN handling) are
+    left to ``core.field.observations.Observations.create``.
     """
     if getattr(getattr(config, "model", None), "kind", None) != "field":
         raise LoadError(f"config: load_field_inputs needs model.kind = 'field', got "
@@ -204,26 +275,49 @@ def load_field_inputs(config) -> FieldInputs:
     loader = loader_for(path)
     likelihood = config.likelihood.kind if config.likelihood is not None else "gaussian"
     notes: list[str] = []
+
+    # Every header first: an array of the wrong shape is refused before any array is read
+    # (a 34 KB sparse HDF5 mask or a small compressed .npz member can unpack to gigabytes).
+    head = array_info(path, data_cfg.key)
+    _check_data_header(_where(path, head.name, "data.key"), head.shape, head.dtype)
+    shape = tuple(head.shape)
+    refs = {}
+    for setting, ref, check in (("data.mask", data_cfg.mask, _check_mask_header),
+                                ("data.noise_map", data_cfg.noise_map, _check_noise_header)):
+        if ref is None:
+            continue
+        refs[setting] = r = _reference(config, path, ref, setting)
+        info = r.header()
+        check(_where(r.path, info.name, setting), info.shape, info.dtype, shape)
+    truth_key = _find_truth(loader, path, head.name)
+    if truth_key is not None:     # optional: a truth that cannot be used is a note
+        try:
+            info = array_info(path, truth_key)
+        except LoadError as exc:
+            notes.append(f"array {truth_key!r} is not shown as the truth: {exc}")
+            truth_key = None
+        else:
+            if info.dtype.kind not in "iuf" or tuple(info.shape) != shape:
+                notes.append(f"array {truth_key!r} ({info.dtype} {info.shape}) is not a real "
+                             f"array of the data shape {shape}; not shown as the truth")
+                truth_key = None
+
     loaded = loader.load(path, data_cfg.key)
     data = _field_data(loaded, likelihood, notes)
-
     mask = None
-    if data_cfg.mask is not None:
-        mask = _field_mask(_load_reference(config, path, data_cfg.mask, "data.mask"),
-                           data.shape)
+    if "data.mask" in refs:
+        mask = _field_mask(refs["data.mask"].load(), data.shape)
     noise_map, noise_sigma = None, data_cfg.noise_sigma
-    if data_cfg.noise_map is not None:
-        noise_map, noise_sigma = _field_noise(
-            _load_reference(config, path, data_cfg.noise_map, "data.noise_map"), data.shape)
-
+    if "data.noise_map" in refs:
+        noise = refs["data.noise_map"].load()
+        noise_map, noise_sigma = _field_noise(noise, data.shape)
+        if noise_map is not None and likelihood == "gaussian":
+            _check_noise_values(_where(noise.path, noise.name, "data.noise_map"), noise_map,
+                                data, mask)
     truth = None
-    truth_key = _find_truth(loader, path, loaded.name)
     if truth_key is not None:
         t = loader.load(path, truth_key, attributes=False).array
-        if t.dtype.kind not in "iuf" or t.shape != data.shape:
-            notes.append(f"array {truth_key!r} ({t.dtype} {t.shape}) is not a real array of "
-                         f"the data shape {data.shape}; not shown as the truth")
-        else:
+        if t.dtype.kind in "iuf" and t.shape == data.shape:
             truth = t
 
     if loaded.box_size is not None and config.grid is not None and \

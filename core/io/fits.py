@@ -87,11 +87,15 @@ def _fits_prescan(path: str, size: int) -> None:
     of that many axes; found by fuzzing), so each header is read here first: its
     80-byte cards up to END, then the data are skipped as the standard says
     (|BITPIX| / 8 * GCOUNT * (PCOUNT + NAXIS1 * ... * NAXISn)). A header this scan
-    cannot follow ends it; astropy then reports what is wrong.
+    cannot follow ends it; astropy then reports what is wrong. Data the file is too
+    short to hold are refused here, with what the header promises (astropy says only
+    "Empty or corrupt FITS file" when the promise is far beyond the file's end).
     """
     offset = 0
+    index = -1
     with open(path, "rb") as fh:
         while offset + _FITS_BLOCK <= size:
+            index += 1
             fh.seek(offset)
             values: dict[str, int | None] = {}
             ended = False
@@ -127,7 +131,23 @@ def _fits_prescan(path: str, size: int) -> None:
             nbytes = abs(bitpix) // 8 * gcount * (pcount + n)
             if nbytes < 0:
                 return
+            if offset + nbytes > size:
+                raise LoadError(_promise(path, index, values, naxis, nbytes, offset, size))
             offset += -(-nbytes // _FITS_BLOCK) * _FITS_BLOCK
+
+
+def _promise(path: str, index: int, values: dict, naxis: int, nbytes: int, start: int,
+             size: int) -> str:
+    """The message for an HDU whose header promises more data than the file holds."""
+    cards = [f"NAXIS{i} = {values[f'NAXIS{i}']}" for i in range(1, naxis + 1)]
+    extra = [f"{k} = {values[k]}" for k, default in (("PCOUNT", 0), ("GCOUNT", 1))
+             if values.get(k) not in (None, default)]
+    shape = "" if extra or not naxis else \
+        f", shape {tuple(values[f'NAXIS{i}'] for i in range(naxis, 0, -1))}"
+    return (f"{path}: HDU {index}: truncated: the header promises {', '.join(cards + extra)} "
+            f"with BITPIX {values['BITPIX']}{shape}: {nbytes} bytes of data, but only "
+            f"{max(size - start, 0)} bytes follow (the file has {size} bytes, the data "
+            f"start at byte {start})")
 
 
 class _FitsImage(NamedTuple):

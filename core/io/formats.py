@@ -42,15 +42,15 @@ def loader_for(path):
 
 def array_info(path, key=None) -> ArrayInfo:
     """The header of the array ``loader_for(path).load(path, key)`` would read, without
-    reading its data (for estimates before a run); LoadError as ``load``."""
+    reading its data (for estimates before a run, and to check an array's shape before
+    reading it); LoadError as ``load``."""
     loader = loader_for(path)
-    if isinstance(loader, FitsLoader):
+    if isinstance(loader, (FitsLoader, Hdf5Loader)):
         return loader.info(path, key)
     infos = loader.list_arrays(path)
     if isinstance(loader, NpyLoader):
         return infos[0]
     name = _pick_key(os.fspath(path), key, infos)
-    name = name.strip("/") if isinstance(loader, Hdf5Loader) else name
     for info in infos:
         if info.name == name:
             return info

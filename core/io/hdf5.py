@@ -109,7 +109,11 @@ def _read_attributes_isolated(path: str, name: str, attrs: list[str],
 class Hdf5Loader:
     """HDF5 datasets, named by their path in the file without the leading "/"
     ("field", "group/field"). Variable-length strings and other object dtypes are
-    refused; the whole dataset is read into memory."""
+    refused; the whole dataset is read into memory.
+
+    Only this file's bytes are read: a dataset with external storage or a virtual
+    dataset, and a key reached through an external link, are refused from the headers
+    (the message names the other file), before the HDF5 library opens anything else."""
 
     extensions = (".h5", ".hdf5")
     description = "HDF5 file"
@@ -143,6 +147,8 @@ class Hdf5Loader:
 
     @staticmethod
     def _datasets(h5py, group) -> list[ArrayInfo]:
+        """The datasets under ``group`` reached by hard links, from their headers (HDF5
+        does not follow external links while visiting, so no other file is opened)."""
         found = []
 
         def visit(name, obj):
@@ -158,37 +164,136 @@ class Hdf5Loader:
             found = [i._replace(name=f"{prefix}/{i.name}") for i in found]
         return sorted(found, key=lambda i: i.name)
 
+    @staticmethod
+    def _external_links(h5py, group) -> list[str]:
+        """"'name' -> file:path" for each external link under ``group`` (none followed)."""
+        found = []
+
+        def visit(name, link):
+            if isinstance(link, h5py.ExternalLink):
+                found.append(f"{name!r} -> {link.filename}:{link.path}")
+
+        group.visititems_links(visit)
+        return sorted(found)
+
+    @staticmethod
+    def _refuse_external_link(h5py, handle, path: str, name: str, depth: int = 0) -> None:
+        """LoadError if reaching ``name`` would follow an external link (checked link by
+        link, soft links resolved, before anything is opened through them).
+
+        An external link makes the HDF5 library open another file, named by whoever wrote
+        this one: a file the user never chose (its contents would land in the run store,
+        a file people share), or a FIFO or device that blocks forever."""
+        if depth > 16:      # the HDF5 library's own limit on soft-link chains
+            raise LoadError(f"{path}: {name!r}: more than 16 soft links in a chain (a loop?)")
+        current = ""
+        parts = [p for p in name.split("/") if p]
+        for i, part in enumerate(parts):
+            current = f"{current}/{part}"
+            try:
+                link = handle.get(current, getlink=True)
+            except (KeyError, ValueError, RuntimeError, OSError):
+                return             # missing: the caller reports it with the listing
+            if link is None:
+                return
+            if isinstance(link, h5py.ExternalLink):
+                raise LoadError(
+                    f"{path}: {current.strip('/')!r} is an external link to "
+                    f"{link.filename}:{link.path}; refused (Fieldscope reads only the file it "
+                    f"is given, never one another file points to). Load {link.filename} "
+                    f"itself with key {link.path.strip('/')!r}, or copy the dataset into "
+                    f"{os.path.basename(path)}")
+            if isinstance(link, h5py.SoftLink):
+                target = link.path if link.path.startswith("/") else \
+                    f"{current.rpartition('/')[0]}/{link.path}"
+                rest = "/".join([target, *parts[i + 1:]])     # go on from the target
+                Hdf5Loader._refuse_external_link(h5py, handle, path, rest, depth + 1)
+                return
+            if not isinstance(link, h5py.HardLink):
+                raise LoadError(f"{path}: {current.strip('/')!r} is a user-defined link "
+                                f"({type(link).__name__}); refused")
+
+    @staticmethod
+    def _refuse_foreign_storage(obj, where: str) -> None:
+        """LoadError for a dataset whose bytes live outside this file.
+
+        External storage (raw bytes in other files, at offsets the writer chose) would
+        read any file the user can read, such as /etc/passwd, into the run, or block on
+        a FIFO; a virtual dataset reads other HDF5 files and gives its fill value (zeros)
+        where a source file is missing. Neither opens anything while its header is read."""
+        external = obj.external
+        if external:
+            files = ", ".join(str(entry[0]) for entry in external[:3])
+            more = f" and {len(external) - 3} more" if len(external) > 3 else ""
+            raise LoadError(f"{where}: its data are stored outside the HDF5 file (external "
+                            f"storage in {files}{more}); refused (Fieldscope reads only the "
+                            "file it is given). Save the array inside the file")
+        if obj.is_virtual:
+            try:
+                sources = sorted({m.file_name for m in obj.virtual_sources()})
+            except (*_FILE_ERRORS, MemoryError):
+                sources = []
+            named = f" (sources: {', '.join(sources[:3])}" \
+                f"{' ...' if len(sources) > 3 else ''})" if sources else ""
+            raise LoadError(f"{where}: is a virtual dataset that maps other files{named}; "
+                            "refused (Fieldscope reads only the file it is given, and a "
+                            "missing source would read as fill values). Save the array "
+                            "itself in the file")
+
+    def _dataset(self, h5py, handle, path: str, key):
+        """(name, the h5py Dataset for ``key``): every refusal made from headers alone."""
+        if key is None:
+            infos = self._datasets(h5py, handle)
+            if not infos:
+                links = self._external_links(h5py, handle)
+                if links:
+                    raise LoadError(f"{path}: holds no datasets, only external links to "
+                                    f"other files, which are refused: {', '.join(links[:6])}")
+            key = _pick_key(path, None, infos, "dataset")
+        elif not isinstance(key, str) or not key.strip("/"):
+            raise LoadError(f"{path}: dataset key {key!r} must name a dataset "
+                            f"(available: {_listing(self._datasets(h5py, handle))})")
+        name = key.strip("/")
+        self._refuse_external_link(h5py, handle, path, name)
+        obj = handle.get(name)
+        if obj is None:
+            raise _missing(path, name, self._datasets(h5py, handle), "dataset")
+        if isinstance(obj, h5py.Group):
+            inside = self._datasets(h5py, obj)
+            raise LoadError(f"{path}: {name!r} is a group, not a dataset; datasets in "
+                            f"it: {_listing(inside)}")
+        if not isinstance(obj, h5py.Dataset):
+            raise LoadError(f"{path}: {name!r} is a {type(obj).__name__}, not a dataset")
+        where = f"{path}: dataset {name!r}"
+        if obj.shape is None:
+            raise LoadError(f"{where}: holds no data (a null dataspace)")
+        if obj.dtype.hasobject:
+            raise LoadError(f"{where}: dtype {obj.dtype} (variable-length strings, "
+                            "references or other objects) is not an array of numbers")
+        self._refuse_foreign_storage(obj, where)
+        return name, obj
+
     def list_arrays(self, path) -> list[ArrayInfo]:
         path, _ = _check_file(path)
         h5py = _h5py(path)
         with _reading(path, "HDF5", self.extensions), h5py.File(path, "r") as handle:
             return self._datasets(h5py, handle)
 
+    def info(self, path, key=None) -> ArrayInfo:
+        """The ArrayInfo of the dataset ``load(path, key)`` would read, refused as ``load``
+        refuses it, from the headers alone."""
+        path, _ = _check_file(path)
+        h5py = _h5py(path)
+        with _reading(path, "HDF5", self.extensions), h5py.File(path, "r") as handle:
+            name, obj = self._dataset(h5py, handle, path, key)
+            return ArrayInfo(name, obj.shape, obj.dtype, _nbytes(obj.shape, obj.dtype))
+
     def load(self, path, key=None, *, attributes: bool = True) -> LoadedArray:
         path, _ = _check_file(path)
         h5py = _h5py(path)
         with _reading(path, "HDF5", self.extensions), h5py.File(path, "r") as handle:
-            if key is None:
-                key = _pick_key(path, None, self._datasets(h5py, handle), "dataset")
-            elif not isinstance(key, str) or not key.strip("/"):
-                raise LoadError(f"{path}: dataset key {key!r} must name a dataset "
-                                f"(available: {_listing(self._datasets(h5py, handle))})")
-            name = key.strip("/")
-            obj = handle.get(name)
-            if obj is None:
-                raise _missing(path, name, self._datasets(h5py, handle), "dataset")
-            if isinstance(obj, h5py.Group):
-                inside = self._datasets(h5py, obj)
-                raise LoadError(f"{path}: {name!r} is a group, not a dataset; datasets in "
-                                f"it: {_listing(inside)}")
-            if not isinstance(obj, h5py.Dataset):
-                raise LoadError(f"{path}: {name!r} is a {type(obj).__name__}, not a dataset")
+            name, obj = self._dataset(h5py, handle, path, key)
             where = f"{path}: dataset {name!r}"
-            if obj.shape is None:
-                raise LoadError(f"{where}: holds no data (a null dataspace)")
-            if obj.dtype.hasobject:
-                raise LoadError(f"{where}: dtype {obj.dtype} (variable-length strings, "
-                                "references or other objects) is not an array of numbers")
             array = np.asarray(obj[()])
             if not attributes:
                 return LoadedArray(array, name, path)
