@@ -105,7 +105,7 @@ class Observations:
                 if bad_noise.any():
                     idx = tuple(int(i) for i in np.argwhere(bad_noise)[0])
                     raise ValueError(f"noise map: {int(bad_noise.sum())} observed voxel(s) have a noise sd "
-                                     f"that is not positive and finite (first at {idx}: {nm[idx]!r})")
+                                     f"that is not positive and finite (first at {idx}: {float(nm[idx])!r})")
                 noise = np.where(observed, nm, 1.0)
             else:
                 if not _positive_finite(noise_sigma):
