@@ -1,5 +1,12 @@
 """The Prior panel: the P(k) family and its hyperparameters (fixed or sampled), or the integral
-model's parameter priors; a prior draw of the field.
+model's parameter priors; a prior draw of the field; a fit of the hyperparameters to the data.
+
+"Fit to data" reads the data file, mask and noise of the current config and fits the chosen
+family to the data's P(k) (``core.field.prior_fit``) in a worker thread
+(``app.views.jobs.LatestJob``): the GUI thread only builds the config and draws the result.
+A result is dropped when the data, grid, likelihood or family changed since it was asked
+for. "Use as fixed values" and "Use as prior centres" write through ``ConfigState`` keys,
+as typing the numbers would (validation and the config text follow).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
     QToolButton,
@@ -37,13 +45,14 @@ from app.panels.binding import (
 )
 from app.panels.data import _Preview
 from app.state.config_state import FIELD_HYPERPARAMETERS, ConfigState, prior_kinds
+from app.views.jobs import LatestJob
 from core.field.grid import Grid
 from core.field.power_spectrum import spectrum_from_config
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
 from core.io import load_power_table
 from core.priors import PRIOR_KINDS
 
-__all__ = ["PriorPanel", "HYPER_LABELS"]
+__all__ = ["PriorPanel", "HYPER_LABELS", "fit_for_config", "round_to_error"]
 
 HYPER_LABELS = {
     "amplitude": "amplitude A",
@@ -54,6 +63,49 @@ HYPER_LABELS = {
     "sigma": "sigma",
 }
 
+
+#: changes after which a fit no longer describes the config (prior.<p>.* edits keep it)
+_FIT_KEYS = ("data.", "grid.", "likelihood.", "model.", "prior.kind", "prior.k_pivot")
+FIT_COLOUR = "#ff9f40"
+DATA_COLOUR = "#ff6b6b"
+
+
+def fit_for_config(config, start=None):
+    """``core.field.prior_fit.fit_power_spectrum`` for a validated field ``RunConfig``: its
+    data file, mask and noise read as a run reads them. Runs in the worker thread; raises
+    ``LoadError`` / ``ValueError`` (``PriorFitError``) with a message naming the problem."""
+    from core.field.observations import Observations
+    from core.field.prior_fit import fit_power_spectrum
+    from core.io import load_field_inputs
+
+    inputs = load_field_inputs(config)
+    lik = config.likelihood
+    kwargs = dict(kind=lik.kind, mask=inputs.mask, field_mean=lik.field_mean,
+                  smoothing_scale=lik.smoothing_scale or None, name=str(config.data_path))
+    if lik.kind == "gaussian":
+        if inputs.noise_map is not None:
+            kwargs["noise_map"] = inputs.noise_map
+        else:
+            kwargs["noise_sigma"] = (inputs.noise_sigma if inputs.noise_sigma is not None
+                                     else config.data.noise_sigma)
+    else:
+        kwargs["mean_count"] = lik.mean_count
+    observations = Observations.create(inputs.data, **kwargs)
+    grid = Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
+    return fit_power_spectrum(observations, grid, config.prior.kind, config.prior.k_pivot,
+                              start=start)
+
+
+def round_to_error(value: float, error: float) -> float:
+    """``value`` to two significant digits of its ``error`` (four significant digits when
+    the error is not finite): what a fitted number is worth writing into a config."""
+    if not math.isfinite(value) or value == 0:
+        return float(value)
+    if math.isfinite(error) and error > 0:
+        digits = 1 - math.floor(math.log10(error))
+    else:
+        digits = 3 - math.floor(math.log10(abs(value)))
+    return float(round(value, digits))
 
 
 class _HyperEditor(QGroupBox):
@@ -173,10 +225,166 @@ class PriorPanel(SetupPanel):
         self.body.addWidget(self.draw_preview)
         self.draw_caption = _info_label()
         self.body.addWidget(self.draw_caption)
+        self._build_fit()
         self.body.addStretch(1)
         self._draws = 0
         s.connect_any(self._on_change)
         self.refresh()
+
+    # -- the fit to the data ------------------------------------------------------------------
+
+    def _build_fit(self) -> None:
+        self.fit_result = None
+        self._fit_generation = 0
+        self._fitter = LatestJob(self, name="fieldscope-prior-fit")
+        self._fitter.finished.connect(self._fit_done)
+        self.destroyed.connect(lambda *_, job=self._fitter: job.close())
+        # plot() items follow the plot's log mode (given P, they draw log10 P)
+        self.fit_data = self.plot.plot(pen=None, symbol="o", symbolSize=7,
+                                       symbolPen=pg.mkPen(DATA_COLOUR), symbolBrush=DATA_COLOUR)
+        self.fit_dropped = self.plot.plot(pen=None, symbol="o", symbolSize=7,
+                                          symbolPen=pg.mkPen(DATA_COLOUR), symbolBrush=None)
+        self.fit_curve = self.plot.plot(pen=pg.mkPen(FIT_COLOUR, width=2,
+                                                     style=Qt.PenStyle.DashLine))
+        box = QGroupBox("Prior from the data")
+        v = QFormLayout(box)
+        self.fit_button = QPushButton("Fit to data")
+        self.fit_button.setObjectName("prior.fit")
+        self.fit_button.clicked.connect(self.fit_to_data)
+        v.addRow(self.fit_button)
+        self.fit_label = QLabel()
+        self.fit_label.setWordWrap(True)
+        self.fit_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        v.addRow(self.fit_label)
+        row = QWidget()
+        h = QHBoxLayout(row)
+        h.setContentsMargins(0, 0, 0, 0)
+        self.use_fixed_button = QPushButton("Use as fixed values")
+        self.use_fixed_button.clicked.connect(self.use_fit_as_fixed)
+        self.use_centres_button = QPushButton("Use as prior centres")
+        self.use_centres_button.clicked.connect(self.use_fit_as_centres)
+        h.addWidget(self.use_fixed_button)
+        h.addWidget(self.use_centres_button)
+        v.addRow(row)
+        self.fit_box = box
+        self.body.addWidget(box)
+        self._show_fit(None, "")
+
+    def _fit_problem(self) -> str:
+        """Why "Fit to data" cannot run now ("" when it can)."""
+        s = self.state
+        if s["prior.kind"] not in FIELD_HYPERPARAMETERS or not FIELD_HYPERPARAMETERS[s["prior.kind"]]:
+            return "a table has no hyperparameters to fit; choose a parametric P(k) family"
+        if s.data_shape() is None:
+            return "needs a data file with a 3-D array (Data panel)"
+        if s.box_size() is None:
+            return "needs a valid grid box size"
+        return ""
+
+    def _update_fit_button(self) -> None:
+        problem = self._fit_problem()
+        busy = self._fitter.busy
+        self.fit_button.setEnabled(not problem and not busy)
+        self.fit_button.setToolTip(problem or "fit the family's hyperparameters to the data's "
+                                   "P(k), noise subtracted and mask corrected")
+
+    def fit_to_data(self) -> None:
+        """Start the fit in the worker thread (nothing happens while one runs)."""
+        if self._fit_problem() or self._fitter.busy:
+            return
+        s = self.state
+        try:
+            config = s.config()
+        except ValueError as exc:           # ConfigError: the message names the key
+            self._show_fit(None, f"Fix the config first: {exc}")
+            return
+        start = {name: s.hyper_centre(name) for name in FIELD_HYPERPARAMETERS[s["prior.kind"]]}
+        start = {name: value for name, value in start.items() if value is not None}
+        self._fit_generation += 1
+        self._show_fit(None, "fitting the data's P(k)…")
+        self._fitter.request(self._fit_generation, fit_for_config, config, start)
+        self._update_fit_button()
+
+    def _fit_done(self, generation, result, error) -> None:
+        if not _alive(self.fit_label):
+            return
+        self._update_fit_button()
+        if generation != self._fit_generation:
+            return                          # the data or the family changed since
+        if error is not None:
+            known = isinstance(error, (ValueError, OSError))
+            text = str(error) if known else f"{type(error).__name__}: {error}"
+            self._show_fit(None, f"No fit: {text}")
+            return
+        self._show_fit(result, "")
+
+    def _show_fit(self, fit, text: str) -> None:
+        self.fit_result = fit
+        has = fit is not None
+        self.use_fixed_button.setEnabled(has)
+        self.use_centres_button.setEnabled(has)
+        if not has:
+            self.fit_label.setText(text)
+            for item in (self.fit_data, self.fit_dropped):
+                item.setData([], [])
+            self.fit_curve.setData([], [])
+            self._update_fit_button()
+            return
+        parts = [f"{HYPER_LABELS.get(n, n)} = {_g(fit.values[n])} ± {_g(fit.errors[n], 2)}"
+                 for n in fit.names]
+        self.fit_label.setText(
+            "; ".join(parts) + f"\n{fit.message}; chi² {fit.chi2:.1f} for {fit.dof} degrees of "
+            f"freedom; noise P = {_g(fit.noise_power)}, observed fraction {fit.observed_fraction:.3f}."
+            "\nDots: the data's P(k), noise subtracted, mask corrected (hollow: not used); "
+            "dashed: the fit; solid: the prior.")
+        positive = np.isfinite(fit.power) & (fit.power > 0)
+        used, dropped = positive & fit.used, positive & ~fit.used
+        self.fit_data.setData(fit.k[used], fit.power[used])
+        self.fit_dropped.setData(fit.k[dropped], fit.power[dropped])
+        k = fit.k[np.isfinite(fit.k)]
+        k = np.geomspace(k.min(), k.max(), 200)
+        self.fit_curve.setData(k, fit.spectrum.evaluate(k))
+
+    def _fitted(self):
+        fit = self.fit_result
+        return [] if fit is None else [(n, round_to_error(fit.values[n], fit.errors[n]))
+                                       for n in fit.names]
+
+    def use_fit_as_fixed(self) -> None:
+        """Every fitted hyperparameter fixed at its fitted value (rounded to its error)."""
+        s = self.state
+        with s.batch():
+            for name, value in self._fitted():
+                s.set_sampled(name, False)
+                s[f"prior.{name}.value"] = value
+
+    def use_fit_as_centres(self) -> None:
+        """Each sampled hyperparameter's prior moved to be centred (median) on the fitted value,
+        its width kept; a fixed one takes the value. A prior that cannot be centred there (a
+        lognormal on a negative value) is left as it is, and the label says so."""
+        s = self.state
+        skipped = []
+        with s.batch():
+            for name, value in self._fitted():
+                p = f"prior.{name}"
+                if not s[f"{p}.sampled"]:
+                    s[f"{p}.value"] = value
+                    continue
+                dist = s[f"{p}.dist"]
+                if dist == "normal":
+                    s[f"{p}.loc"] = value
+                elif dist == "lognormal" and value > 0:
+                    s[f"{p}.loc"] = round_to_error(math.log(value),
+                                                   self.fit_result.errors[name] / value)
+                elif dist == "uniform" and all(isinstance(s[f"{p}.{b}"], (int, float))
+                                               for b in ("low", "high")):
+                    half = 0.5 * (s[f"{p}.high"] - s[f"{p}.low"])
+                    s[f"{p}.low"], s[f"{p}.high"] = value - half, value + half
+                else:
+                    skipped.append(f"{name} ({dist} prior)")
+        if skipped:
+            self.fit_label.setText(self.fit_label.text() + "\nNot centred: " + ", ".join(skipped)
+                                   + " cannot be centred on the fitted value.")
 
     def _browse_table(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open P(k) table", str(self.state.base_dir),
@@ -189,8 +397,13 @@ class PriorPanel(SetupPanel):
             self.state["prior.table"] = rel
 
     def _on_change(self, keys) -> None:
-        if _alive(self.plot) and any(k.startswith(("prior.", "grid.", "data.", "model."))
-                                     for k in keys):
+        if not _alive(self.plot):
+            return
+        if any(k.startswith(_FIT_KEYS) for k in keys):
+            self._fit_generation += 1           # a fit under way or shown no longer applies
+            if self.fit_result is not None or self._fitter.busy:
+                self._show_fit(None, "")
+        if any(k.startswith(("prior.", "grid.", "data.", "model.")) for k in keys):
             self.refresh()
 
     def _row_visible(self, key):
@@ -219,8 +432,10 @@ class PriorPanel(SetupPanel):
             widget.setHidden(not visible)
             if not visible:
                 self.form.setRowVisible(self.messages[key], False)
-        for widget in (self.plot, self.plot_caption, self.draw_button, self.draw_caption):
+        for widget in (self.plot, self.plot_caption, self.draw_button, self.draw_caption,
+                       self.fit_box):
             widget.setVisible(not integral)
+        self._update_fit_button()
         if integral:
             self.draw_preview.setVisible(False)
             return

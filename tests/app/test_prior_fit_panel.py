@@ -1,0 +1,105 @@
+"""The Prior panel's "Fit to data": the fit runs off the GUI thread, is drawn over the data's
+P(k), and its two actions write the config through the state (offscreen Qt, no engine)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import Qt
+
+from app.panels.prior import PriorPanel
+from app.state.config_state import ConfigState
+from core.config import config_from_dict, dump_config, parse_config
+from core.field.grid import Grid
+from core.field.power_spectrum import PowerLaw
+from core.field.synthetic import make_dataset, save_dataset
+
+TRUE = PowerLaw(amplitude=200.0, index=-2.0, k_pivot=0.3)
+
+
+def write_case(folder, amplitude=200.0, sigma=1.0):
+    grid = Grid((32, 32, 32), 100.0)
+    spectrum = PowerLaw(amplitude=amplitude, index=-2.0, k_pivot=0.3)
+    save_dataset(folder / "field.npz",
+                 make_dataset(grid, spectrum, sigma, mask="slab", mask_fraction=0.25, seed=3))
+    document = {
+        "model": {"kind": "field"},
+        "data": {"path": "field.npz", "key": "data", "noise_sigma": sigma, "mask": "mask"},
+        "grid": {"box_size": 100.0},
+        "prior": {"kind": "power_law", "k_pivot": 0.3, "amplitude": 1.0,
+                  "index": {"dist": "normal", "loc": -1.0, "scale": 0.5}},
+        "likelihood": {"kind": "gaussian"},
+    }
+    path = folder / "run.toml"
+    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
+    return path
+
+
+def open_panel(qtbot, path):
+    state = ConfigState.from_file(path)
+    panel = PriorPanel(state)
+    qtbot.addWidget(panel)
+    panel.show()
+    return state, panel
+
+
+def fit(qtbot, panel):
+    assert panel.fit_button.isEnabled()
+    qtbot.mouseClick(panel.fit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel._fitter.busy and "fitting" not in panel.fit_label.text(),
+                    timeout=30_000)
+
+
+def test_fit_to_data_then_use_as_fixed_values_and_as_prior_centres(qtbot, tmp_path):
+    state, panel = open_panel(qtbot, write_case(tmp_path))
+    fit(qtbot, panel)
+    result = panel.fit_result
+    assert result is not None, panel.fit_label.text()
+    for name in ("amplitude", "index"):
+        assert abs(result.values[name] - getattr(TRUE, name)) < 4 * result.errors[name]
+    assert "amplitude A = " in panel.fit_label.text() and "±" in panel.fit_label.text()
+    k, p = panel.fit_data.getOriginalDataset()            # the data's P(k) is drawn...
+    assert len(k) == result.used.sum()
+    k, p = panel.fit_curve.getOriginalDataset()           # ... with the fit over it
+    np.testing.assert_allclose(p, result.spectrum.evaluate(k))
+    assert len(panel.curve.getOriginalDataset()[0]) > 0   # and the current prior
+
+    qtbot.mouseClick(panel.use_fixed_button, Qt.MouseButton.LeftButton)
+    config = parse_config(state.to_toml(), base_dir=tmp_path)   # the config text, read back
+    assert not state["prior.index.sampled"]
+    assert config.prior.index == state["prior.index.value"]
+    assert math.isclose(config.prior.index, result.values["index"], abs_tol=result.errors["index"])
+    assert math.isclose(config.prior.amplitude, result.values["amplitude"],
+                        rel_tol=0.1 * result.errors["amplitude"] / result.values["amplitude"])
+    assert state.validate() == {}
+
+    # sampled priors: a normal on the index, a lognormal on the amplitude; widths kept
+    state.set_sampled("index", True)
+    state.update({"prior.index.dist": "normal", "prior.index.loc": 0.0,
+                  "prior.index.scale": 0.7, "prior.amplitude.sampled": True,
+                  "prior.amplitude.dist": "lognormal", "prior.amplitude.loc": 0.0,
+                  "prior.amplitude.scale": 1.0})
+    assert panel.fit_result is result          # editing the priors keeps the fit
+    qtbot.mouseClick(panel.use_centres_button, Qt.MouseButton.LeftButton)
+    config = parse_config(state.to_toml(), base_dir=tmp_path).prior
+    assert config.index.scale == 0.7 and config.amplitude.scale == 1.0
+    assert abs(config.index.loc - result.values["index"]) < result.errors["index"]
+    assert abs(math.exp(config.amplitude.loc) - result.values["amplitude"]) \
+        < result.errors["amplitude"]
+    assert state.validate() == {}
+
+    state["likelihood.field_mean"] = 0.5       # the data's description changed: the fit goes
+    assert panel.fit_result is None and not panel.use_fixed_button.isEnabled()
+
+
+def test_data_with_no_usable_shells_show_a_message_not_a_traceback(qtbot, tmp_path):
+    state, panel = open_panel(qtbot, write_case(tmp_path, amplitude=1e-6))   # noise only
+    fit(qtbot, panel)
+    assert panel.fit_result is None
+    text = panel.fit_label.text()
+    assert text.startswith("No fit: power_law: 2 hyperparameters"), text
+    assert "usable P(k) shell" in text and "Traceback" not in text
+    assert not panel.use_fixed_button.isEnabled() and panel.fit_button.isEnabled()
+    state["prior.kind"] = "table"
+    assert not panel.fit_button.isEnabled() and "table" in panel.fit_button.toolTip()
