@@ -121,10 +121,10 @@ class PowerSpectrum:
                              f"(this family has {', '.join(self.parameters) or 'none'})")
         values = {name: getattr(self, name) for name in self.parameters}
         values.update(overrides)
-        return {name: _check_parameter(self.kind, name, value, self._rules[name])
+        return {name: _check_parameter(self.kind, name, value, self.parameter_rules[name])
                 for name, value in values.items()}
 
-    _rules: ClassVar[dict[str, str]] = {}
+    parameter_rules: ClassVar[dict[str, str]] = {}
 
 
 def _log_k_over_pivot(k: np.ndarray, k_pivot: float) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +147,7 @@ class PowerLaw(PowerSpectrum):
 
     kind: ClassVar[str] = "power_law"
     parameters: ClassVar[tuple[str, ...]] = ("amplitude", "index")
-    _rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite"}
+    parameter_rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite"}
 
     def __post_init__(self):
         for name, rule in (("amplitude", "positive"), ("index", "finite"),
@@ -183,7 +183,7 @@ class PowerLawCutoff(PowerSpectrum):
 
     kind: ClassVar[str] = "power_law_cutoff"
     parameters: ClassVar[tuple[str, ...]] = ("amplitude", "index", "cutoff_scale")
-    _rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite",
+    parameter_rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite",
                                         "cutoff_scale": "nonnegative"}
 
     def __post_init__(self):

@@ -136,8 +136,8 @@ def free_parameters(kind: str) -> tuple[str, ...]:
 
 
 def _rule(kind: str, name: str) -> str:
-    # each family states its parameters' ranges once, in its _rules (power_spectrum.py)
-    return getattr(SPECTRA[kind], "_rules", {}).get(name, "finite")
+    # each family states its parameters' ranges once, in its parameter_rules (power_spectrum.py)
+    return SPECTRA[kind].parameter_rules.get(name, "finite")
 
 
 class _ShellModel:
