@@ -74,24 +74,10 @@ def fit_for_config(config, start=None):
     """``core.field.prior_fit.fit_power_spectrum`` for a validated field ``RunConfig``: its
     data file, mask and noise read as a run reads them. Runs in the worker thread; raises
     ``LoadError`` / ``ValueError`` (``PriorFitError``) with a message naming the problem."""
-    from core.field.observations import Observations
     from core.field.prior_fit import fit_power_spectrum
-    from core.io import load_field_inputs
+    from core.io import load_observations
 
-    inputs = load_field_inputs(config)
-    lik = config.likelihood
-    kwargs = dict(kind=lik.kind, mask=inputs.mask, field_mean=lik.field_mean,
-                  smoothing_scale=lik.smoothing_scale or None, name=str(config.data_path))
-    if lik.kind == "gaussian":
-        if inputs.noise_map is not None:
-            kwargs["noise_map"] = inputs.noise_map
-        else:
-            kwargs["noise_sigma"] = (inputs.noise_sigma if inputs.noise_sigma is not None
-                                     else config.data.noise_sigma)
-    else:
-        kwargs["mean_count"] = lik.mean_count
-    observations = Observations.create(inputs.data, **kwargs)
-    grid = Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
+    _, observations, grid = load_observations(config)
     return fit_power_spectrum(observations, grid, config.prior.kind, config.prior.k_pivot,
                               start=start)
 

@@ -20,8 +20,6 @@ import tensorflow as tf
 from core.config import RunConfig
 from core.engine import fft
 from core.engine.field_density import FieldPosterior
-from core.field.grid import Grid
-from core.field.observations import Observations
 from core.field.power_estimator import measure_power
 from core.field.power_spectrum import hyperparameter_names, prior_spectrum
 from core.priors import parse_prior
@@ -47,25 +45,11 @@ class FieldModel:
     kind = "field"
 
     def __init__(self, config: RunConfig):
-        from core.io import load_field_inputs, load_prior_table
+        from core.io import load_observations, load_prior_table
 
         self.config = config
-        inputs = load_field_inputs(config)
+        inputs, self.observations, self.grid = load_observations(config)
         self.truth = inputs.truth
-        lik = config.likelihood
-        data_cfg = config.data
-        obs_kwargs = dict(kind=lik.kind, mask=inputs.mask, field_mean=lik.field_mean,
-                          smoothing_scale=lik.smoothing_scale or None, name=str(config.data_path))
-        if lik.kind == "gaussian":
-            if inputs.noise_map is not None:
-                obs_kwargs["noise_map"] = inputs.noise_map
-            else:  # from the config, or a single number stored as the noise map
-                obs_kwargs["noise_sigma"] = inputs.noise_sigma if inputs.noise_sigma is not None \
-                    else data_cfg.noise_sigma
-        else:
-            obs_kwargs["mean_count"] = lik.mean_count
-        self.observations = Observations.create(inputs.data, **obs_kwargs)
-        self.grid = Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
         prior = config.prior
         # the config holds a number (fixed) or a core.priors object (sampled)
         hyper = {name: parse_prior(f"prior.{name}", getattr(prior, name))

@@ -15,7 +15,7 @@ from core.io.arrays import ArrayInfo, LoadedArray, LoadError
 from core.io.formats import array_info, loader_for
 from core.io.npy import NpyLoader
 
-__all__ = ['FieldInputs', 'is_file_reference', 'load_field_inputs']
+__all__ = ['FieldInputs', 'is_file_reference', 'load_field_inputs', 'load_observations']
 
 @dataclass(frozen=True, eq=False)
 class FieldInputs:
@@ -333,3 +333,29 @@ def load_field_inputs(config) -> FieldInputs:
                        data_path=path, notes=tuple(notes))
 
 
+
+
+def load_observations(config):
+    """The data of a field run as its likelihood sees them: ``(inputs, observations, grid)``
+    with ``inputs`` from ``load_field_inputs(config)``, ``observations`` a
+    ``core.field.observations.Observations`` built with the config's likelihood (its kind,
+    mask, noise map or noise sd, field mean, smoothing scale, mean count) and ``grid`` the
+    data's ``core.field.grid.Grid``. The one place a config becomes Observations (the
+    engine's model and the Prior panel's fit both use it)."""
+    from core.field.grid import Grid
+    from core.field.observations import Observations
+
+    inputs = load_field_inputs(config)
+    lik = config.likelihood
+    kwargs = dict(kind=lik.kind, mask=inputs.mask, field_mean=lik.field_mean,
+                  smoothing_scale=lik.smoothing_scale or None, name=str(config.data_path))
+    if lik.kind == "gaussian":
+        if inputs.noise_map is not None:
+            kwargs["noise_map"] = inputs.noise_map
+        else:  # from the config, or a single number stored as the noise map
+            kwargs["noise_sigma"] = (inputs.noise_sigma if inputs.noise_sigma is not None
+                                     else config.data.noise_sigma)
+    else:
+        kwargs["mean_count"] = lik.mean_count
+    observations = Observations.create(inputs.data, **kwargs)
+    return inputs, observations, Grid(inputs.data.shape, config.grid.box_size, config.grid.unit)
