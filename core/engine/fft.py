@@ -236,6 +236,12 @@ def _irfft_trailing(spectrum: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
 
 
 def _to_tensor(value, preferred, what: str) -> tf.Tensor:
+    numpy_dtype = getattr(value, "dtype", None) if not tf.is_tensor(value) else None
+    if preferred.is_floating and getattr(numpy_dtype, "kind", None) == "c":
+        # tf.convert_to_tensor would cast to the preferred real dtype, dropping the
+        # imaginary part with only numpy's ComplexWarning
+        raise ValueError(f"{what} needs a real floating-point input (float32 or float64); "
+                         f"got dtype {np.dtype(numpy_dtype).name}")
     try:
         return tf.convert_to_tensor(value, dtype_hint=preferred)
     except (TypeError, ValueError) as err:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -662,6 +663,16 @@ def test_nd_op_gradient_functions_in_graph_mode():
 def test_malformed_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("transform", [fft.rfft3d, fft.rfftnd], ids=["rfft3d", "rfftnd"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_numpy_complex_input_to_a_real_transform_raises_value_error(transform, dtype):
+    """Regression: a numpy complex array was cast to real, with only numpy's ComplexWarning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old path: a ComplexWarning, then a real transform
+        with pytest.raises(ValueError, match=f"needs a real floating-point input.*got dtype {np.dtype(dtype).name}"):
+            transform(np.ones((2, 3, 4), dtype))
 
 
 def test_unknown_transform_sizes_in_graph_raise_value_error():
