@@ -46,9 +46,14 @@ transformed axis the input is cut to the length, or padded with zeros at the end
 for the inverse transforms the last axis is cut or padded to n_r // 2 + 1.
 
 Restrictions: the rank of the input and the sizes of the transformed axes must be
-known when the graph is built (batch dimensions may be dynamic). Invalid input
-raises ``ValueError`` before any TensorFlow kernel runs, because TensorFlow's FFT
-kernels abort the whole process on zero-length transforms.
+known when the graph is built (batch dimensions may be dynamic); ``fft_length`` and
+``axes`` must be constants or static shapes (``tf.shape(x)[-r:]`` with x's shape
+static, as ``tf.signal.rfftnd`` passes by default). Cotangents need not be known: in
+graph mode (``tf.function``, ``tf.test.compute_gradient``) the gradients accept a
+cotangent of unknown shape, rank included, and assert the forward result's shape
+on it. Invalid input (a numpy complex array for a real transform included) raises
+``ValueError`` before any TensorFlow kernel runs, because TensorFlow's FFT kernels
+abort the whole process on zero-length transforms.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import tensor_util
 
 __all__ = [
     "rfft3d",
@@ -131,6 +137,42 @@ def _kernel_needs_projection() -> bool:
     if _PROJECT_PLANES is None:
         _PROJECT_PLANES = bool(tf.config.list_logical_devices("GPU"))
     return _PROJECT_PLANES
+
+
+def _with_static_shape(t: tf.Tensor, shape: tf.TensorShape) -> tf.Tensor:
+    """``t`` with what ``shape`` knows of its static shape (rank included) added.
+
+    Cotangents in graph mode can have an unknown static shape, even an unknown rank
+    (``tf.test.compute_gradient``'s placeholder, a caller's ``output_gradients``),
+    while the VJPs below need the rank and the transformed sizes. The shape of the
+    forward result is known, so it is asserted on the cotangent (a run-time check in
+    graph mode; nothing is added when ``t`` already knows as much, as in eager mode).
+    """
+    merged = t.shape.merge_with(shape)
+    if merged == t.shape:  # TensorShape equality: same rank (or both unknown), same dims
+        return t
+    return tf.ensure_shape(t, merged)
+
+
+def _static_int_vector(t: tf.Tensor) -> np.ndarray | None:
+    """The value of a 1-D integer tensor when the graph is built, or None.
+
+    Beyond ``tf.get_static_value`` (constants and simple folds), this evaluates shape
+    expressions such as ``tf.shape(x)[-r:]`` (what ``tf.signal.rfftnd`` passes as its
+    default ``fft_length``) when the shape they read is static.
+    """
+    value = tf.get_static_value(t)
+    if value is not None:
+        return np.asarray(value)
+    if t.shape.rank != 1 or not t.dtype.is_integer:
+        return None
+    try:
+        as_shape = tensor_util.constant_value_as_shape(t)
+    except (TypeError, ValueError):
+        return None
+    if not as_shape.is_fully_defined():
+        return None
+    return np.asarray(as_shape.as_list(), dtype=t.dtype.as_numpy_dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -208,10 +250,12 @@ def _rfft_trailing(x: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
 
     @tf.custom_gradient
     def _rfft_fwd(x):
-        def _rfft_bwd(dspectrum):
-            return _rfft_vjp(dspectrum, lengths)
+        spectrum = _rfft_kernel(x, lengths)
 
-        return _rfft_kernel(x, lengths), _rfft_bwd
+        def _rfft_bwd(dspectrum):
+            return _rfft_vjp(_with_static_shape(dspectrum, spectrum.shape), lengths)
+
+        return spectrum, _rfft_bwd
 
     return _rfft_fwd(x)
 
@@ -222,10 +266,12 @@ def _irfft_trailing(spectrum: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
 
     @tf.custom_gradient
     def _irfft_fwd(spectrum):
-        def _irfft_bwd(dy):
-            return _irfft_vjp(dy, lengths, cdtype)
+        y = _irfft_kernel(spectrum, lengths)
 
-        return _irfft_kernel(spectrum, lengths), _irfft_bwd
+        def _irfft_bwd(dy):
+            return _irfft_vjp(_with_static_shape(dy, y.shape), lengths, cdtype)
+
+        return y, _irfft_bwd
 
     return _irfft_fwd(spectrum)
 
@@ -236,6 +282,12 @@ def _irfft_trailing(spectrum: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
 
 
 def _to_tensor(value, preferred, what: str) -> tf.Tensor:
+    numpy_dtype = getattr(value, "dtype", None) if not tf.is_tensor(value) else None
+    if preferred.is_floating and getattr(numpy_dtype, "kind", None) == "c":
+        # tf.convert_to_tensor would cast to the preferred real dtype, dropping the
+        # imaginary part with only numpy's ComplexWarning
+        raise ValueError(f"{what} needs a real floating-point input (float32 or float64); "
+                         f"got dtype {np.dtype(numpy_dtype).name}")
     try:
         return tf.convert_to_tensor(value, dtype_hint=preferred)
     except (TypeError, ValueError) as err:
@@ -251,7 +303,7 @@ def _check_dtype(t: tf.Tensor, allowed, what: str, kind: str) -> None:
 def _normalise_axes(rank: int, axes, what: str) -> list[int]:
     if axes is None:
         return list(range(rank))
-    static = tf.get_static_value(axes) if tf.is_tensor(axes) else axes
+    static = _static_int_vector(axes) if tf.is_tensor(axes) else axes
     if static is None:
         raise ValueError(f"{what}: axes must be known when the graph is built")
     try:
@@ -286,7 +338,7 @@ def _static_sizes(t: tf.Tensor, axes: Sequence[int], what: str) -> list[int]:
 def _parse_fft_length(fft_length, count: int, what: str) -> list[int] | None:
     if fft_length is None:
         return None
-    static = tf.get_static_value(fft_length) if tf.is_tensor(fft_length) else fft_length
+    static = _static_int_vector(fft_length) if tf.is_tensor(fft_length) else fft_length
     if static is None:
         raise ValueError(f"{what}: fft_length must be known when the graph is built")
     try:
@@ -478,36 +530,54 @@ def irfftnd(input_tensor, fft_length=None, axes=None, norm=None, name=None):
 
 
 def _static_op_input(op, index: int, what: str) -> list[int]:
-    value = tf.get_static_value(op.inputs[index])
+    value = _static_int_vector(op.inputs[index])
     if value is None:
-        raise ValueError(f"gradient of {op.type}: {what} must be a constant when the graph is built")
+        raise ValueError(f"gradient of {op.type}: {what} must be known when the graph is built "
+                         f"(a constant, or the static shape of a tensor); got {op.inputs[index]}")
     return [int(v) for v in np.atleast_1d(value)]
 
 
+def _op_input_rank(op) -> int:
+    rank = op.inputs[0].shape.rank
+    if rank is None:
+        raise ValueError(f"gradient of {op.type}: the rank of its input must be known when the graph is built")
+    return rank
+
+
+def _op_input_sizes(op, axes: Sequence[int]) -> list[int]:
+    """The op input's sizes along ``axes``, which the gradient is cropped or padded back to."""
+    sizes = [op.inputs[0].shape[a] for a in axes]
+    if any(n is None for n in sizes):
+        raise ValueError(f"gradient of {op.type}: the sizes of the transformed axes of its input must be "
+                         f"known when the graph is built; input shape is {op.inputs[0].shape}")
+    return sizes
+
+
 def _op_rfft_grad(op, grad, axes: list[int]):
-    x = op.inputs[0]
     lengths = _static_op_input(op, 1, "fft_length")
     moved, back = _move_to_end(grad, axes)
     dx = _move_back(_rfft_vjp(moved, lengths), back)
     # The kernel crops an input longer than fft_length: those entries get no gradient.
-    return _fit(dx, axes, [x.shape[a] for a in axes])
+    return _fit(dx, axes, _op_input_sizes(op, axes))
 
 
 def _op_irfft_grad(op, grad, axes: list[int]):
-    spectrum = op.inputs[0]
     lengths = _static_op_input(op, 1, "fft_length")
     moved, back = _move_to_end(grad, axes)
-    dspectrum = _move_back(_irfft_vjp(moved, lengths, spectrum.dtype), back)
-    return _fit(dspectrum, axes, [spectrum.shape[a] for a in axes])
+    dspectrum = _move_back(_irfft_vjp(moved, lengths, op.inputs[0].dtype), back)
+    return _fit(dspectrum, axes, _op_input_sizes(op, axes))
 
 
 def _rfft3d_op_grad(op, grad):
-    rank = op.inputs[0].shape.rank
+    rank = _op_input_rank(op)
+    # The 3-D ops' shape function is right: give an unknown-shape cotangent the output's shape.
+    grad = _with_static_shape(grad, op.outputs[0].shape)
     return [_op_rfft_grad(op, grad, [rank - 3, rank - 2, rank - 1]), None]
 
 
 def _irfft3d_op_grad(op, grad):
-    rank = op.inputs[0].shape.rank
+    rank = _op_input_rank(op)
+    grad = _with_static_shape(grad, op.outputs[0].shape)
     return [_op_irfft_grad(op, grad, [rank - 3, rank - 2, rank - 1]), None]
 
 
@@ -527,18 +597,27 @@ def _with_true_shape(grad, op, axes, sizes):
     return tf.ensure_shape(loose, true_shape)
 
 
-def _rfftnd_op_grad(op, grad):
-    rank = op.inputs[0].shape.rank
+def _nd_op_axes_and_lengths(op) -> tuple[list[int], list[int]]:
+    """The static ``axes`` and ``fft_length`` of an RFFTND/IRFFTND op, one length per axis."""
+    rank = _op_input_rank(op)
     axes = [a % rank for a in _static_op_input(op, 2, "axes")]
     lengths = _static_op_input(op, 1, "fft_length")
+    if len(lengths) != len(axes):
+        # tf.signal.rfftnd(x, axes=...) without fft_length passes the whole shape of x
+        raise ValueError(f"gradient of {op.type}: fft_length {lengths} needs one entry per axis in {axes}; "
+                         "pass fft_length explicitly")
+    return axes, lengths
+
+
+def _rfftnd_op_grad(op, grad):
+    axes, lengths = _nd_op_axes_and_lengths(op)
     grad = _with_true_shape(grad, op, axes, lengths[:-1] + [lengths[-1] // 2 + 1])
     return [_op_rfft_grad(op, grad, axes), None, None]
 
 
 def _irfftnd_op_grad(op, grad):
-    rank = op.inputs[0].shape.rank
-    axes = [a % rank for a in _static_op_input(op, 2, "axes")]
-    grad = _with_true_shape(grad, op, axes, _static_op_input(op, 1, "fft_length"))
+    axes, lengths = _nd_op_axes_and_lengths(op)
+    grad = _with_true_shape(grad, op, axes, lengths)
     return [_op_irfft_grad(op, grad, axes), None, None]
 
 

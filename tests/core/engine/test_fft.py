@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -633,6 +634,149 @@ def test_nd_op_gradient_functions_in_graph_mode():
     np.testing.assert_allclose(got_ds, ours.numpy(), atol=1e-12)
 
 
+# --------------------------------------------------------------------------- graph mode, unknown cotangents
+
+
+@pytest.fixture
+def registered():
+    """The raw-op gradients, registered in this process (idempotent, as `fieldscope check` does)."""
+    fft.register_gradients()
+
+
+def vjp_with_unknown_cotangent(forward, x_spec, dy_dtype):
+    """The VJP of ``forward`` traced with a cotangent of unknown shape, rank included.
+
+    That is what TensorFlow feeds in graph mode (``tf.test.compute_gradient``'s
+    placeholder, a caller's ``output_gradients`` of unknown shape).
+    """
+
+    @tf.function(input_signature=[x_spec, tf.TensorSpec(None, dy_dtype)])
+    def vjp(x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = forward(x)
+        return tape.gradient(y, x, output_gradients=dy)
+
+    return vjp.get_concrete_function()
+
+
+def eager_vjp(forward, x, dy):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = forward(x)
+    return tape.gradient(y, x, output_gradients=dy).numpy()
+
+
+# (name, transform under test, its eager reference in core.engine.fft, input shape, output shape);
+# the forward transforms take real input, the inverse ones complex
+UNKNOWN_COTANGENT_CASES = [
+    ("tf.signal.rfft3d", tf.signal.rfft3d, fft.rfft3d, (2, 3, 4), (2, 3, 3)),
+    ("tf.signal.irfft3d", lambda s: tf.signal.irfft3d(s, fft_length=[2, 3, 5]),
+     lambda s: fft.irfft3d(s, fft_length=[2, 3, 5]), (2, 3, 3), (2, 3, 5)),
+    ("rfft3d", fft.rfft3d, fft.rfft3d, (2, 2, 3, 5), (2, 2, 3, 3)),
+    ("irfft3d", fft.irfft3d, fft.irfft3d, (2, 2, 3, 3), (2, 2, 3, 4)),
+    ("rfftnd-4-axes", fft.rfftnd, fft.rfftnd, (2, 3, 2, 5), (2, 3, 2, 3)),
+    ("irfftnd-4-axes", lambda s: fft.irfftnd(s, fft_length=[2, 3, 2, 5]),
+     lambda s: fft.irfftnd(s, fft_length=[2, 3, 2, 5]), (2, 3, 2, 3), (2, 3, 2, 5)),
+    ("rfftnd-4-of-5-axes", lambda x: fft.rfftnd(x, axes=[1, 2, 3, 4]),
+     lambda x: fft.rfftnd(x, axes=[1, 2, 3, 4]), (2, 2, 3, 2, 4), (2, 2, 3, 2, 3)),
+]
+
+
+@pytest.mark.parametrize("name, transform, reference, in_shape, out_shape", UNKNOWN_COTANGENT_CASES,
+                         ids=[case[0] for case in UNKNOWN_COTANGENT_CASES])
+def test_gradient_with_unknown_shape_cotangent_in_tf_function(registered, name, transform, reference,
+                                                             in_shape, out_shape):
+    """Regression: the gradients read the cotangent's rank (TypeError: 'NoneType' ... integer).
+
+    The gradient traced with a cotangent of unknown shape equals the eager one.
+    """
+    r = rng(24)
+    forward = not name.split(".")[-1].startswith("irfft")
+    x_dtype, dy_dtype = (tf.float64, tf.complex128) if forward else (tf.complex128, tf.float64)
+    vjp = vjp_with_unknown_cotangent(transform, tf.TensorSpec(in_shape, x_dtype), dy_dtype)
+    x = r.normal(size=in_shape) if forward else random_complex(r, in_shape)
+    dy = random_complex(r, out_shape) if forward else r.normal(size=out_shape)
+    got = vjp(tf.constant(x), tf.constant(dy)).numpy()
+    np.testing.assert_allclose(got, eager_vjp(reference, tf.constant(x), tf.constant(dy)), atol=1e-12)
+
+
+def rfftnd_vjp_traced(shape, **kwargs):
+    """The VJP of tf.signal.rfftnd traced in a graph, with a cotangent of unknown shape, pruned.
+
+    RFFTND has no CPU kernel, and a tf.function runs every op it holds; the VJP needs
+    only the op's inputs, so the traced graph is pruned to it (tf.compat.v1.wrap_function).
+    """
+
+    def vjp(t, cotangent):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.signal.rfftnd(t, **kwargs)
+        return tape.gradient(y, t, output_gradients=cotangent)
+
+    traced = tf.compat.v1.wrap_function(vjp, [tf.TensorSpec(shape, tf.float64), tf.TensorSpec(None, tf.complex128)])
+    return traced.prune(feeds=traced.inputs, fetches=traced.outputs[0])
+
+
+def test_tf_signal_rfftnd_gradient_without_fft_length_in_graph_mode(registered):
+    """Regression: tf.signal.rfftnd passes shape(x)[-r:] as fft_length, static but not a Const."""
+    r = rng(25)
+    shape = (3, 4, 6)
+    x = tf.constant(r.normal(size=shape))
+    dy = tf.constant(random_complex(r, (3, 4, 4)))
+    pruned = rfftnd_vjp_traced(shape)
+    assert "RFFTND" not in {op.type for op in pruned.graph.get_operations()}
+    np.testing.assert_allclose(pruned(x, dy).numpy(), eager_vjp(fft.rfftnd, x, dy), atol=1e-12)
+
+
+def test_tf_signal_rfftnd_gradient_with_axes_but_no_fft_length_names_the_mismatch(registered):
+    """With axes but no fft_length, tf.signal.rfftnd passes the whole shape: refused, not guessed."""
+    with pytest.raises(ValueError, match=r"fft_length \[3, 4, 6\] needs one entry per axis in \[1, 2\]"):
+        rfftnd_vjp_traced((3, 4, 6), axes=[1, 2])
+    pruned = rfftnd_vjp_traced((3, 4, 6), axes=[1, 2], fft_length=[4, 6])
+    r = rng(25)
+    x, dy = tf.constant(r.normal(size=(3, 4, 6))), tf.constant(random_complex(r, (3, 4, 4)))
+    np.testing.assert_allclose(pruned(x, dy).numpy(), eager_vjp(lambda t: fft.rfftnd(t, axes=[1, 2]), x, dy),
+                               atol=1e-12)
+
+
+def graph_mode_jacobians(transform, x):
+    """tf.test.compute_gradient in a graph: the cotangent is a placeholder of unknown shape."""
+    with tf.Graph().as_default(), tf.compat.v1.Session():
+        return tf.test.compute_gradient(transform, [x])
+
+
+JACOBIAN_SHAPES = [(6,), (5,), (3, 4), (3, 5), (2, 3, 4), (2, 2, 5), (2, 3, 2, 4), (2, 2, 2, 3)]
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+@pytest.mark.parametrize("shape", JACOBIAN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_nd_jacobians_match_numerical_ones(mode, shape):
+    """Theoretical vs numerical Jacobian (float64) of rfftnd and irfftnd at ranks 1-4."""
+    r = rng(26)
+    compute = graph_mode_jacobians if mode == "graph" else lambda f, x: tf.test.compute_gradient(f, [x])
+    x = r.normal(size=shape)
+    spectrum = random_complex(r, half_shape(shape))
+    for transform, arg in [(fft.rfftnd, x), (lambda s: fft.irfftnd(s, fft_length=shape), spectrum)]:
+        (theoretical,), (numerical,) = compute(transform, arg)
+        np.testing.assert_allclose(theoretical, numerical, atol=1e-8 * np.abs(numerical).max())
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+@pytest.mark.parametrize("shape", [(2, 3, 4), (3, 2, 5)], ids=["2x3x4", "3x2x5"])
+def test_3d_jacobians_match_numerical_ones(registered, mode, shape):
+    """Theoretical vs numerical Jacobian (float64) of rfft3d/irfft3d, ours and tf.signal's."""
+    r = rng(27)
+    compute = graph_mode_jacobians if mode == "graph" else lambda f, x: tf.test.compute_gradient(f, [x])
+    x = r.normal(size=shape)
+    spectrum = random_complex(r, half_shape(shape))
+    for transform, arg in [(fft.rfft3d, x), (tf.signal.rfft3d, x),
+                           (lambda s: fft.irfft3d(s, fft_length=shape), spectrum),
+                           (lambda s: tf.signal.irfft3d(s, fft_length=shape), spectrum)]:
+        (theoretical,), (numerical,) = compute(transform, arg)
+        np.testing.assert_allclose(theoretical, numerical, atol=1e-8 * np.abs(numerical).max())
+
+
 # --------------------------------------------------------------------------- malformed input
 
 
@@ -662,6 +806,16 @@ def test_nd_op_gradient_functions_in_graph_mode():
 def test_malformed_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("transform", [fft.rfft3d, fft.rfftnd], ids=["rfft3d", "rfftnd"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_numpy_complex_input_to_a_real_transform_raises_value_error(transform, dtype):
+    """Regression: a numpy complex array was cast to real, with only numpy's ComplexWarning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old path: a ComplexWarning, then a real transform
+        with pytest.raises(ValueError, match=f"needs a real floating-point input.*got dtype {np.dtype(dtype).name}"):
+            transform(np.ones((2, 3, 4), dtype))
 
 
 def test_unknown_transform_sizes_in_graph_raise_value_error():
