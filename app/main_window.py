@@ -994,6 +994,7 @@ class MainWindow(QMainWindow):
         """Stop the run after its chunk, let the engine exit, then close (asynchronous)."""
         if self._closing:
             return
+        self.save_layout()          # now, while the window is still shown as the user left it
         self._closing = True
         self.auto_start = False
         if self.runs.status != "idle":
@@ -1011,7 +1012,8 @@ class MainWindow(QMainWindow):
 
     def _finish_close(self) -> None:
         self.view_timer.stop()
-        self.save_layout()
+        if not self._closing:       # closed at once (no engine): begin_close did not save it
+            self.save_layout()
         for box in self._dialogs:
             if _alive(box):
                 box.close()
