@@ -24,6 +24,7 @@ DEBIAN_PACKAGES=(
   libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0
   libxcb-xinerama0 libxcb-randr0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libxkbcommon0
   libgl1 libegl1 libgl1-mesa-dri libfontconfig1 libdbus-1-3
+  desktop-file-utils
   "libglib2.0-0t64|libglib2.0-0"
 )
 

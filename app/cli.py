@@ -203,6 +203,26 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_install_desktop(args: argparse.Namespace) -> int:
+    from app import desktop
+
+    try:
+        done = desktop.uninstall() if args.uninstall else desktop.install()
+    except desktop.DesktopError as err:
+        raise UserError(str(err)) from None
+    if args.uninstall:
+        print("removed:" if done.files else f"nothing to remove under {desktop.data_home()}")
+    else:
+        print("wrote:")
+    for path in done.files:
+        print(f"  {path}")
+    for cache in done.caches:
+        print(f"refreshed {cache}")
+    for note in done.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def _cmd_gui(args: argparse.Namespace) -> int:
     from app import gui
 
@@ -238,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rundir")
     p.add_argument("--csv", help="also write the diagnostics table (pooled and per chain) as CSV")
     p.set_defaults(func=_cmd_summary)
+    p = sub.add_parser("install-desktop", help="add Fieldscope to this user's application menu "
+                       "(launcher and icons under $XDG_DATA_HOME, default ~/.local/share)")
+    p.add_argument("--uninstall", action="store_true", help="remove the launcher and icons it installed")
+    p.set_defaults(func=_cmd_install_desktop)
     return parser
 
 

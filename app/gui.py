@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Fieldscope")
     app.setOrganizationName("Fieldscope")
+    app.setDesktopFileName("fieldscope")      # Wayland's app id: fieldscope.desktop (install-desktop)
     icon = application_icon()
     if icon is not None:
         app.setWindowIcon(icon)

@@ -19,6 +19,11 @@ ready engine, no run in progress and a config that validates; Pause/Resume and S
 file, an impossible setting, an engine failure, a killed engine, closing during a run)
 are dialogs or inline messages, never tracebacks, and the window stays usable.
 
+Session memory (``app_settings``, an INI file in $XDG_CONFIG_HOME/fieldscope): File > Recent
+(the configs and run directories opened, newest first) and the window's layout (geometry,
+docks, toolbar, the views' splitter), saved on close and restored when a window opens; a
+setting that cannot be read is ignored.
+
 Run directories: ``<config folder>/runs/<config name>-<YYYYmmdd-HHMMSS>`` (a per-user
 folder when the config's folder is not writable). The run store keeps the config text,
 every draw recorded and a checkpoint; a stopped or interrupted run can be continued
@@ -33,8 +38,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -53,9 +58,77 @@ from app.state.config_state import ConfigState
 from core.config import ConfigError
 from core.store.run_store import RunReader, RunStoreError
 
-__all__ = ["MainWindow", "default_run_dir", "user_data_dir"]
+__all__ = ["MainWindow", "default_run_dir", "user_data_dir", "app_settings", "settings_path",
+           "documentation_url", "versions", "MAX_RECENT"]
 
 VIEW_REFRESH_HZ = 10
+#: File > Recent keeps this many configs and run directories
+MAX_RECENT = 10
+_RECENT_KEY = "recent/paths"
+_LAYOUT_KEYS = ("window/geometry", "window/state", "window/views_splitter")
+#: where the documentation lives when the source tree's README is not at hand
+_README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def settings_path() -> Path:
+    """Fieldscope's settings file: $XDG_CONFIG_HOME/fieldscope/fieldscope.conf (default
+    ~/.config). An explicit file (not Qt's organisation/application lookup), so that a test
+    or a second installation points it elsewhere with XDG_CONFIG_HOME alone."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    if not base or not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "fieldscope" / "fieldscope.conf"
+
+
+def app_settings() -> QSettings:
+    """The per-user settings (recent files, window layout), read from :func:`settings_path`."""
+    return QSettings(str(settings_path()), QSettings.Format.IniFormat)
+
+
+def documentation_url() -> QUrl:
+    """Help > Documentation: the README of this source tree, else the project's URL from the
+    installed package's metadata (empty when neither is known)."""
+    if _README.is_file():
+        return QUrl.fromLocalFile(str(_README))
+    try:
+        from importlib.metadata import PackageNotFoundError, metadata
+
+        meta = metadata("fieldscope")
+    except (ImportError, PackageNotFoundError):
+        return QUrl()
+    for entry in meta.get_all("Project-URL") or []:
+        url = entry.split(",", 1)[-1].strip()
+        if url:
+            return QUrl(url)
+    home = meta.get("Home-page")
+    return QUrl(home) if home else QUrl()
+
+
+def _package_version(name: str) -> str:
+    """An installed distribution's version from its metadata (nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def versions(opengl: str = "not yet initialised") -> dict[str, str]:
+    """What Help > About lists. TensorFlow's version is read from its metadata: the GUI
+    process never imports TensorFlow (it runs in the engine process)."""
+    import platform
+
+    import numpy
+    import PySide6
+    from PySide6.QtCore import qVersion
+
+    from core import __version__
+
+    return {"Fieldscope": __version__, "TensorFlow": _package_version("tensorflow"),
+            "TensorFlow Probability": _package_version("tensorflow-probability"),
+            "Qt": qVersion(), "PySide6": PySide6.__version__,
+            "Python": platform.python_version(), "numpy": numpy.__version__, "OpenGL": opengl}
 
 
 def user_data_dir() -> Path:
@@ -162,6 +235,7 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.runs.set_client(EngineClient(self) if engine == "spawn" else engine)
         self._update_actions()
+        self.restore_layout()
 
     @property
     def client(self) -> EngineClient | None:
@@ -249,6 +323,9 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.open_data_action)
         file_menu.addAction(self.open_run_action)
+        self.recent_menu = file_menu.addMenu("Open &recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._fill_recent_menu()
         demos = file_menu.addMenu("De&mos")
         for text, name in DEMOS.items():
             action = demos.addAction(text)
@@ -280,6 +357,15 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks:
             view_menu.addAction(dock.toggleViewAction())
+
+        self.about_action = self._action("&About Fieldscope", self.show_about,
+                                         tip="versions of Fieldscope and what it runs on")
+        self.documentation_action = self._action("&Documentation", self.open_documentation,
+                                                 QKeySequence.StandardKey.HelpContents,
+                                                 "open the README")
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(self.documentation_action)
+        help_menu.addAction(self.about_action)
 
         toolbar = QToolBar("Run")
         toolbar.setObjectName("run_toolbar")
@@ -354,6 +440,7 @@ class MainWindow(QMainWindow):
                               f"and were left out: {', '.join(self.state.ignored)}",
                               QMessageBox.Icon.Information)
         self._update_title()
+        self.add_recent(path)
         return True
 
     def open_demo(self, name: str) -> bool:
@@ -391,6 +478,7 @@ class MainWindow(QMainWindow):
             return False
         self._update_title()
         self.message_label.setText(f"saved {self.state.path}")
+        self.add_recent(self.state.path)
         return True
 
     def _save_as_dialog(self) -> bool:
@@ -610,6 +698,7 @@ class MainWindow(QMainWindow):
         self.message_label.setStyleSheet("")
         self.runs.show_store(reader)
         self._update_actions()
+        self.add_recent(path)
         return True
 
     def _show_watch_progress(self, idle: float = 0.0) -> None:
@@ -715,6 +804,154 @@ class MainWindow(QMainWindow):
         if self.client is not None and not self.client.is_running and not self._closing:
             self.engine_label.setText("engine stopped")
 
+    # -- File > Recent ---------------------------------------------------------------------------
+
+    def recent_paths(self) -> list[Path]:
+        """The configs and run directories opened, newest first (at most ``MAX_RECENT``); a
+        stored value that is not a list of paths counts as empty."""
+        value = app_settings().value(_RECENT_KEY, [])
+        if isinstance(value, str):          # QSettings gives a one-element list back as a str
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            return []
+        paths = []
+        for item in value:
+            if isinstance(item, str) and item and Path(item) not in paths:
+                paths.append(Path(item))
+        return paths[:MAX_RECENT]
+
+    def add_recent(self, path) -> None:
+        """Put ``path`` (a config file or a run directory) first in File > Recent."""
+        try:
+            path = Path(path).expanduser().resolve()
+        except (OSError, RuntimeError, TypeError):
+            return
+        paths = [path] + [p for p in self.recent_paths() if p != path]
+        settings = app_settings()
+        settings.setValue(_RECENT_KEY, [str(p) for p in paths[:MAX_RECENT]])
+        settings.sync()
+        self._fill_recent_menu()
+
+    def clear_recent(self) -> None:
+        settings = app_settings()
+        settings.remove(_RECENT_KEY)
+        settings.sync()
+        self._fill_recent_menu()
+
+    def _fill_recent_menu(self) -> None:
+        """One entry per recent path; a path that no longer exists is shown disabled."""
+        menu = self.recent_menu
+        menu.clear()
+        paths = self.recent_paths()
+        for path in paths:
+            exists = path.is_dir() or path.is_file()
+            kind = "run" if path.is_dir() else "config"
+            text = f"{path.name}  ({kind}: {path.parent})" if exists else f"{path.name}  (missing: {path})"
+            action = menu.addAction(text.replace("&", "&&"))
+            action.setData(str(path))
+            action.setEnabled(exists)
+            action.triggered.connect(lambda _c=False, p=path: self.open_recent(p))
+        if not paths:
+            menu.addAction("(none yet)").setEnabled(False)
+        menu.addSeparator()
+        clear = menu.addAction("Clear recent")
+        clear.setEnabled(bool(paths))
+        clear.triggered.connect(lambda _c=False: self.clear_recent())
+
+    def open_recent(self, path) -> bool:
+        """Open a recent entry: a run directory as a stored run, a file as a config."""
+        path = Path(path)
+        if self.runs.status in ACTIVE:
+            self.show_message("A run is in progress", f"Stop the run before opening {path}.")
+            return False
+        if path.is_dir():
+            return self.open_run_dir(path)
+        if path.is_file():
+            return self.open_config(path)
+        self.show_message("Cannot open", f"{path} no longer exists; it is removed from File > Recent.")
+        settings = app_settings()
+        settings.setValue(_RECENT_KEY, [str(p) for p in self.recent_paths() if p != path])
+        settings.sync()
+        self._fill_recent_menu()
+        return False
+
+    # -- window layout memory ---------------------------------------------------------------------
+
+    def _layout_widgets(self):
+        splitter = getattr(self.views, "splitter", None)
+        return (("window/geometry", self.saveGeometry, self.restoreGeometry),
+                ("window/state", self.saveState, self.restoreState),
+                ("window/views_splitter", splitter.saveState if splitter else None,
+                 splitter.restoreState if splitter else None))
+
+    def save_layout(self) -> None:
+        """Remember the geometry, the docks and toolbar, and the views' splitter."""
+        settings = app_settings()
+        for key, save, _restore in self._layout_widgets():
+            if save is not None:
+                settings.setValue(key, save())
+        settings.sync()
+
+    def restore_layout(self) -> bool:
+        """Apply the remembered layout; a value that is missing or cannot be read (another
+        version's, a hand-edited file) is skipped and that part keeps its default."""
+        settings = app_settings()
+        restored = False
+        for key, _save, restore in self._layout_widgets():
+            value = settings.value(key)
+            if restore is None or not isinstance(value, (QByteArray, bytes)):
+                continue
+            try:
+                restored = bool(restore(QByteArray(value))) or restored
+            except (TypeError, ValueError):
+                continue
+        return restored
+
+    # -- Help ---------------------------------------------------------------------------------------
+
+    def _opengl_text(self) -> str:
+        """The 3D view's OpenGL renderer, when its vispy canvas exists (its context was probed
+        then: nothing is created here)."""
+        try:
+            view = self.views.view("3D volume") if self.views is not None else None
+        except KeyError:
+            view = None
+        from app.views.base import LazyView
+
+        if isinstance(view, LazyView):      # built when its tab is first shown
+            view = view.view
+        if view is None or getattr(view, "canvas", None) is None:
+            problem = getattr(view, "problem", "") if view is not None else ""
+            return f"unavailable ({problem})" if problem else "not yet initialised"
+        from app.views.volume import gl_renderer
+
+        return gl_renderer() or "unknown"
+
+    def about_text(self) -> str:
+        rows = versions(self._opengl_text())
+        lines = [f"Fieldscope {rows.pop('Fieldscope')}", "Bayesian field inference with Hamiltonian Monte Carlo.", ""]
+        lines += [f"{name}: {value}" for name, value in rows.items()]
+        return "\n".join(lines)
+
+    def show_about(self) -> QMessageBox:
+        box = self.show_message("About Fieldscope", self.about_text(), QMessageBox.Icon.Information)
+        icon = self.windowIcon()
+        if not icon.isNull():
+            box.setIconPixmap(icon.pixmap(64, 64))
+        return box
+
+    def open_documentation(self) -> bool:
+        """Open the README (or the project's page) with the desktop's viewer."""
+        url = documentation_url()
+        if url.isEmpty():
+            self.show_message("Documentation", "No documentation was found with this installation; "
+                              "`fieldscope --help` lists the commands.")
+            return False
+        if not QDesktopServices.openUrl(url):
+            self.show_message("Documentation", f"No program to open {url.toDisplayString()} was found.")
+            return False
+        return True
+
     # -- messages ----------------------------------------------------------------------------------
 
     def show_message(self, title: str, text: str, icon=QMessageBox.Icon.Warning,
@@ -757,6 +994,7 @@ class MainWindow(QMainWindow):
         """Stop the run after its chunk, let the engine exit, then close (asynchronous)."""
         if self._closing:
             return
+        self.save_layout()          # now, while the window is still shown as the user left it
         self._closing = True
         self.auto_start = False
         if self.runs.status != "idle":
@@ -774,6 +1012,8 @@ class MainWindow(QMainWindow):
 
     def _finish_close(self) -> None:
         self.view_timer.stop()
+        if not self._closing:       # closed at once (no engine): begin_close did not save it
+            self.save_layout()
         for box in self._dialogs:
             if _alive(box):
                 box.close()
