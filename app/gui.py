@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     icon = application_icon()
     if icon is not None:
         app.setWindowIcon(icon)
-    window = MainWindow()
+    window = MainWindow(remember_layout=not args.screenshot)
     # quit when the window has closed *and* its engine has exited (the window hides at
     # once, then closes when the engine is gone; Qt's last-window rule misses that)
     app.setQuitOnLastWindowClosed(False)

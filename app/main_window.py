@@ -204,8 +204,12 @@ class MainWindow(QMainWindow):
     run_finished = Signal(str)      # the final status
     closed = Signal()               # the window closed and its engine exited
 
-    def __init__(self, state: ConfigState | None = None, *, engine="spawn", parent=None):
+    def __init__(self, state: ConfigState | None = None, *, engine="spawn", remember_layout: bool = True,
+                 parent=None):
         super().__init__(parent)
+        #: restore the remembered layout on opening and save it on closing (off for screenshots,
+        #: which must look the same on every machine and must not change the user's layout)
+        self.remember_layout = remember_layout
         self.state = state if state is not None else ConfigState()
         self.errors: dict[str, str] = {}
         self.last_message: tuple[str, str] | None = None   # (title, text) of the last dialog
@@ -235,7 +239,8 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.runs.set_client(EngineClient(self) if engine == "spawn" else engine)
         self._update_actions()
-        self.restore_layout()
+        if self.remember_layout:
+            self.restore_layout()
 
     @property
     def client(self) -> EngineClient | None:
@@ -886,6 +891,8 @@ class MainWindow(QMainWindow):
 
     def save_layout(self) -> None:
         """Remember the geometry, the docks and toolbar, and the views' splitter."""
+        if not self.remember_layout:
+            return
         settings = app_settings()
         for key, save, _restore in self._layout_widgets():
             if save is not None:
