@@ -648,7 +648,7 @@ def _memory_problem(state: "ConfigState", shape) -> str | None:
         estimate = resources.estimate_for_config(state.config(), shape)
     except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
         return None
-    return resources.memory_problem(estimate, include_import=False)
+    return resources.run_problem(estimate, include_import=False)    # the grid, the memory
 
 
 def _relocate(p: str, old_base: Path, new_base: Path) -> str:
