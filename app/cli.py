@@ -136,15 +136,13 @@ def _engine_errors():
 
 def _cmd_run(args: argparse.Namespace) -> int:
     _quiet_tensorflow()
-    from core.config import ConfigError, load_config
-    try:
-        config = load_config(args.config)
+    from core.config import ConfigError, parse_config, read_config_text
+    try:   # read once, size checked first: the text run is the text checked
+        text = read_config_text(args.config)
+        config = parse_config(text, base_dir=os.path.dirname(os.path.abspath(args.config)),
+                              source=args.config)
     except ConfigError as err:
         raise UserError(str(err)) from None
-    except OSError as err:
-        raise UserError(f"{args.config}: {err.strerror or err}") from None
-    with open(args.config, encoding="utf-8") as handle:   # closed before the long run starts
-        text = handle.read()
     from core.engine.engine import Control, Engine
 
     control = Control()

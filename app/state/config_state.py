@@ -417,21 +417,13 @@ class ConfigState:
 
     def load_file(self, path) -> None:
         path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise cfg.ConfigError(None, f"cannot read config ({exc.strerror or exc})",
-                                  source=str(path)) from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise cfg.ConfigError(None, f"not UTF-8 text (byte {exc.start}: {exc.reason})",
-                                  source=str(path)) from None
+        text = cfg.read_config_text(path)     # size checked before reading; UTF-8
         self.load_text(text, base_dir=path.parent, source=str(path))
         self.path = path
 
     def load_text(self, text: str, base_dir, source: str | None = None) -> None:
-        """Read TOML text; raises ConfigError for text that is not TOML at all."""
+        """Read TOML text; raises ConfigError for text that is not TOML at all or too large."""
+        cfg.check_text_size(text, source)     # as parse_config: at most 1 MiB
         try:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:
@@ -656,7 +648,7 @@ def _memory_problem(state: "ConfigState", shape) -> str | None:
         estimate = resources.estimate_for_config(state.config(), shape)
     except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
         return None
-    return resources.memory_problem(estimate, include_import=False)
+    return resources.run_problem(estimate, include_import=False)    # the grid, the memory
 
 
 def _relocate(p: str, old_base: Path, new_base: Path) -> str:

@@ -37,12 +37,19 @@ about (``err.key``: "sampler.num_warmup", "prior.index.scale", a table such as
 key path (``sampler.num_warmup: ...``) or the table (``[sampler] unknown key ...``),
 and, for ``load_config``, the file. Data files are not opened here.
 
-Modules: ``schema`` (the sections and ``ConfigError``), ``parse`` (TOML or dicts to a
-``RunConfig``), ``writer`` (``RunConfig`` to dicts and TOML).
+Sizes are bounded (``limits``): the text at most 1 MiB (a file's size is checked before it
+is read: ``read_config_text``), strings 1024 characters (file names 4096), arrays 16
+items, draws 10^7, leapfrog steps 2048; a field run's float settings must fit its
+``field.dtype``.
+
+Modules: ``schema`` (the sections and ``ConfigError``), ``limits`` (the size limits and
+the dtype range), ``parse`` (TOML or dicts to a ``RunConfig``), ``writer`` (``RunConfig``
+to dicts and TOML).
 """
 
 from __future__ import annotations
 
+from core.config.limits import MAX_CONFIG_BYTES, check_text_size, read_config_text
 from core.config.parse import config_from_dict, default_config, load_config, parse_config
 from core.config.schema import (
     ALGORITHMS,
@@ -68,6 +75,9 @@ from core.config.writer import config_to_dict, dump_config, to_toml
 
 __all__ = [
     "load_config",
+    "read_config_text",
+    "MAX_CONFIG_BYTES",
+    "check_text_size",
     "parse_config",
     "config_from_dict",
     "default_config",

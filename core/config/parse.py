@@ -15,6 +15,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Mapping
 
+from core.config.limits import (
+    MAX_DRAWS,
+    MAX_LEAPFROG_STEPS,
+    check_document_sizes,
+    check_dtype_range,
+    check_text_size,
+    read_config_text,
+)
 from core.config.schema import (
     _INT64_MAX,
     ALGORITHMS,
@@ -72,12 +80,21 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _int(key: str, value, minimum: int) -> int:
+def _int(key: str, value, minimum: int, maximum: int | None = None, why: str = "") -> int:
+    """An integer >= ``minimum``; with ``maximum``, at most that, ``why`` saying why."""
     what = ("a non-negative integer" if minimum == 0 else
             "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
     if not _is_int(value) or not minimum <= value <= _INT64_MAX:
         _fail(key, f"must be {what}", value)
+    if maximum is not None and value > maximum:
+        _fail(key, f"may be at most {maximum:,} ({why})", value)
     return int(value)
+
+
+_DRAWS_WHY = ("10^7 draws take at least 10^7 gradient evaluations and store about 0.5 GB per "
+              "chain of statistics alone; field-level runs need 10^3 to 10^5")
+_LEAPFROG_WHY = ("twice NUTS's longest trajectory, 1023 steps; each draw costs that many "
+                 "gradient evaluations and a chunk stops only at its end")
 
 
 def _float(key: str, value, rule: str = "finite", *, label: str | None = None) -> float:
@@ -178,16 +195,18 @@ def _parse_sampler(raw) -> SamplerSection:
     get = lambda name: t.get(name, getattr(d, name))   # noqa: E731
     return SamplerSection(
         algorithm=_choice("sampler.algorithm", get("algorithm"), ALGORITHMS),
-        num_warmup=_int("sampler.num_warmup", get("num_warmup"), 0),
-        num_samples=_int("sampler.num_samples", get("num_samples"), 1),
-        num_leapfrog_steps=_int("sampler.num_leapfrog_steps", get("num_leapfrog_steps"), 1),
+        num_warmup=_int("sampler.num_warmup", get("num_warmup"), 0, MAX_DRAWS, _DRAWS_WHY),
+        num_samples=_int("sampler.num_samples", get("num_samples"), 1, MAX_DRAWS, _DRAWS_WHY),
+        num_leapfrog_steps=_int("sampler.num_leapfrog_steps", get("num_leapfrog_steps"), 1,
+                                MAX_LEAPFROG_STEPS, _LEAPFROG_WHY),
         step_size=_float("sampler.step_size", get("step_size"), "positive"),
         target_accept=_float("sampler.target_accept", get("target_accept"), "open_unit"),
         adapt_mass_matrix=_bool("sampler.adapt_mass_matrix", get("adapt_mass_matrix")),
         chains=_int("sampler.chains", get("chains"), 1),
         seed=_int("sampler.seed", get("seed"), 0),
         thin=_int("sampler.thin", get("thin"), 1),
-        chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1),
+        chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1, MAX_DRAWS,
+                        "a chunk is at most a whole run's draws"),
     )
 
 
@@ -374,6 +393,7 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
     """Validate a parsed TOML document (nested dicts) into a ``RunConfig``."""
     if not isinstance(raw, Mapping):
         raise ConfigError(None, f"must be a table of tables, got {_show(raw)}", label="config")
+    check_document_sizes(raw)
     for name, value in raw.items():
         if name not in _TABLES:
             close = difflib.get_close_matches(name, _TABLES, n=1)
@@ -399,9 +419,11 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
                          integral=integral, base_dir=base)
     likelihood = _parse_likelihood(raw)
     data = _parse_data(raw, "field", likelihood.kind)
-    return RunConfig(model=model, data=data, prior=_parse_field_prior(raw), sampler=sampler,
-                     grid=_parse_grid(raw), likelihood=likelihood, field=_parse_field(raw),
-                     base_dir=base)
+    config = RunConfig(model=model, data=data, prior=_parse_field_prior(raw), sampler=sampler,
+                       grid=_parse_grid(raw), likelihood=likelihood, field=_parse_field(raw),
+                       base_dir=base)
+    check_dtype_range(config)
+    return config
 
 
 def parse_config(text: str, base_dir=".", source: str | None = None) -> RunConfig:
@@ -410,6 +432,7 @@ def parse_config(text: str, base_dir=".", source: str | None = None) -> RunConfi
     if not isinstance(text, str):
         raise ConfigError(None, f"config text must be a string, got {type(text).__name__}",
                           source=source)
+    check_text_size(text, source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:     # message carries "(at line L, column C)"
@@ -435,17 +458,7 @@ def parse_config(text: str, base_dir=".", source: str | None = None) -> RunConfi
 def load_config(path) -> RunConfig:
     """Read and validate a config file; relative paths in it resolve against its folder."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise ConfigError(None, f"cannot read config ({exc.strerror or exc})",
-                          source=path) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(None, f"not UTF-8 text (byte {exc.start}: {exc.reason})",
-                          source=path) from None
+    text = read_config_text(path)
     return parse_config(text, base_dir=os.path.dirname(os.path.abspath(path)), source=path)
 
 

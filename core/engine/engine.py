@@ -49,7 +49,7 @@ import tensorflow_probability as tfp
 
 from core import config as cfgmod
 from core.engine.kernels import UnrolledHamiltonianMonteCarlo
-from core.engine.models import build_model
+from core.engine.models import build_model, nonfinite_report
 from core.engine.warmup import WarmupWatch
 from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
@@ -306,8 +306,7 @@ class Engine:
             jit_compile=True)
         tlp, grads = lp_and_grad(*parts)
         if not np.all(np.isfinite(tlp.numpy())):
-            raise EngineError("the log-density is not finite at the initial state; check the data, "
-                              "noise and prior settings")
+            raise EngineError(nonfinite_report(model, parts))   # names the term, its value
         step = [tf.fill([s.chains] + [1] * (len(p.shape) - 1), tf.constant(s.step_size, self.dtype)) for p in parts]
         da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
         scale = [tf.ones_like(p) for p in parts]
@@ -398,8 +397,9 @@ class Engine:
             raise EngineError(f"{self.run_dir}: cannot write the run directory: "
                               f"{err.strerror or err}") from None
 
-    def _preflight(self) -> Estimate | None:
-        """Refuse a field run this machine cannot hold (``core.run.resources``), before the
+    def _preflight(self, new_run: bool = False) -> Estimate | None:
+        """Refuse a field run this machine cannot hold or whose grid is too small
+        (``core.run.resources``; a new run: also a store its disk cannot hold), before the
         model loads. Returns the estimate for the "loading" status event: bytes,
         available, gradient_seconds, run_seconds, text."""
         if self.config.model.kind != "field":
@@ -416,7 +416,8 @@ class Engine:
         estimate = resources.estimate_for_config(self.config, info.shape)
         available = resources.available_memory()
         # this process has imported TensorFlow already: its memory is not free any more
-        problem = resources.memory_problem(estimate, available, include_import=False)
+        problem = resources.run_problem(estimate, available, include_import=False,
+                                        run_dir=self.run_dir if new_run else None)
         if problem is not None:
             raise resources.ResourceError(f"{self.config.data_path}: {problem}")
         return Estimate(bytes=estimate.total, available=available,
@@ -425,7 +426,7 @@ class Engine:
 
     def start(self) -> str:
         """A new run in an empty run directory. Returns the final status."""
-        self._build(self._preflight())
+        self._build(self._preflight(new_run=True))
         if (self.run_dir / STORE_NAME).exists():
             raise RunStoreError(f"{self.run_dir}: already holds a run; resume it, or choose a "
                                 "new directory")

@@ -10,6 +10,9 @@ everything it needs in one shape:
     has_field                    whether a field is stored
     field(parts)                 (chains, n0, n1, n2) (TF), field_power(x) (chains, n_shells)
     observed                     name -> (dims, array) for the store's observed_data
+    density_terms(parts)         the log-density's terms, each (label, hint, (chains,)), in
+                                 the order they are computed; ``nonfinite_report`` names the
+                                 first one that is not finite at the initial state
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from core.field.power_estimator import measure_power
 from core.field.power_spectrum import hyperparameter_names, prior_spectrum
 from core.priors import parse_prior
 
-__all__ = ["FieldModel", "IntegralModel", "build_model"]
+__all__ = ["FieldModel", "IntegralModel", "build_model", "nonfinite_report"]
 
 _DTYPES = {"float32": tf.float32, "float64": tf.float64}
 
@@ -50,6 +53,12 @@ class FieldModel:
         self.config = config
         inputs, self.observations, self.grid = load_observations(config)
         self.truth = inputs.truth
+        from core.io import LoadError
+        from core.run.resources import grid_problem
+
+        problem = grid_problem(inputs.data.shape)
+        if problem is not None:     # the engine's preflight says so first, from the header
+            raise LoadError(f"{config.data_path}: {problem}")
         prior = config.prior
         # the config holds a number (fixed) or a core.priors object (sampled)
         hyper = {name: parse_prior(f"prior.{name}", getattr(prior, name))
@@ -103,6 +112,40 @@ class FieldModel:
         sums = tf.transpose(tf.math.unsorted_segment_sum(tf.transpose(flat), ids, self._n_bins))
         return sums[:, :-1] * self._inv_counts
 
+    def density_terms(self, parts):
+        """The log-density's terms at ``parts``, eagerly, in the order they are computed:
+        each sampled hyperparameter's value and its prior (with the Jacobian), the field
+        prior, the field, the likelihood. Each is (label, what to check, per-chain values,
+        ``at``: None or (name, per-chain values) of the hyperparameter the term is at)."""
+        post, dtype = self.posterior, self.dtype
+        latent, eta = parts[0], (parts[1] if len(parts) > 1 else None)
+        terms, hyper_total = [], 0.0
+        for i, h in enumerate(post.sampled):
+            key = f"prior.{h.name}"
+            bijector = h.bijector(dtype)
+            theta = bijector.forward(eta[..., i])
+            hint = (f"check {key}'s prior (its scale): the chains start near its median, "
+                    "a tenth of its spread apart")
+            terms.append((f"the value of {key}", hint, theta, None))
+            lp = h.distribution(dtype).log_prob(theta) + bijector.forward_log_det_jacobian(
+                eta[..., i], event_ndims=0)
+            terms.append((f"the prior of {key}", hint, lp, (h.name, theta)))
+            hyper_total += lp
+        terms.append(("the field prior", "check the P(k) prior (prior.amplitude, prior.index, "
+                      "prior.k_pivot) against the grid's k range",
+                      post.log_prior(latent, eta) - hyper_total, None))
+        signal = post.signal(latent, eta)
+        peak = tf.reduce_max(tf.abs(tf.reshape(signal, [tf.shape(signal)[0], -1])), axis=-1)
+        terms.append(("the largest |field| value", "check the P(k) prior and grid.box_size",
+                      peak, None))
+        if self.config.likelihood.kind == "gaussian":
+            hint = ("check data.noise_sigma (or data.noise_map) against the scale of the data: "
+                    "the likelihood sums (data - field)^2 / noise^2")
+        else:
+            hint = "check likelihood.mean_count and likelihood.field_mean against the counts"
+        terms.append(("the likelihood", hint, post.log_likelihood_of_signal(signal), None))
+        return terms
+
     @property
     def observed(self):
         obs = self.observations
@@ -153,6 +196,15 @@ class IntegralModel:
         values = self.density.constrain(parts[0])
         return tf.stack([values[n] for n in self.param_names], axis=-1)
 
+    def density_terms(self, parts):
+        """As ``FieldModel.density_terms``: each sampled parameter's value, then the whole
+        log-density (the integral model's terms are one expression)."""
+        values = self.density.constrain(parts[0])
+        hint = "check the priors ([prior] A, c, sigma) and the data's scale"
+        terms = [(f"the value of prior.{name}", hint, values[name], None)
+                 for name in self.param_names]
+        return terms + [("the log-density", hint, self.density(parts[0]), None)]
+
     @property
     def observed(self):
         out = {"t": (["time"], np.asarray(self.spec.t)), "y": (["time"], np.asarray(self.spec.y))}
@@ -165,3 +217,19 @@ def build_model(config: RunConfig):
     if config.model.kind == "integral":
         return IntegralModel(config)
     return FieldModel(config)
+
+
+def nonfinite_report(model, parts) -> str:
+    """Why the log-density is not finite at ``parts`` (the initial state): the first of
+    ``model.density_terms`` that is not finite, its value, the chain, and what to check."""
+    chains = int(parts[0].shape[0])
+    for label, hint, values, at in model.density_terms(parts):
+        v = np.asarray(values, np.float64).reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(v))
+        if bad.size:
+            c = int(bad[0])
+            where = f" at {at[0]} = {float(np.asarray(at[1]).reshape(-1)[c])!r}" if at else ""
+            return (f"the log-density is not finite at the initial state: {label} is "
+                    f"{float(v[c])!r}{where} (chain {c} of {chains}); {hint}")
+    return ("the log-density is not finite at the initial state; check the data, noise and "
+            "prior settings")

@@ -47,7 +47,24 @@ grid (median of 7; ``fft_rate``). HMC takes L gradients per step; NUTS at least 
 
 Free memory: ``/proc/meminfo`` MemAvailable (what the kernel can give without
 swapping), else ``os.sysconf`` free pages. ``check_config`` refuses a run whose
-estimate exceeds it, with a message that says what to change.
+estimate exceeds it, with a message that says what to change: where the chunk's field
+buffer (ceil(chunk_size / thin) + 1 draws per chain, in the model state and its copies)
+is most of the need, a smaller ``sampler.chunk_size`` or a larger ``sampler.thin``.
+
+Disk. The store (``RunEstimate.store_bytes``, uncompressed: random draws barely
+compress) holds per chain ceil(num_samples / thin) field draws of N float32 values and
+their P(k), and (num_warmup + num_samples) draws of STORE_BYTES_PER_DRAW bytes of
+statistics and 8 bytes per sampled parameter; plus the moments, the observed maps and
+the checkpoint. ``disk_problem`` refuses a new run whose store exceeds the free space
+of its disk.
+
+Grid. A field run needs every axis of at least MIN_AXIS = 3 cells (``grid_problem``).
+The field's k = 0 mode is not random (its prior variance is 0), and along an axis of
+n cells the grid resolves the frequencies m = 1 .. n // 2: n = 1 has none (the field
+is constant along the axis), n = 2 only the Nyquist frequency m = 1 = n / 2, whose mode
+is real and carries no phase (cos(pi j) = (-1)^j), so a 2 x 2 x 2 grid has 7 random
+modes, all Nyquist modes of some axis, and 1 x 1 x 1 none. n = 3 is the smallest axis
+with a full wave, 0 < k < k_Nyquist (3 x 3 x 3: 26 random modes in 3 k-shells).
 """
 
 from __future__ import annotations
@@ -65,6 +82,8 @@ from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
            "available_memory", "physical_memory", "memory_problem", "check_config",
+           "grid_problem", "disk_problem", "run_problem", "free_disk", "MIN_AXIS",
+           "STORE_BYTES_PER_DRAW",
            "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
            "ENGINE_IMPORT_BYTES", "PROGRAM_BASE_BYTES", "PROGRAM_STEP_BYTES",
            "XLA_BUFFERS_PER_STEP", "NUTS_EQUIVALENT_STEPS"]
@@ -76,6 +95,8 @@ PROGRAM_STEP_BYTES = 15 * MiB        # ... and per further unrolled leapfrog ste
 XLA_BUFFERS_PER_STEP = 24            # grid-sized buffers per chain per unrolled step
 NUTS_EQUIVALENT_STEPS = 13           # NUTS (max tree depth 10) measured as HMC with L = 13
 LOOPED_STEPS = 2                     # L > MAX_UNROLL: TFP's leapfrog loop
+MIN_AXIS = 3                         # cells per axis of a field grid (module docstring)
+STORE_BYTES_PER_DRAW = 64            # sample_stats of one draw of one chain, with headroom
 
 
 class ResourceError(ValueError):
@@ -131,6 +152,11 @@ class RunEstimate:
     gradient_seconds: float = 0.0
     gradients_per_step: int = 1  # HMC: L; NUTS: at least 1
     total_steps: int = 0
+    chunk_size: int = 25
+    thin: int = 5
+    field_buffer: int = 0        # bytes of the chunk's field draws (in arrays), all chains
+    store_bytes: int = 0         # the run store on disk when the run is done
+    num_samples: int = 0
 
     @property
     def runtime(self) -> int:
@@ -192,13 +218,22 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         "observed": maps * n * 8 + 3 * n * b + maps * n * 8,
     }
     L = effective_steps(algorithm, int(num_leapfrog_steps))
+    field_buffer = kept * c * n * b + 2 * kept * c * n * 4      # model state + chunk copies
+    n_fields = -(-int(num_samples) // int(thin))
+    n_shells = int(math.sqrt(sum((m // 2) ** 2 for m in shape))) + 2
+    steps = int(num_warmup) + int(num_samples)
+    store = (c * n_fields * (n * 4 + n_shells * 8)                # field draws and P(k)
+             + c * steps * (STORE_BYTES_PER_DRAW + 8 * 3)          # stats, parameters
+             + (2 + maps) * n * 8                                  # moments, observed maps
+             + 2 * c * n * b + 2 * n * 8)                          # checkpoint
     return RunEstimate(
         shape=shape, chains=c, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
         arrays=arrays, xla_working_set=XLA_BUFFERS_PER_STEP * L * c * n * b,
         program=PROGRAM_BASE_BYTES + PROGRAM_STEP_BYTES * (L - 1),
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=int(num_leapfrog_steps) if algorithm == "hmc" else 1,
-        total_steps=int(num_warmup) + int(num_samples))
+        total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
+        field_buffer=field_buffer, store_bytes=store, num_samples=int(num_samples))
 
 
 def estimate_for_config(config, shape) -> RunEstimate:
@@ -250,6 +285,16 @@ def memory_problem(estimate: RunEstimate, available: int | None = None, *,
     if available is None or need <= available:
         return None
     shape = " x ".join(str(n) for n in estimate.shape)
+    if 2 * estimate.field_buffer >= need:
+        # the chunk's field buffer is most of it: that is what to change
+        kept = field_buffer_draws(estimate.chunk_size, estimate.thin)
+        return (f"the run needs about {format_bytes(need)} but this machine has "
+                f"{format_bytes(available)} free: with sampler.chunk_size = "
+                f"{estimate.chunk_size} and sampler.thin = {estimate.thin} each chunk holds "
+                f"ceil(chunk_size / thin) + 1 = {kept} field draws of the {shape} grid per "
+                f"chain ({format_bytes(estimate.field_buffer)} for {estimate.chains} "
+                f"chain{'s' if estimate.chains != 1 else ''}); use a smaller sampler.chunk_size "
+                f"or a larger sampler.thin")
     hints = []
     if estimate.chains > 1:
         hints.append("fewer chains")
@@ -265,11 +310,67 @@ def memory_problem(estimate: RunEstimate, available: int | None = None, *,
             f"{format_bytes(available)} free; use {remedy}")
 
 
+def grid_problem(shape) -> str | None:
+    """A one-line refusal of a field grid with an axis of fewer than MIN_AXIS cells (see the
+    module docstring), else None."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) == 3 and min(shape) >= MIN_AXIS:
+        return None
+    text = " x ".join(str(n) for n in shape)
+    random_modes = max(math.prod(shape) - 1, 0)
+    return (f"the grid {text} is too small to sample: every axis needs at least {MIN_AXIS} "
+            f"cells (along an axis of 1 cell the field is constant, along one of 2 it has only "
+            f"the phaseless Nyquist mode; {MIN_AXIS} cells resolve a full wave); this grid has "
+            f"{random_modes} random Fourier mode{'s' if random_modes != 1 else ''} (k = 0 is "
+            f"not random)")
+
+
+def free_disk(path) -> int | None:
+    """Free bytes on the disk that holds ``path`` (or its nearest existing parent)."""
+    import shutil
+    from pathlib import Path
+
+    p = Path(os.path.abspath(os.fspath(path)))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def disk_problem(estimate: RunEstimate, run_dir, free: int | None = None) -> str | None:
+    """A one-line refusal when the run's store cannot fit the free space of the disk of
+    ``run_dir`` (default: measured now), else None."""
+    if free is None:
+        free = free_disk(run_dir)
+    if free is None or estimate.store_bytes <= free:
+        return None
+    shape = " x ".join(str(n) for n in estimate.shape)
+    n_fields = -(-estimate.num_samples // estimate.thin)
+    return (f"the run's store would take about {format_bytes(estimate.store_bytes)} "
+            f"(sampler.num_samples = {estimate.num_samples} with sampler.thin = "
+            f"{estimate.thin}: {n_fields} field draws of the {shape} grid per chain, "
+            f"{estimate.chains} chain{'s' if estimate.chains != 1 else ''}, and "
+            f"{estimate.total_steps} draws of statistics) but the disk of {run_dir} has "
+            f"{format_bytes(free)} free; use a smaller sampler.num_samples or a larger "
+            f"sampler.thin, or another disk")
+
+
+def run_problem(estimate: RunEstimate, available: int | None = None, *,
+                include_import: bool = True, run_dir=None) -> str | None:
+    """The first reason the run cannot go ahead: its grid (``grid_problem``), memory
+    (``memory_problem``), and with ``run_dir`` the store's disk (``disk_problem``)."""
+    return (grid_problem(estimate.shape)
+            or memory_problem(estimate, available, include_import=include_import)
+            or (disk_problem(estimate, run_dir) if run_dir is not None else None))
+
+
 def check_config(config, shape, available: int | None = None, *,
-                 include_import: bool = True) -> RunEstimate:
-    """The estimate of a field run; ResourceError when it cannot fit (``memory_problem``)."""
+                 include_import: bool = True, run_dir=None) -> RunEstimate:
+    """The estimate of a field run; ResourceError when it cannot go ahead (``run_problem``)."""
     estimate = estimate_for_config(config, shape)
-    problem = memory_problem(estimate, available, include_import=include_import)
+    problem = run_problem(estimate, available, include_import=include_import, run_dir=run_dir)
     if problem is not None:
         raise ResourceError(problem)
     return estimate

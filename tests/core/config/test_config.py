@@ -322,58 +322,78 @@ def test_bad_input_names_the_key(text, expected, key):
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 positive = st.floats(min_value=1e-300, max_value=1e300)
-distribution = st.one_of(
-    st.builds(lambda a, b: {"dist": "normal", "loc": a, "scale": b}, finite, positive),
-    st.builds(lambda a, b: {"dist": "lognormal", "loc": a, "scale": b}, finite, positive),
-    st.builds(lambda a, w: {"dist": "uniform", "low": a, "high": a + w},
-              st.floats(-1e6, 1e6), st.floats(1e-3, 1e6)),
-)
-sampler = st.fixed_dictionaries({}, optional={
-    "algorithm": st.sampled_from(C.ALGORITHMS),
-    "num_warmup": st.integers(0, 2**63 - 1),
-    "num_samples": st.integers(1, 10**9),
-    "num_leapfrog_steps": st.integers(1, 1000),
-    "step_size": positive,
-    "target_accept": st.floats(1e-9, 1 - 1e-9),
-    "adapt_mass_matrix": st.booleans(),
-    "chains": st.integers(1, 64),
-    "seed": st.integers(0, 2**63 - 1),
-    "thin": st.integers(1, 100),
-    "chunk_size": st.integers(1, 10**6),
-})
+# a float32 field run: every float setting within float32's normal range (core.config.limits)
+finite32 = st.floats(-1e38, 1e38)
+positive32 = st.floats(min_value=1e-18, max_value=1e38)
+
+
+def distributions(finite, positive):
+    return st.one_of(
+        st.builds(lambda a, b: {"dist": "normal", "loc": a, "scale": b}, finite, positive),
+        st.builds(lambda a, b: {"dist": "lognormal", "loc": a, "scale": b}, finite, positive),
+        st.builds(lambda a, w: {"dist": "uniform", "low": a, "high": a + w},
+                  st.floats(-1e6, 1e6), st.floats(1e-3, 1e6)),
+    )
+
+
+distribution = distributions(finite, positive)
+
+
+def samplers(positive):
+    return st.fixed_dictionaries({}, optional={
+        "algorithm": st.sampled_from(C.ALGORITHMS),
+        "num_warmup": st.integers(0, 10**7),
+        "num_samples": st.integers(1, 10**7),
+        "num_leapfrog_steps": st.integers(1, 2048),
+        "step_size": positive,
+        "target_accept": st.floats(1e-9, 1 - 1e-9),
+        "adapt_mass_matrix": st.booleans(),
+        "chains": st.integers(1, 64),
+        "seed": st.integers(0, 2**63 - 1),
+        "thin": st.integers(1, 100),
+        "chunk_size": st.integers(1, 10**6),
+    })
+
+
+sampler = samplers(positive)
 text = st.text(max_size=30).filter(lambda s: s.strip())
 
 
 @st.composite
 def field_documents(draw):
+    dtype = draw(st.sampled_from(C.DTYPES))
+    finite_, positive_ = (finite32, positive32) if dtype == "float32" else (finite, positive)
+    # 1 / noise_sigma^2 must fit the dtype too
+    noise = positive32 if dtype == "float32" else st.floats(1e-150, 1e300)
+    distribution = distributions(finite_, positive_)
     kind = draw(st.sampled_from(["power_law", "power_law_cutoff", "table"]))
     if kind == "table":
         prior = {"kind": kind, "table": draw(text)}
     else:
-        prior = {"kind": kind, "k_pivot": draw(positive),
-                 "amplitude": draw(st.one_of(positive, distribution)),
-                 "index": draw(st.one_of(finite, distribution))}
+        prior = {"kind": kind, "k_pivot": draw(positive_),
+                 "amplitude": draw(st.one_of(positive_, distribution)),
+                 "index": draw(st.one_of(finite_, distribution))}
         if kind == "power_law_cutoff":
             prior["cutoff_scale"] = draw(st.one_of(st.floats(0, 1e6), distribution))
     likelihood_kind = draw(st.sampled_from(["gaussian", "poisson_lognormal"]))
     data = {"path": draw(text) + draw(st.sampled_from(C.FIELD_DATA_EXTENSIONS + (".NPZ",))),
             "key": draw(text)}
     likelihood = {"kind": likelihood_kind, "smoothing_scale": draw(st.floats(0, 1e6)),
-                  "field_mean": draw(finite)}
+                  "field_mean": draw(finite_)}
     if likelihood_kind == "gaussian":
-        data.update(draw(st.one_of(st.fixed_dictionaries({"noise_sigma": positive}),
+        data.update(draw(st.one_of(st.fixed_dictionaries({"noise_sigma": noise}),
                                    st.fixed_dictionaries({"noise_map": text}))))
     else:
-        likelihood["mean_count"] = draw(positive)
+        likelihood["mean_count"] = draw(positive_)
     if draw(st.booleans()):
         data["mask"] = draw(text)
-    box = draw(st.one_of(positive, st.lists(positive, min_size=3, max_size=3)))
+    box = draw(st.one_of(positive_, st.lists(positive_, min_size=3, max_size=3)))
     return {"model": {"kind": "field"}, "data": data,
             "grid": {"box_size": box, "unit": draw(st.text(max_size=10))},
             "prior": prior, "likelihood": likelihood,
             "field": {"parameterisation": draw(st.sampled_from(C.PARAMETERISATIONS)),
-                      "dtype": draw(st.sampled_from(C.DTYPES))},
-            "sampler": draw(sampler)}
+                      "dtype": dtype},
+            "sampler": draw(samplers(positive_))}
 
 
 integral_prior = st.one_of(

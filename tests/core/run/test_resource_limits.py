@@ -1,0 +1,47 @@
+"""core.run.resources refuses what cannot run: a grid too small to sample, a chunk buffer
+that cannot fit (naming chunk_size and thin), a store its disk cannot hold."""
+
+from __future__ import annotations
+
+from core.run import resources
+
+
+def test_grids_with_an_axis_under_three_cells_are_refused_naming_the_minimum():
+    for shape, modes in (((1, 1, 1), 0), ((2, 2, 2), 7), ((1, 64, 64), 4095)):
+        text = resources.grid_problem(shape)
+        grid = " x ".join(map(str, shape))
+        assert text.startswith(f"the grid {grid} is too small to sample: every axis needs at "
+                               "least 3 cells")
+        assert f"this grid has {modes} random Fourier mode" in text
+    for shape in ((3, 3, 3), (4, 3, 6), (5, 4, 3), (8, 8, 8)):      # the tests' small grids
+        assert resources.grid_problem(shape) is None
+    e = resources.estimate_run((2, 2, 2))
+    assert resources.run_problem(e, available=2**50) == resources.grid_problem((2, 2, 2))
+
+
+def test_a_huge_chunk_is_refused_naming_chunk_size_and_thin():
+    e = resources.estimate_run((32, 32, 32), chains=2, chunk_size=10**6, thin=1)
+    text = resources.memory_problem(e, available=8 * 2**30)
+    assert "sampler.chunk_size = 1000000 and sampler.thin = 1" in text
+    assert "ceil(chunk_size / thin) + 1 = 1000001 field draws of the 32 x 32 x 32 grid" in text
+    assert text.endswith("use a smaller sampler.chunk_size or a larger sampler.thin")
+    assert "fewer chains" not in text
+    # the default chunk is no part of the advice
+    small = resources.estimate_run((32, 32, 32), chains=2)
+    assert "chunk_size" not in resources.memory_problem(small, available=small.total - 1)
+
+
+def test_a_store_larger_than_the_free_disk_is_refused(tmp_path):
+    e = resources.estimate_run((32, 32, 32), chains=2, num_warmup=1000, num_samples=10**7,
+                               thin=5)
+    assert e.store_bytes > 2 * 10**6 * 2 * 32**3 * 4         # 2e6 float32 fields per chain
+    text = resources.disk_problem(e, tmp_path / "run", free=10 * 2**30)
+    assert text.startswith(f"the run's store would take about {resources.format_bytes(e.store_bytes)} "
+                           "(sampler.num_samples = 10000000 with sampler.thin = 5: 2000000 field "
+                           "draws of the 32 x 32 x 32 grid per chain")
+    assert f"the disk of {tmp_path / 'run'} has 10.0 GiB free" in text
+    assert resources.disk_problem(e, tmp_path / "run", free=e.store_bytes) is None
+    assert resources.free_disk(tmp_path / "not" / "yet") == resources.free_disk(tmp_path)
+    # the engine checks it with the run directory's disk
+    assert resources.run_problem(e, available=2**50, run_dir=tmp_path / "run") == \
+        resources.disk_problem(e, tmp_path / "run") or resources.free_disk(tmp_path) > e.store_bytes
