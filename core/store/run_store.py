@@ -139,16 +139,16 @@ def _open_root_checked(store_path: Path, mode: str):
         raise RunStoreError(f"{store_path}: zarr cannot open the run store ({err})") from None
 
 
-def _open_arrays(root, layout) -> dict:
-    """zarr's arrays of every array ``layout`` checked: {(group, name): zarr.Array}."""
-    arrays = {}
-    for group, name in layout.arrays:
-        try:
-            arrays[group, name] = root[group][name]
-        except Exception as err:  # an unknown codec, metadata zarr rejects
-            raise RunStoreError(f"{layout.path / group / name / '.zarray'}: zarr cannot open "
-                                f"array {group}/{name} ({err})") from None
-    return arrays
+def _open_array(store_path: Path, group: str, name: str):
+    """zarr's array ``group/name`` of a checked store; RunStoreError naming it when zarr
+    rejects its metadata (an unknown codec)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return zarr.open_array(str(store_path / group / name), mode="r", zarr_format=2)
+    except Exception as err:
+        raise RunStoreError(f"{store_path / group / name / '.zarray'}: zarr cannot open array "
+                            f"{group}/{name} ({err})") from None
 
 
 @dataclass
@@ -282,11 +282,12 @@ class RunStoreWriter:
         store_path = run_dir / STORE_NAME
         # the same check as the reader's, over the checkpoint's draws; .zmetadata is rewritten here
         layout = _Layout(store_path, progress=progress, consolidated=False)
+        for group, name in layout.arrays:
+            _open_array(store_path, group, name)
         root = _open_root_checked(store_path, "r+")
-        _open_arrays(root, layout)
         writer = cls(run_dir, root)
         try:
-            writer._truncate(layout.progress)
+            writer._truncate(layout.resume_progress)
         except OSError as err:
             raise _write_error(run_dir, "truncating the run store to its checkpoint", err) \
                 from None
@@ -426,8 +427,8 @@ class _Layout:
     """The store at ``store_path`` checked against the layout of the module docstring
     (metadata and file existence, no data): RunStoreError naming what is damaged.
 
-    ``progress``: the draws that must be there (default: the store's own ``progress``;
-    the writer's reopen passes the checkpoint's). ``consolidated``: a damaged ``.zmetadata``
+    ``progress``: the checkpoint's (the writer's reopen): it must count no more than the
+    store's own ``progress`` (the draws every check covers), as ``resume_progress``. ``consolidated``: a damaged ``.zmetadata``
     is an error (False: reopen rewrites it; the arrays it lists are still checked when it
     is readable). After it: ``attrs``, ``progress``, ``grid`` (None without a
     field), ``arrays`` {(group, name): its .zarray}, ``moment_count``."""
@@ -440,13 +441,13 @@ class _Layout:
         self.attrs = self._json(".zattrs", "the run's attributes")
         self._check_attrs()
         if progress is not None:
-            self.stored_progress = self.progress
-            self.progress = check_progress(progress, f"{self.path.parent / CHECKPOINT_NAME}")
+            self.resume_progress = check_progress(progress, f"{self.path.parent / CHECKPOINT_NAME}")
             for key in PROGRESS_KEYS:
-                if self.progress[key] > self.stored_progress[key]:
+                if self.resume_progress[key] > self.progress[key]:
                     raise RunStoreError(
-                        f"{self.path}: the checkpoint counts {key} {self.progress[key]} but the store "
-                        f"publishes only {self.stored_progress[key]}; the store lost draws")
+                        f"{self.path.parent / CHECKPOINT_NAME}: the checkpoint counts {key} "
+                        f"{self.resume_progress[key]} but the store publishes only {self.progress[key]}; "
+                        "the store lost draws and cannot be resumed")
         try:
             listed = self._consolidated_listing()
         except RunStoreError:
@@ -521,6 +522,7 @@ class _Layout:
         if not path.is_dir():
             raise RunStoreError(f"{path}: missing group {group!r}; the run store is damaged")
         self._json(f"{group}/.zgroup", f"group {group}")
+        self._json(f"{group}/.zattrs", f"attributes of group {group}")
         return path
 
     def _specs(self) -> list[_ArraySpec]:
@@ -717,7 +719,7 @@ def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:
             arrays = {k: data[k] for k in data.files if k != "__meta__"}
             meta = json.loads(str(data["__meta__"]))
     except FileNotFoundError:
-        raise RunStoreError(f"{run_dir}: no checkpoint; the run has not completed a chunk, "
+        raise RunStoreError(f"{path}: no checkpoint; the run has not completed a chunk, "
                             "start it again instead of resuming") from None
     except Exception as err:
         raise RunStoreError(f"{path}: unreadable checkpoint ({err})") from None
@@ -747,9 +749,9 @@ class RunReader:
         chunk files, not data; see the module docstring): RunStoreError naming what is
         damaged. Returns the progress."""
         layout = _Layout(self.store_path)
-        root = _open_root_checked(self.store_path, "r")
-        self._arrays = _open_arrays(root, layout)
-        self.root = root
+        self.root = _open_root_checked(self.store_path, "r")
+        # opened by zarr when first read (each costs a few file reads)
+        self._arrays = dict.fromkeys(layout.arrays)
         self.attrs = layout.attrs
         self.progress = dict(layout.progress)
         self._grid = layout.grid
@@ -759,6 +761,8 @@ class RunReader:
         """``selection`` of one array; a chunk that cannot be decoded (truncated, garbled:
         its CRC32 differs) raises RunStoreError naming the array and the chunk file."""
         arr = self._arrays[group, name]
+        if arr is None:
+            arr = self._arrays[group, name] = _open_array(self.store_path, group, name)
         try:
             return np.asarray(arr.get_orthogonal_selection(selection) if orthogonal else arr[selection])
         except Exception as err:
@@ -867,13 +871,10 @@ class RunReader:
                           (slice(None), slice(int(start), stop), *(int(v) for v in voxel)), orthogonal=True)
 
     def _moment_count(self) -> int:
-        try:
-            count = self.root["field_moments"].attrs.get("count", 0)
-        except Exception as err:
-            raise RunStoreError(f"{self.store_path / 'field_moments/.zattrs'}: unreadable ({err})") from None
+        where = self.store_path / "field_moments" / ".zattrs"
+        count = _read_json(where, "attributes of group field_moments").get("count")
         if not _is_count(count):
-            raise RunStoreError(f"{self.store_path / 'field_moments/.zattrs'}: count is {count!r}, "
-                                "not a non-negative integer")
+            raise RunStoreError(f"{where}: count is {count!r}, not a non-negative integer")
         return count
 
     @property
