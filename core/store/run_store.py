@@ -35,12 +35,29 @@ temporary file and renames it; so does ``write_checkpoint``), so a write that fa
 full disk: ENOSPC) leaves every chunk published before readable. The writer raises
 ``StoreWriteError`` naming the write and the OS's reason; the engine ends the run as
 failed, and resume continues from the last checkpoint once the cause is gone.
+
+Damaged stores. The reader (on open and on every refresh) and the writer's ``reopen``
+check the store against this layout before they read anything (metadata and file
+existence only, never data): the root attributes' types (``progress`` non-negative ints
+within the arrays and the run's length, ``param_names`` identifiers that exist as
+arrays), every group and array above with its dims, dtype and a shape consistent with
+``chains`` and the grid and bounded (``MAX_CHAINS``, ``MAX_DRAWS``, ``MAX_ELEMENTS``: a
+hostile shape is refused before anything is allocated), the consolidated ``.zmetadata``
+(every array and group it lists must still exist; ``reopen`` rewrites it instead), and
+the chunk files covering the draws ``progress`` publishes (zarr would read a missing
+chunk as zeros). Each chunk carries a CRC32 (a zarr filter) so that a garbled chunk is
+found when it is read, like a truncated one; a read that fails raises RunStoreError
+naming the array and the chunk file. Anything wrong ends in one RunStoreError naming
+the file, array or attribute. ``writer.lock`` (``core.store.run_lock``) is no part of
+the layout and is not read here.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -50,16 +67,23 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+from numcodecs import CRC32
 
 from core import __version__
-from core.run.messages import STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
+from core.run.messages import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 
-__all__ = ["STORE_NAME", "CHECKPOINT_NAME", "RunStoreError", "StoreWriteError", "ChunkRecord",
-           "RunStoreWriter", "write_checkpoint", "read_checkpoint", "RunReader", "StoredConfig",
+__all__ = ["STORE_NAME", "CHECKPOINT_NAME", "MAX_CHAINS", "MAX_DRAWS", "MAX_ELEMENTS", "RunStoreError",
+           "StoreWriteError", "ChunkRecord", "check_progress", "RunStoreWriter", "write_checkpoint", "read_checkpoint", "RunReader", "StoredConfig",
            "stored_run_config", "remove_run"]
 
 STORE_NAME = "run.zarr"
 CHECKPOINT_NAME = "checkpoint.npz"
+
+#: bounds a store's metadata must keep: chains, draws of one phase (num_warmup,
+#: num_samples), elements of one chunk, of the grid or of another fixed-size array
+MAX_CHAINS = 2**16
+MAX_DRAWS = 2**31
+MAX_ELEMENTS = 2**31
 
 
 class RunStoreError(ValueError):
@@ -106,6 +130,25 @@ def _consolidate(store_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         zarr.consolidate_metadata(str(store_path))
+
+
+def _open_root_checked(store_path: Path, mode: str):
+    try:
+        return _open_root(store_path, mode)
+    except Exception as err:  # zarr raises several kinds for a broken store
+        raise RunStoreError(f"{store_path}: zarr cannot open the run store ({err})") from None
+
+
+def _open_array(store_path: Path, group: str, name: str):
+    """zarr's array ``group/name`` of a checked store; RunStoreError naming it when zarr
+    rejects its metadata (an unknown codec)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return zarr.open_array(str(store_path / group / name), mode="r", zarr_format=2)
+    except Exception as err:
+        raise RunStoreError(f"{store_path / group / name / '.zarray'}: zarr cannot open array "
+                            f"{group}/{name} ({err})") from None
 
 
 @dataclass
@@ -224,8 +267,9 @@ class RunStoreWriter:
     @staticmethod
     def _new_array(group, name, shape, chunks, dtype, dims):
         # no fill value: xarray would read values equal to it as missing (NaN)
+        # a CRC32 of every chunk: a garbled chunk fails when read instead of reading as data
         arr = group.create_array(name, shape=tuple(shape), chunks=tuple(max(1, c) for c in chunks),
-                                 dtype=dtype, fill_value=None)
+                                 dtype=dtype, fill_value=None, filters=[CRC32()])
         arr.attrs["_ARRAY_DIMENSIONS"] = list(dims)
         return arr
 
@@ -235,19 +279,24 @@ class RunStoreWriter:
     def reopen(cls, run_dir, progress: dict) -> "RunStoreWriter":
         """Open an existing store for appending, truncated to ``progress`` (the checkpoint's)."""
         run_dir = Path(run_dir)
-        try:
-            root = _open_root(run_dir / STORE_NAME, "r+")
-        except Exception as err:  # zarr raises several kinds for a missing or broken store
-            raise RunStoreError(f"{run_dir}: no readable run store ({err})") from None
+        store_path = run_dir / STORE_NAME
+        # the same check as the reader's, over the checkpoint's draws; .zmetadata is rewritten here
+        layout = _Layout(store_path, progress=progress, consolidated=False)
+        for group, name in layout.arrays:
+            _open_array(store_path, group, name)
+        root = _open_root_checked(store_path, "r+")
         writer = cls(run_dir, root)
         try:
-            writer._truncate(progress)
+            writer._truncate(layout.resume_progress)
         except OSError as err:
             raise _write_error(run_dir, "truncating the run store to its checkpoint", err) \
                 from None
         return writer
 
     def _truncate(self, progress: dict) -> None:
+        # progress first: a reader never sees it count draws the arrays no longer hold
+        self.root.attrs["progress"] = dict(progress)
+        _consolidate(self.store_path)
         sizes = {"warmup": progress["warmup_draws"], "": progress["draws"]}
         for prefix, n in sizes.items():
             for group in (f"{prefix}_posterior" if prefix else "posterior",
@@ -264,7 +313,6 @@ class RunStoreWriter:
                     arr.resize((arr.shape[0], n, *arr.shape[2:]))
             if pf["field_draw"].shape[0] != n:
                 pf["field_draw"].resize((n,))
-        self.root.attrs["progress"] = dict(progress)
         _consolidate(self.store_path)
 
     # -- appending ---------------------------------------------------------------
@@ -318,6 +366,323 @@ class RunStoreWriter:
 
 
 # ---------------------------------------------------------------------------
+# The layout, checked (the reader on open and refresh, the writer's reopen)
+# ---------------------------------------------------------------------------
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise RunStoreError(f"{path}: missing ({what}); the run store is damaged") from None
+    except OSError as err:
+        raise RunStoreError(f"{path}: unreadable ({what}): {err.strerror or err}") from None
+    try:
+        value = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise RunStoreError(f"{path}: not valid JSON ({what}; truncated or garbled): {err}") from None
+    if not isinstance(value, dict):
+        raise RunStoreError(f"{path}: holds {type(value).__name__}, not a JSON object ({what})")
+    return value
+
+
+def check_progress(progress, where: str) -> dict:
+    """``progress`` as a dict of the ``PROGRESS_KEYS`` (non-negative ints), or RunStoreError
+    naming ``where`` it came from."""
+    if not isinstance(progress, dict):
+        raise RunStoreError(f"{where}: progress is {progress!r}, not a record of "
+                            f"{', '.join(PROGRESS_KEYS)}")
+    for key in PROGRESS_KEYS:
+        if key not in progress:
+            raise RunStoreError(f"{where}: progress has no {key}")
+        if not _is_count(progress[key]):
+            raise RunStoreError(f"{where}: progress.{key} is {progress[key]!r}, not a "
+                                "non-negative integer")
+    return {key: progress[key] for key in PROGRESS_KEYS}
+
+
+@dataclass(frozen=True)
+class _ArraySpec:
+    """What the layout expects of one array: its dims (None: any, from its .zattrs), dtype
+    (None: any number), shape (None for the axis that grows with the draws), and for a
+    growing array that axis, how many entries ``progress`` publishes and how many it may
+    hold at most. ``fixed``: every chunk must exist (written when the store was created)."""
+
+    group: str
+    name: str
+    dims: tuple | None
+    dtype: np.dtype | None
+    shape: tuple | None
+    axis: int | None = None
+    count: int = 0
+    bound: int = 0
+    fixed: bool = False
+
+
+class _Layout:
+    """The store at ``store_path`` checked against the layout of the module docstring
+    (metadata and file existence, no data): RunStoreError naming what is damaged.
+
+    ``progress``: the checkpoint's (the writer's reopen): it must count no more than the
+    store's own ``progress`` (the draws every check covers), as ``resume_progress``. ``consolidated``: a damaged ``.zmetadata``
+    is an error (False: reopen rewrites it; the arrays it lists are still checked when it
+    is readable). After it: ``attrs``, ``progress``, ``grid`` (None without a
+    field), ``arrays`` {(group, name): its .zarray}, ``moment_count``."""
+
+    def __init__(self, store_path: Path, progress: dict | None = None, consolidated: bool = True):
+        self.path = Path(store_path)
+        if not self.path.is_dir():
+            raise RunStoreError(f"{self.path}: missing or not a directory (the run store)")
+        self._json(".zgroup", "the store's root group")
+        self.attrs = self._json(".zattrs", "the run's attributes")
+        self._check_attrs()
+        if progress is not None:
+            self.resume_progress = check_progress(progress, f"{self.path.parent / CHECKPOINT_NAME}")
+            for key in PROGRESS_KEYS:
+                if self.resume_progress[key] > self.progress[key]:
+                    raise RunStoreError(
+                        f"{self.path.parent / CHECKPOINT_NAME}: the checkpoint counts {key} "
+                        f"{self.resume_progress[key]} but the store publishes only {self.progress[key]}; "
+                        "the store lost draws and cannot be resumed")
+        try:
+            listed = self._consolidated_listing()
+        except RunStoreError:
+            if consolidated:
+                raise
+            listed = {}
+        for key in listed:
+            # arrays and groups are never removed from a store: each one listed must be there
+            if isinstance(key, str) and key.endswith((".zarray", ".zgroup")) and \
+                    not (self.path / key).is_file():
+                raise RunStoreError(f"{self.path / key}: missing (listed in {self.path / '.zmetadata'}); "
+                                    "the run store is damaged")
+        self.arrays: dict[tuple[str, str], dict] = {}
+        self.grid = None
+        self.moment_count = 0
+        self._check_groups_and_arrays()
+
+    # -- pieces ----------------------------------------------------------------------
+
+    def _json(self, rel: str, what: str) -> dict:
+        return _read_json(self.path / rel, what)
+
+    def _attr_error(self, key: str, value, problem: str) -> RunStoreError:
+        return RunStoreError(f"{self.path / '.zattrs'}: {key} is {value!r}, {problem}")
+
+    def _check_attrs(self) -> None:
+        a = self.attrs
+        for key in ("config", "status", "model_kind"):
+            if not isinstance(a.get(key), str):
+                raise self._attr_error(key, a.get(key), "not a string")
+        for key in ("error", "config_dir"):
+            if key in a and not isinstance(a[key], str):
+                raise self._attr_error(key, a[key], "not a string")
+        if a["status"] not in STORE_STATUSES:
+            raise self._attr_error("status", a["status"], f"not one of {', '.join(STORE_STATUSES)}")
+        for key, low, high in (("chains", 1, MAX_CHAINS), ("num_warmup", 0, MAX_DRAWS),
+                               ("num_samples", 0, MAX_DRAWS), ("thin", 1, MAX_DRAWS)):
+            value = a.get(key)
+            if not _is_count(value) or not low <= value <= high:
+                raise self._attr_error(key, value, f"not an integer from {low} to {high}")
+        names = a.get("param_names")
+        if not isinstance(names, list):
+            raise self._attr_error("param_names", names, "not a list of names")
+        for name in names:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise self._attr_error("param_names", names, f"{name!r} is not a plain identifier")
+        if len(set(names)) != len(names):
+            raise self._attr_error("param_names", names, "a name repeats")
+        timing = a.get("timing")
+        if timing is not None and not (isinstance(timing, dict) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in timing.values())):
+            raise self._attr_error("timing", timing, "not a record of seconds")
+        where = f"{self.path / '.zattrs'}"
+        self.progress = check_progress(a.get("progress"), where)
+        p = self.progress
+        for key, limit, what in (("warmup_draws", a["num_warmup"], "num_warmup"),
+                                 ("draws", a["num_samples"], "num_samples"),
+                                 ("field_draws", p["draws"], "progress.draws")):
+            if p[key] > limit:
+                raise self._attr_error(f"progress.{key}", p[key], f"more than {what} ({limit})")
+
+    def _consolidated_listing(self) -> dict:
+        rel = ".zmetadata"
+        meta = self._json(rel, "the consolidated metadata xarray and ArviZ read")
+        listed = meta.get("metadata")
+        if meta.get("zarr_consolidated_format") != 1 or not isinstance(listed, dict):
+            raise RunStoreError(f"{self.path / rel}: not zarr's consolidated metadata (format 1)")
+        return listed
+
+    def _group(self, group: str) -> Path:
+        path = self.path / group
+        if not path.is_dir():
+            raise RunStoreError(f"{path}: missing group {group!r}; the run store is damaged")
+        self._json(f"{group}/.zgroup", f"group {group}")
+        self._json(f"{group}/.zattrs", f"attributes of group {group}")
+        return path
+
+    def _specs(self) -> list[_ArraySpec]:
+        a, p = self.attrs, self.progress
+        chains = a["chains"]
+        f64 = np.dtype(np.float64)
+        specs = []
+        for group, count, bound in (("posterior", p["draws"], a["num_samples"]),
+                                    ("warmup_posterior", p["warmup_draws"], a["num_warmup"])):
+            for name in a["param_names"]:
+                specs.append(_ArraySpec(group, name, ("chain", "draw"), f64, (chains, None), 1, count, bound))
+        for group, count, bound in (("sample_stats", p["draws"], a["num_samples"]),
+                                    ("warmup_sample_stats", p["warmup_draws"], a["num_warmup"])):
+            for name in STAT_NAMES:
+                specs.append(_ArraySpec(group, name, ("chain", "draw"), STAT_DTYPES.get(name, f64),
+                                        (chains, None), 1, count, bound))
+        return specs
+
+    def _check_groups_and_arrays(self) -> None:
+        a, p = self.attrs, self.progress
+        for group in ("posterior", "warmup_posterior", "sample_stats", "warmup_sample_stats", "observed_data"):
+            self._group(group)
+        for spec in self._specs():
+            self._array(spec)
+        field = a["model_kind"] == "field" or (self.path / "posterior_field").exists()
+        if field:
+            self._group("posterior_field")
+            self._group("field_moments")
+            count = self._json("field_moments/.zattrs", "attributes of group field_moments").get("count")
+            if not _is_count(count):
+                raise RunStoreError(f"{self.path / 'field_moments/.zattrs'}: count is {count!r}, "
+                                    "not a non-negative integer")
+            self.moment_count = count
+            chains, n_draws, f = a["chains"], a["num_samples"], p["field_draws"]
+            where = self.path / "posterior_field/field/.zarray"
+            shape = self._json("posterior_field/field/.zarray", "metadata of array posterior_field/field") \
+                .get("shape")
+            if not (isinstance(shape, list) and len(shape) == 5 and all(_is_count(n) for n in shape)):
+                raise RunStoreError(f"{where}: shape {shape!r} is not (chain, field_draw, x, y, z)")
+            if shape[0] != chains or min(shape[2:]) < 1 or math.prod(shape[2:]) > MAX_ELEMENTS:
+                raise RunStoreError(f"{where}: shape {shape} does not fit {chains} chains and a grid "
+                                    f"of 1 to {MAX_ELEMENTS} voxels")
+            self.grid = grid = tuple(shape[2:])
+            # k first: the shells' count is that of every P(k)
+            k = self._array(_ArraySpec("posterior_field", "k", ("k",), np.dtype(np.float64), None, fixed=True))
+            nk = k["shape"][0]
+            for spec in (_ArraySpec("posterior_field", "field", ("chain", "field_draw", "x", "y", "z"),
+                                    np.dtype(np.float32), (chains, None, *grid), 1, f, n_draws),
+                         _ArraySpec("posterior_field", "k_count", ("k",), np.dtype(np.int64), (nk,), fixed=True),
+                         _ArraySpec("posterior_field", "power", ("chain", "field_draw", "k"), np.dtype(np.float64),
+                                    (chains, None, nk), 1, f, n_draws),
+                         _ArraySpec("posterior_field", "field_draw", ("field_draw",), np.dtype(np.int64),
+                                    (None,), 0, f, n_draws)):
+                self._array(spec)
+            for name in ("mean", "std"):
+                self._array(_ArraySpec("field_moments", name, ("x", "y", "z"), np.dtype(np.float64), grid,
+                                       fixed=count > 0))
+        observed = self.path / "observed_data"
+        try:
+            entries = sorted(e.name for e in os.scandir(observed) if e.is_dir())
+        except OSError as err:
+            raise RunStoreError(f"{observed}: unreadable: {err.strerror or err}") from None
+        for name in entries:
+            if not name.isidentifier():
+                raise RunStoreError(f"{observed / name}: {name!r} is not a plain identifier (an observed "
+                                    "array's name)")
+            self._array(_ArraySpec("observed_data", name, None, None, None, fixed=True))
+
+    def _array(self, spec: _ArraySpec) -> dict:
+        rel = f"{spec.group}/{spec.name}"
+        where = self.path / rel / ".zarray"
+        if not (self.path / rel).is_dir():
+            raise RunStoreError(f"{self.path / rel}: missing array {rel}; the run store is damaged")
+        meta = self._json(f"{rel}/.zarray", f"metadata of array {rel}")
+        attrs = self._json(f"{rel}/.zattrs", f"attributes of array {rel}")
+        shape, chunks, dtype = meta.get("shape"), meta.get("chunks"), meta.get("dtype")
+        if meta.get("zarr_format") != 2:
+            raise RunStoreError(f"{where}: zarr_format is {meta.get('zarr_format')!r}, not 2")
+        if not (isinstance(shape, list) and all(_is_count(n) for n in shape)):
+            raise RunStoreError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+        if not (isinstance(chunks, list) and len(chunks) == len(shape)
+                and all(_is_count(n) and n >= 1 for n in chunks)):
+            raise RunStoreError(f"{where}: chunks {chunks!r} do not match the shape {shape}")
+        if math.prod(chunks) > MAX_ELEMENTS:
+            raise RunStoreError(f"{where}: chunks {chunks} hold more than {MAX_ELEMENTS} elements")
+        if meta.get("dimension_separator", ".") != "." or meta.get("order") not in ("C", "F"):
+            raise RunStoreError(f"{where}: not this layout's chunk keys (dimension_separator "
+                                f"{meta.get('dimension_separator')!r}, order {meta.get('order')!r})")
+        for key in ("compressor", "filters"):
+            value = meta.get(key)
+            codecs = [value] if key == "compressor" else value
+            if value is not None and not (isinstance(codecs, list) and all(
+                    isinstance(c, dict) and isinstance(c.get("id"), str) for c in codecs)):
+                raise RunStoreError(f"{where}: {key} {value!r} is not a zarr codec")
+        try:
+            dt = np.dtype(dtype) if isinstance(dtype, str) else None
+        except TypeError:
+            dt = None
+        if dt is None or dt.kind not in "biuf":
+            raise RunStoreError(f"{where}: dtype {dtype!r} is not a number type")
+        if spec.dtype is not None and (dt.kind, dt.itemsize) != (spec.dtype.kind, spec.dtype.itemsize):
+            raise RunStoreError(f"{where}: dtype {dtype!r}, not {spec.dtype.str!r} as {rel} is stored")
+        dims = attrs.get("_ARRAY_DIMENSIONS")
+        if not (isinstance(dims, list) and len(dims) == len(shape) and all(isinstance(d, str) for d in dims)):
+            raise RunStoreError(f"{self.path / rel / '.zattrs'}: _ARRAY_DIMENSIONS {dims!r} do not name "
+                                f"the {len(shape)} axes of {rel}")
+        if spec.dims is not None and tuple(dims) != spec.dims:
+            raise RunStoreError(f"{self.path / rel / '.zattrs'}: _ARRAY_DIMENSIONS {dims}, not "
+                                f"{list(spec.dims)}")
+        if spec.shape is not None:
+            expected = list(spec.shape)
+            if spec.axis is not None:
+                expected[spec.axis] = shape[spec.axis] if spec.axis < len(shape) else None
+            if list(shape) != expected:
+                raise RunStoreError(f"{where}: shape {shape}, not {[('n' if e is None else e) for e in expected]} "
+                                    f"as {rel} is stored in this run")
+        if spec.axis is not None:
+            n = shape[spec.axis]
+            if n < spec.count:
+                raise RunStoreError(f"{where}: {rel} holds {n} draws, but the run's progress publishes "
+                                    f"{spec.count}")
+            if n > max(spec.bound, spec.count):
+                raise RunStoreError(f"{where}: shape {shape}: {n} draws is more than the run can hold "
+                                    f"({spec.bound})")
+        else:
+            if math.prod(shape) > MAX_ELEMENTS:
+                raise RunStoreError(f"{where}: shape {shape} holds more than {MAX_ELEMENTS} elements")
+            if tuple(dims) == ("x", "y", "z") and self.grid is not None and tuple(shape) != self.grid:
+                raise RunStoreError(f"{where}: shape {shape}, not the grid {list(self.grid)}")
+        if spec.fixed or spec.axis is not None:
+            self._check_chunks(rel, shape, chunks, spec)
+        self.arrays[(spec.group, spec.name)] = meta
+        return meta
+
+    def _check_chunks(self, rel: str, shape, chunks, spec: _ArraySpec) -> None:
+        """The chunk files covering the published draws (all of a fixed array) exist."""
+        extent = list(shape)
+        if spec.axis is not None:
+            extent[spec.axis] = spec.count
+        if not shape:
+            ranges = [range(1)]
+        else:
+            ranges = [range(math.ceil(n / c)) for n, c in zip(extent, chunks)]
+        needed = math.prod(len(r) for r in ranges)
+        if needed == 0:
+            return
+        try:
+            present = set(os.listdir(self.path / rel))
+        except OSError as err:
+            raise RunStoreError(f"{self.path / rel}: unreadable: {err.strerror or err}") from None
+        # at most len(present) + 1 keys are looked at before a missing one is found
+        for index in itertools.islice(itertools.product(*ranges), len(present) + 1):
+            key = ".".join(str(i) for i in index)
+            if key not in present:
+                raise RunStoreError(
+                    f"{self.path / rel / key}: missing chunk file of {rel} (its draws are published: "
+                    "the run store is damaged; zarr would read it as zeros)")
+
+
+# ---------------------------------------------------------------------------
 # Checkpoints
 # ---------------------------------------------------------------------------
 
@@ -354,10 +719,13 @@ def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:
             arrays = {k: data[k] for k in data.files if k != "__meta__"}
             meta = json.loads(str(data["__meta__"]))
     except FileNotFoundError:
-        raise RunStoreError(f"{run_dir}: no checkpoint; the run has not completed a chunk, "
+        raise RunStoreError(f"{path}: no checkpoint; the run has not completed a chunk, "
                             "start it again instead of resuming") from None
     except Exception as err:
         raise RunStoreError(f"{path}: unreadable checkpoint ({err})") from None
+    if not isinstance(meta, dict):
+        raise RunStoreError(f"{path}: unreadable checkpoint (its record is {type(meta).__name__}, "
+                            "not a JSON object)")
     return arrays, meta
 
 
@@ -377,16 +745,46 @@ class RunReader:
         self.refresh()
 
     def refresh(self) -> dict:
-        try:
-            self.root = _open_root(self.store_path, "r")
-            self.attrs = dict(self.root.attrs)
-        except Exception as err:
-            raise RunStoreError(f"{self.run_dir}: unreadable run store ({err})") from None
-        if "progress" not in self.attrs:
-            raise RunStoreError(f"{self.run_dir}: the run store has no progress record (not a "
-                                "Fieldscope run, or a damaged one)")
-        self.progress = dict(self.attrs["progress"])
+        """Read the store's progress and check the store against its layout (metadata and
+        chunk files, not data; see the module docstring): RunStoreError naming what is
+        damaged. Returns the progress."""
+        layout = _Layout(self.store_path)
+        self.root = _open_root_checked(self.store_path, "r")
+        # opened by zarr when first read (each costs a few file reads)
+        self._arrays = dict.fromkeys(layout.arrays)
+        self.attrs = layout.attrs
+        self.progress = dict(layout.progress)
+        self._grid = layout.grid
         return self.progress
+
+    def _read(self, group: str, name: str, selection: tuple, orthogonal: bool = False) -> np.ndarray:
+        """``selection`` of one array; a chunk that cannot be decoded (truncated, garbled:
+        its CRC32 differs) raises RunStoreError naming the array and the chunk file."""
+        arr = self._arrays[group, name]
+        if arr is None:
+            arr = self._arrays[group, name] = _open_array(self.store_path, group, name)
+        try:
+            return np.asarray(arr.get_orthogonal_selection(selection) if orthogonal else arr[selection])
+        except Exception as err:
+            raise self._damaged(group, name, arr, selection, err) from None
+
+    def _damaged(self, group: str, name: str, arr, selection: tuple, err: Exception) -> RunStoreError:
+        where = self.store_path / group / name
+        chunks = arr.chunks
+        per_axis = []
+        for axis, n in enumerate(arr.shape):
+            sel = selection[axis] if axis < len(selection) else slice(None)
+            index = np.arange(n)[sel] if not isinstance(sel, (int, np.integer)) else np.asarray([sel])
+            per_axis.append(sorted({int(i) // chunks[axis] for i in np.atleast_1d(index)}))
+        for index in itertools.product(*per_axis):
+            region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunks))
+            try:
+                arr[region]
+            except Exception as chunk_err:
+                key = ".".join(str(i) for i in index) or "0"
+                return RunStoreError(f"{where / key}: damaged chunk of {group}/{name} (truncated or "
+                                     f"corrupt: {chunk_err})")
+        return RunStoreError(f"{where}: cannot read {group}/{name} ({err})")
 
     @property
     def status(self) -> str:
@@ -408,9 +806,8 @@ class RunReader:
 
     def _series(self, group: str, name: str, n: int, start: int = 0,
                 stop: int | None = None) -> np.ndarray:
-        arr = self.root[group][name]
         stop = n if stop is None else min(int(stop), n)
-        return np.asarray(arr[:, int(start):stop])
+        return self._read(group, name, (slice(None), slice(int(start), stop)))
 
     def stat(self, name: str, warmup: bool = False, start: int = 0,
              stop: int | None = None) -> np.ndarray:
@@ -431,73 +828,85 @@ class RunReader:
 
     @property
     def has_field(self) -> bool:
-        return "posterior_field" in self.root
+        return self._grid is not None
 
     @property
     def grid_shape(self) -> tuple[int, ...] | None:
         """(x, y, z) of the field draws, or None for a run without a field."""
-        if not self.has_field:
-            return None
-        return tuple(int(n) for n in self.root["posterior_field"]["field"].shape[2:])
+        return self._grid
 
     def shells(self) -> tuple[np.ndarray, np.ndarray]:
         """(k centres, mode counts) of the P(k) shells of a field run."""
-        pf = self.root["posterior_field"]
-        return np.asarray(pf["k"][:]), np.asarray(pf["k_count"][:])
+        return (self._read("posterior_field", "k", (slice(None),)),
+                self._read("posterior_field", "k_count", (slice(None),)))
 
     def field_draw_steps(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """(m,) index in ``draw`` (post-warmup) of the kept field draws ``start`` to ``stop``
         (at most the published ones)."""
         n = self.progress["field_draws"]
         stop = n if stop is None else min(int(stop), n)
-        return np.asarray(self.root["posterior_field"]["field_draw"][int(start):stop], np.int64)
+        return np.asarray(self._read("posterior_field", "field_draw", (slice(int(start), stop),)), np.int64)
+
+    def _field_index(self, index: int) -> int:
+        index = int(index)
+        n = self.progress["field_draws"]
+        if not -n <= index < n:
+            raise RunStoreError(f"{self.store_path}: field draw {index} is not published ({n} are)")
+        return index % n
 
     def field_draw(self, index: int) -> np.ndarray:
-        """(chain, x, y, z) kept field draw number ``index``."""
-        return np.asarray(self.root["posterior_field"]["field"][:, int(index)])
+        """(chain, x, y, z) kept field draw number ``index`` (of the published ones)."""
+        return self._read("posterior_field", "field", (slice(None), self._field_index(index)))
 
     def power_draw(self, index: int) -> np.ndarray:
         """(chain, k) P(k) of kept field draw number ``index``."""
-        return np.asarray(self.root["posterior_field"]["power"][:, int(index)])
+        return self._read("posterior_field", "power", (slice(None), self._field_index(index)))
 
     def voxel_trace(self, voxel, start: int = 0, stop: int | None = None) -> np.ndarray:
         """(chain, m) one voxel's value in the kept field draws ``start`` to ``stop``
         (reads only that voxel)."""
         n = self.progress["field_draws"]
         stop = n if stop is None else min(int(stop), n)
-        arr = self.root["posterior_field"]["field"]
-        return np.asarray(arr.get_orthogonal_selection(
-            (slice(None), slice(int(start), stop), *(int(v) for v in voxel))))
+        return self._read("posterior_field", "field",
+                          (slice(None), slice(int(start), stop), *(int(v) for v in voxel)), orthogonal=True)
+
+    def _moment_count(self) -> int:
+        where = self.store_path / "field_moments" / ".zattrs"
+        count = _read_json(where, "attributes of group field_moments").get("count")
+        if not _is_count(count):
+            raise RunStoreError(f"{where}: count is {count!r}, not a non-negative integer")
+        return count
 
     @property
     def moment_count(self) -> int:
         """How many draws the stored field moments are over (0 before the first)."""
-        return int(self.root["field_moments"].attrs.get("count", 0))
+        return self._moment_count()
 
     def field_draws(self, chain=slice(None), draws=slice(None)) -> np.ndarray:
         n = self.progress["field_draws"]
-        arr = self.root["posterior_field"]["field"]
         idx = np.arange(n)[draws]
-        return np.asarray(arr.get_orthogonal_selection((chain, idx, slice(None), slice(None), slice(None))))
+        return self._read("posterior_field", "field", (chain, idx, slice(None), slice(None), slice(None)),
+                          orthogonal=True)
 
     def powers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(k centres, mode counts, power (chain, field_draw, k))."""
-        pf = self.root["posterior_field"]
+        k, counts = self.shells()
         n = self.progress["field_draws"]
-        return np.asarray(pf["k"][:]), np.asarray(pf["k_count"][:]), np.asarray(pf["power"][:, :n])
+        return k, counts, self._read("posterior_field", "power", (slice(None), slice(0, n)))
 
     def field_moments(self) -> tuple[np.ndarray, np.ndarray, int]:
-        fm = self.root["field_moments"]
-        return np.asarray(fm["mean"][:]), np.asarray(fm["std"][:]), int(fm.attrs.get("count", 0))
+        count = self._moment_count()
+        return (self._read("field_moments", "mean", (slice(None),) * 3),
+                self._read("field_moments", "std", (slice(None),) * 3), count)
 
     def observed(self, name: str) -> np.ndarray:
-        return np.asarray(self.root["observed_data"][name][...])
+        if ("observed_data", name) not in self._arrays:
+            raise KeyError(name)
+        return self._read("observed_data", name, (Ellipsis,))
 
     def observed_data(self) -> dict[str, np.ndarray]:
         """Every array of ``observed_data`` (data, mask, noise, truth; t, y), by name."""
-        if "observed_data" not in self.root:
-            return {}
-        return {name: self.observed(name) for name in self.root["observed_data"].array_keys()}
+        return {name: self.observed(name) for group, name in self._arrays if group == "observed_data"}
 
 
 @dataclass(frozen=True)
