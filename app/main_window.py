@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -143,9 +144,39 @@ def user_data_dir() -> Path:
             return path
     except OSError:
         pass
+    return _private_temp_dir()
+
+
+#: rejected shared-temp folder -> the private one made instead (one per process)
+_PRIVATE_TEMP: dict[str, Path] = {}
+
+
+def _is_private_dir(path: Path) -> bool:
+    """A real folder (not a symlink) owned by this user with mode 0700."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    owner_ok = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    return stat.S_ISDIR(st.st_mode) and owner_ok and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def _private_temp_dir() -> Path:
+    """``<tmp>/fieldscope-<uid>``, created 0700; if it already exists and is not this user's
+    private folder (another user's, a symlink, group/world accessible: someone else could
+    plant or read files there), a fresh ``tempfile.mkdtemp(prefix="fieldscope-")`` instead."""
     path = Path(tempfile.gettempdir()) / f"fieldscope-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    try:
+        path.mkdir(mode=0o700)
+        os.chmod(path, 0o700)      # exactly 0700 whatever the umask (lstat'ed just below)
+    except OSError:
+        pass                       # there already (checked below), or not creatable
+    if _is_private_dir(path):
+        return path
+    made = _PRIVATE_TEMP.get(str(path))
+    if made is None or not _is_private_dir(made):
+        made = _PRIVATE_TEMP[str(path)] = Path(tempfile.mkdtemp(prefix="fieldscope-"))
+    return made
 
 
 #: the built-in demos (File > Demos): menu text -> config file in the demo folder

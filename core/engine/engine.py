@@ -514,8 +514,10 @@ class Engine:
                 record, contents = self._record(first, n, traces, params, field_buf, power_buf,
                                                 int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
+                run_lock.verify(self.run_dir)      # still this run's writer: else stop, write nothing
                 self.store.append(record, st["progress"], timing)
                 published = st["progress"]["chunks"]
+                run_lock.verify(self.run_dir)
                 self._checkpoint(st)
                 steps_done_here += n
                 self.emit(chunk_event(**contents, elapsed=elapsed,
@@ -547,6 +549,7 @@ class Engine:
         """Record "failed" and the reason in the store if it can still be written (a full
         disk may refuse even that), and tell the listeners in any case."""
         try:
+            run_lock.verify(self.run_dir)          # a writer that lost its lock writes nothing
             self.store.set_status("failed", message)
         except RunStoreError:
             pass

@@ -60,7 +60,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -692,8 +691,9 @@ def write_checkpoint(run_dir, arrays: dict[str, np.ndarray], meta: dict) -> None
 
     A failing write raises StoreWriteError and leaves the previous checkpoint in place."""
     run_dir = Path(run_dir)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=run_dir)
+    tmp = str(run_dir / f".checkpoint-{os.urandom(8).hex()}.npz")
+    try:       # mode 0666 less the umask, like the store's files (core.store.run_lock: file modes)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as err:
         raise _write_error(run_dir, "writing the checkpoint", err) from None
     try:
