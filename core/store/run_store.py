@@ -112,6 +112,11 @@ def _write_error(run_dir, what: str, exc: OSError) -> StoreWriteError:
                            exc.errno)
 
 
+#: zarr skips a chunk whose values all equal the fill value (an all-False `diverging`, a
+#: zero moment); the reader treats a missing chunk as damage, so the writer writes every one
+_WRITE_EVERY_CHUNK = {"array.write_empty_chunks": True}
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -203,11 +208,12 @@ class RunStoreWriter:
         try:
             if config_dir is not None:
                 extra_attrs = {"config_dir": str(config_dir), **(extra_attrs or {})}
-            return cls._build(run_dir, building, root, config_text=config_text,
-                              model_kind=model_kind, chains=chains, num_warmup=num_warmup,
-                              num_samples=num_samples, thin=thin, param_names=param_names,
-                              observed=observed, grid_shape=grid_shape, k_centres=k_centres,
-                              k_counts=k_counts, extra_attrs=extra_attrs)
+            with zarr.config.set(_WRITE_EVERY_CHUNK):
+                return cls._build(run_dir, building, root, config_text=config_text,
+                                  model_kind=model_kind, chains=chains, num_warmup=num_warmup,
+                                  num_samples=num_samples, thin=thin, param_names=param_names,
+                                  observed=observed, grid_shape=grid_shape, k_centres=k_centres,
+                                  k_counts=k_counts, extra_attrs=extra_attrs)
         except OSError as err:
             shutil.rmtree(building, ignore_errors=True)
             raise _write_error(run_dir, "creating the run store", err) from None
@@ -286,7 +292,8 @@ class RunStoreWriter:
         root = _open_root_checked(store_path, "r+")
         writer = cls(run_dir, root)
         try:
-            writer._truncate(layout.resume_progress)
+            with zarr.config.set(_WRITE_EVERY_CHUNK):
+                writer._truncate(layout.resume_progress)
         except OSError as err:
             raise _write_error(run_dir, "truncating the run store to its checkpoint", err) \
                 from None
@@ -324,7 +331,8 @@ class RunStoreWriter:
         A failing write (OSError) raises StoreWriteError; the chunks of the ``progress``
         published before stay readable (readers and resume use only those)."""
         try:
-            self._append(record, progress, timing)
+            with zarr.config.set(_WRITE_EVERY_CHUNK):
+                self._append(record, progress, timing)
         except OSError as err:
             raise _write_error(self.run_dir, f"writing chunk {progress.get('chunks', '?')} "
                                "to the run store", err) from None
@@ -651,7 +659,9 @@ class _Layout:
                 raise RunStoreError(f"{where}: shape {shape} holds more than {MAX_ELEMENTS} elements")
             if tuple(dims) == ("x", "y", "z") and self.grid is not None and tuple(shape) != self.grid:
                 raise RunStoreError(f"{where}: shape {shape}, not the grid {list(self.grid)}")
-        if spec.fixed or spec.axis is not None:
+        # a store written before chunks carried a CRC32 may lack chunks that equal the fill
+        # value (zarr skipped writing them): only this writer's arrays can be checked for them
+        if (spec.fixed or spec.axis is not None) and _checksummed(meta):
             self._check_chunks(rel, shape, chunks, spec)
         self.arrays[(spec.group, spec.name)] = meta
         return meta
@@ -679,6 +689,13 @@ class _Layout:
                 raise RunStoreError(
                     f"{self.path / rel / key}: missing chunk file of {rel} (its draws are published: "
                     "the run store is damaged; zarr would read it as zeros)")
+
+
+def _checksummed(meta: dict) -> bool:
+    """Whether an array's metadata is this writer's: a CRC32 filter on every chunk, and every
+    chunk written (also those equal to the fill value, see ``_WRITE_EVERY_CHUNK``)."""
+    filters = meta.get("filters") or []
+    return any(isinstance(f, dict) and f.get("id") == "crc32" for f in filters)
 
 
 # ---------------------------------------------------------------------------

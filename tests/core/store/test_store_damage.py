@@ -269,3 +269,38 @@ def test_every_damaged_file_and_attribute_ends_in_a_named_error_or_the_same_resu
     print(f"store-damage fuzzer: {cases} cases")
     assert not failures, f"{len(failures)} of {cases} cases:\n" + "\n".join(failures)
     assert cases >= MIN_CASES
+
+
+def test_chunks_whose_values_equal_the_fill_value_are_written_and_read_back(tmp_path):
+    """zarr skips writing a chunk whose values all equal the fill value (a run with no
+    divergence, a zero moment, an unobserved corner of the data): the reader, which takes a
+    missing chunk for damage, must still open such a run, appended to and resumed."""
+    run_dir = tmp_path / "run"
+    writer = RunStoreWriter.create(
+        run_dir, config_text='[model]\nkind = "field"\n', model_kind="field", chains=CHAINS,
+        num_warmup=WARMUP, num_samples=DRAWS, thin=2, param_names=["index"],
+        observed={"data": (["x", "y", "z"], np.zeros(GRID)), "mask": (["x", "y", "z"], np.zeros(GRID, bool))},
+        grid_shape=GRID, k_centres=[0.1, 0.2, 0.3], k_counts=[6, 12, 8])
+
+    def zeros(n):
+        out = {name: np.zeros((CHAINS, n)) for name in STAT_NAMES}
+        out["diverging"] = np.zeros((CHAINS, n), bool)
+        out["n_steps"] = np.zeros((CHAINS, n), np.int32)
+        return out
+
+    empty = {"index": np.zeros((CHAINS, 0))}
+    progress = {"warmup_draws": WARMUP, "draws": 0, "field_draws": 0, "chunks": 1}
+    writer.append(ChunkRecord(warmup_stats=zeros(WARMUP), stats=zeros(0),
+                              warmup_params={"index": np.zeros((CHAINS, WARMUP))}, params=empty), progress)
+    reader = RunReader(run_dir)
+    assert not reader.stat("diverging", warmup=True).any()
+    assert reader.observed("data").shape == GRID
+    resumed = RunStoreWriter.reopen(run_dir, progress)
+    fields = np.zeros((CHAINS, 1, *GRID), np.float32)
+    resumed.append(ChunkRecord(warmup_stats=zeros(0), stats=zeros(2), warmup_params=empty,
+                               params={"index": np.zeros((CHAINS, 2))}, fields=fields,
+                               powers=np.zeros((CHAINS, 1, 3)), field_draw_index=np.asarray([0]),
+                               moments=(fields[0, 0], fields[0, 0], 2)),
+                   {"warmup_draws": WARMUP, "draws": 2, "field_draws": 1, "chunks": 2})
+    reader.refresh()
+    assert reader.param("index").shape == (CHAINS, 2) and not reader.field_draw(0).any()
