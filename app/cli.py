@@ -10,6 +10,15 @@ command that never samples (``summary``, ``demo``) never loads TensorFlow.
     fieldscope run CONFIG --out RUNDIR   sample, with a progress line; Ctrl-C stops after the chunk
     fieldscope resume RUNDIR [--num-samples N]
     fieldscope summary RUNDIR [--csv FILE]
+
+``run`` and ``resume`` claim the run directory (``core.run.run_folder``: its writer lock, and
+what it holds) before they load TensorFlow, so a wrong folder is refused at once. The engine
+then runs in a worker thread while the main thread waits for it and handles signals: SIGINT
+(Ctrl-C), SIGTERM and SIGHUP ask for a stop after the current chunk (checkpoint written,
+status "stopped", lock released: exit status 0, as a finished run); a second signal stops at
+once: the chunk in flight is abandoned, the store keeps every chunk before it (no write is cut
+short: ``Control.writing``), its status says "stopped", the lock is released, and the process
+exits with 128 + the signal's number. Either way the run resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -18,8 +27,14 @@ import argparse
 import os
 import signal
 import sys
+import threading
+from pathlib import Path
 
-__all__ = ["main", "build_parser", "ProgressLine", "UserError"]
+__all__ = ["main", "build_parser", "ProgressLine", "UserError", "STOP_SIGNALS"]
+
+#: the signals that stop a run (the first after its chunk, a second at once)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
 
 
 class UserError(Exception):
@@ -27,8 +42,21 @@ class UserError(Exception):
 
 
 def _quiet_tensorflow() -> None:
-    # TensorFlow's C++ start-up chatter (CPU feature notices) is not for end users.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ start-up chatter (CPU feature notices; cuInit errors on a machine
+    # without a GPU) is not for end users.
+    from core.run.tensorflow_env import quiet_tensorflow
+
+    quiet_tensorflow()
+
+
+def _say(text: str, stream=None) -> None:
+    """Write one line; a terminal that is gone (SIGHUP: EIO) or a closed pipe loses it."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -50,12 +78,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 class ProgressLine:
-    """One status line, rewritten in place: phase, draws, draws/s, acceptance, divergences, ETA."""
+    """One status line, rewritten in place: phase, draws, draws/s, acceptance, divergences, ETA.
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.interactive = stream.isatty()
+    ``run_dir``: the run's directory; a resumed run's first chunk event (``first_step`` > 0)
+    then counts the divergences its store holds before that step, so that the count goes on
+    from the stored one instead of restarting at 0."""
+
+    def __init__(self, stream=None, run_dir=None):
+        self.stream = sys.stderr if stream is None else stream
+        try:
+            self.interactive = self.stream.isatty()
+        except (OSError, ValueError):
+            self.interactive = False
+        self.run_dir = run_dir
         self.divergences = 0
+        self.counted = False         # the stored divergences before the first chunk are in
         self.last = ""
 
     def __call__(self, event: dict) -> None:
@@ -86,6 +123,10 @@ class ProgressLine:
         if kind != msgs.CHUNK:
             return
         stats = event["stats"]
+        if not self.counted:
+            self.counted = True
+            if event["first_step"] > 0 and self.run_dir is not None:
+                self.divergences += _stored_divergences(self.run_dir, event["first_step"])
         self.divergences += int(stats["diverging"].sum())
         done = event["first_step"] + event["n_steps"]
         total = event["steps_total"]
@@ -100,13 +141,31 @@ class ProgressLine:
         self._write(line, final=not self.interactive)
 
     def _write(self, text: str, final: bool) -> None:
-        if self.interactive:
-            pad = max(0, len(self.last) - len(text))
-            self.stream.write("\r" + text + " " * pad + ("\n" if final else ""))
-            self.last = "" if final else text
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        try:
+            if self.interactive:
+                pad = max(0, len(self.last) - len(text))
+                self.stream.write("\r" + text + " " * pad + ("\n" if final else ""))
+                self.last = "" if final else text
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass     # the terminal is gone (SIGHUP): the run goes on, and stops as asked
+
+
+def _stored_divergences(run_dir, before_step: int) -> int:
+    """Divergent transitions (all chains) a run store holds before step ``before_step``."""
+    from core.store.run_store import RunReader, RunStoreError
+
+    try:
+        reader = RunReader(run_dir)
+        num_warmup = int(reader.attrs.get("num_warmup", 0))
+        count = int(reader.stat("diverging", warmup=True, stop=min(before_step, num_warmup)).sum())
+        if before_step > num_warmup:
+            count += int(reader.stat("diverging", stop=before_step - num_warmup).sum())
+        return count
+    except (RunStoreError, KeyError, ValueError):
+        return 0
 
 
 def _clock(seconds: float) -> str:
@@ -116,14 +175,104 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def _install_stop_handler(control) -> None:
-    def handler(signum, frame):
-        if control.stop:
-            raise KeyboardInterrupt
-        control.stop = True
-        sys.stderr.write("\nstopping after the current chunk (Ctrl-C again to abort now)\n")
+class _EngineSession:
+    """One run of the engine in this process: the claim of its run directory, the engine in
+    a worker thread, and the stop signals (``STOP_SIGNALS``) handled in the main thread, as
+    this module's description says. Use as a context manager (the handlers are restored and
+    the claim released when it ends)."""
 
-    signal.signal(signal.SIGINT, handler)
+    def __init__(self, run_dir):
+        self.run_dir = Path(run_dir)
+        self.claim = None            # core.run.run_folder.Claim
+        self.control = None          # core.engine.engine.Control, once TensorFlow is loaded
+        self.engine = None
+        self.signals = 0
+        self.done = False
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc):
+        self.done = True
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        if self.claim is not None:
+            self.claim.release()
+        return False
+
+    def _on_signal(self, signum, frame):
+        if self.done:
+            return
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.control is None:          # nothing runs yet (TensorFlow is loading): end now
+            self._end_now(signum)
+            return
+        if self.signals == 1:
+            self.control.stop = True
+            self.control.pause = False
+            _say(("\n" if sys.stderr.isatty() else "")
+                 + f"fieldscope: {name}: stopping after the current chunk (again to stop at once; "
+                 "the run stays resumable)")
+            return
+        self._end_now(signum)
+
+    def _end_now(self, signum) -> None:
+        """Abandon the chunk in flight: wait for a store write in progress, write no more,
+        record "stopped", release the lock, exit with 128 + ``signum``."""
+        name = signal.Signals(signum).name
+        if self.control is not None:
+            # never released: the engine thread writes nothing after this
+            self.control.writing.acquire(timeout=60)
+        store = getattr(self.engine, "store", None)
+        if store is not None:
+            try:
+                store.set_status("stopped")
+            except Exception:            # a store that cannot be written: resume still works
+                pass
+            text = (f"stopped at once ({name}); the chunk in flight was abandoned and everything "
+                    f"before it is in {self.run_dir}. Continue with: fieldscope resume "
+                    f"{self.run_dir}")
+        else:
+            text = f"stopped ({name}) before the run started; nothing was written to {self.run_dir}"
+        if self.claim is not None:
+            self.claim.release()
+        _say(("\n" if sys.stderr.isatty() else "") + f"fieldscope: {text}")
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(128 + signum)
+
+    def run(self, make_engine, call):
+        """Load the engine, build it (``make_engine(Engine, control)``) and run ``call(engine)``
+        in a worker thread; its result, or its exception raised here."""
+        _quiet_tensorflow()
+        from core.engine.engine import Control, Engine
+
+        control = Control()
+        self.engine = make_engine(Engine, control)
+        self.control = control
+        result = {}
+
+        def work():
+            try:
+                result["status"] = call(self.engine)
+            except BaseException as err:     # raised again in the main thread
+                result["error"] = err
+
+        thread = threading.Thread(target=work, name="fieldscope-engine", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)                 # signal handlers run in between
+        self.done = True
+        if "error" in result:
+            raise result["error"]
+        return result["status"]
 
 
 def _engine_errors():
@@ -135,50 +284,71 @@ def _engine_errors():
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    _quiet_tensorflow()
     from core.config import ConfigError, parse_config, read_config_text
+    from core.run import run_folder
+    from core.store.run_store import RunStoreError
+
     try:   # read once, size checked first: the text run is the text checked
         text = read_config_text(args.config)
         config = parse_config(text, base_dir=os.path.dirname(os.path.abspath(args.config)),
                               source=args.config)
     except ConfigError as err:
         raise UserError(str(err)) from None
-    from core.engine.engine import Control, Engine
-
-    control = Control()
-    _install_stop_handler(control)
-    engine = Engine(config, text, args.out, emit=ProgressLine(), control=control)
-    try:
-        status = engine.start()
-    except _engine_errors() as err:
-        raise UserError(str(err)) from None
+    with _EngineSession(args.out) as session:
+        try:     # before TensorFlow loads: a wrong folder is refused at once
+            session.claim = run_folder.claim_new(args.out)
+        except RunStoreError as err:
+            raise UserError(str(err)) from None
+        if session.claim.note:
+            _say(f"fieldscope: {session.claim.note}")
+        try:
+            status = session.run(
+                lambda Engine, control: Engine(config, text, args.out, control=control,
+                                               emit=ProgressLine(run_dir=args.out)),
+                lambda engine: engine.start())
+        except _engine_errors() as err:
+            raise UserError(str(err)) from None
     return _report(status, args.out)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    _quiet_tensorflow()
-    from core.engine.engine import Control, Engine
-    from core.store.run_store import stored_run_config
+    from core.run import run_folder
+    from core.store.run_store import RunStoreError, stored_run_config
 
     try:
         config, text = stored_run_config(args.rundir)
-    except _engine_errors() as err:
+    except _store_errors() as err:
         raise UserError(str(err)) from None
-    control = Control()
-    _install_stop_handler(control)
-    engine = Engine(config, text, args.rundir, emit=ProgressLine(), control=control)
-    try:
-        status = engine.resume(num_samples=args.num_samples)
-    except _engine_errors() as err:
-        raise UserError(str(err)) from None
+    with _EngineSession(args.rundir) as session:
+        try:     # before TensorFlow loads
+            session.claim = run_folder.claim_resume(args.rundir)
+        except RunStoreError as err:
+            raise UserError(str(err)) from None
+        if session.claim.note:
+            _say(f"fieldscope: {session.claim.note}")
+        try:
+            status = session.run(
+                lambda Engine, control: Engine(config, text, args.rundir, control=control,
+                                               emit=ProgressLine(run_dir=args.rundir)),
+                lambda engine: engine.resume(num_samples=args.num_samples))
+        except _engine_errors() as err:
+            raise UserError(str(err)) from None
     return _report(status, args.rundir)
+
+
+def _store_errors():
+    from core.config import ConfigError
+    from core.store.run_store import RunStoreError
+
+    return (ConfigError, RunStoreError, ValueError)
 
 
 def _report(status: str, run_dir) -> int:
     if status == "stopped":
-        print(f"stopped; everything so far is in {run_dir}. Continue with: fieldscope resume {run_dir}")
+        _say(f"stopped; everything so far is in {run_dir}. Continue with: fieldscope resume {run_dir}",
+             sys.stdout)
     else:
-        print(f"{status}: {run_dir}. Diagnostics: fieldscope summary {run_dir}")
+        _say(f"{status}: {run_dir}. Diagnostics: fieldscope summary {run_dir}", sys.stdout)
     return 0
 
 

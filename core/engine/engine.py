@@ -38,8 +38,9 @@ mass 1/s^2 in x), so the fast unrolled kernel serves both cases. Everything reco
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -51,11 +52,11 @@ from core import config as cfgmod
 from core.engine.kernels import UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
 from core.engine.warmup import WarmupWatch
+from core.run import run_folder
 from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
 from core.store.run_store import (
-    STORE_NAME,
     ChunkRecord,
     RunStoreError,
     RunStoreWriter,
@@ -79,10 +80,15 @@ class EngineError(RuntimeError):
 
 @dataclass
 class Control:
-    """Commands from outside, checked between chunks (thread-safe enough: plain flags)."""
+    """Commands from outside, checked between chunks (thread-safe enough: plain flags).
+
+    ``writing`` is held by the engine while it writes the run store or its checkpoint: a
+    client that must end the process at once (a second Ctrl-C) takes it first, so that it
+    never cuts a write short, and keeps it, so that nothing is written after it."""
 
     stop: bool = False
     pause: bool = False
+    writing: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def wait_while_paused(self, on_pause: Callable[[], None], on_resume: Callable[[], None]):
         if not self.pause:
@@ -386,17 +392,6 @@ class Engine:
 
     # -- running ------------------------------------------------------------------------
 
-    def _take_lock(self) -> None:
-        """Become the run directory's only writer (core.store.run_lock); released when the run
-        ends. A live writer elsewhere (another terminal, the GUI) is refused by name."""
-        try:
-            run_lock.acquire(self.run_dir)
-        except run_lock.LockHeld as err:
-            raise EngineError(str(err)) from None
-        except OSError as err:
-            raise EngineError(f"{self.run_dir}: cannot write the run directory: "
-                              f"{err.strerror or err}") from None
-
     def _preflight(self, new_run: bool = False) -> Estimate | None:
         """Refuse a field run this machine cannot hold or whose grid is too small
         (``core.run.resources``; a new run: also a store its disk cannot hold), before the
@@ -425,39 +420,53 @@ class Engine:
                         run_seconds=estimate.run_seconds, text=estimate.describe())
 
     def start(self) -> str:
-        """A new run in an empty run directory. Returns the final status."""
-        self._build(self._preflight(new_run=True))
-        if (self.run_dir / STORE_NAME).exists():
-            raise RunStoreError(f"{self.run_dir}: already holds a run; resume it, or choose a "
-                                "new directory")
-        self._take_lock()
+        """A new run in a run directory with no run, or one whose run never completed a
+        chunk (``core.run.run_folder.claim_new``: replaced). Returns the final status."""
+        estimate = self._preflight(new_run=True)
+        claim = run_folder.claim_new(self.run_dir)   # the writer lock, taken before the model loads
         try:
+            self._build(estimate)
             return self._start()
         finally:
-            run_lock.release(self.run_dir)
+            claim.release()
 
     def _start(self) -> str:
         model, s = self.model, self.sampler
         extra = {}
         if model.has_field:
             extra = dict(grid_shape=model.grid.shape, k_centres=model.k_centres, k_counts=model.k_counts)
-        self.store = RunStoreWriter.create(
-            self.run_dir, config_text=self.config_text, config_dir=self.config.base_dir,
-            model_kind=model.kind, chains=s.chains,
-            num_warmup=s.num_warmup, num_samples=s.num_samples, thin=s.thin, param_names=model.param_names,
-            observed=model.observed,
-            extra_attrs={"algorithm": s.algorithm}, **extra)
+        with self.control.writing:
+            self.store = RunStoreWriter.create(
+                self.run_dir, config_text=self.config_text, config_dir=self.config.base_dir,
+                model_kind=model.kind, chains=s.chains,
+                num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
+                param_names=model.param_names, observed=model.observed,
+                extra_attrs={"algorithm": s.algorithm}, **extra)
         return self._run(self._fresh_state())
 
     def resume(self, num_samples: int | None = None) -> str:
-        """Continue the chains of a stopped (or finished, with more ``num_samples``) run."""
-        if not (self.run_dir / STORE_NAME).exists():
-            raise RunStoreError(f"{self.run_dir}: not a Fieldscope run directory (no {STORE_NAME})")
-        self._take_lock()
+        """Continue the chains of a stopped (or finished, with more ``num_samples``) run.
+
+        A run with no checkpoint (it ended before its first chunk was checkpointed) has
+        nothing to continue from: it starts again from the beginning, in place, with its
+        config (``core.run.run_folder.claim_resume``)."""
+        claim = run_folder.claim_resume(self.run_dir)
         try:
+            if claim.restart:
+                return self._restart(num_samples)
             return self._resume(num_samples)
         finally:
-            run_lock.release(self.run_dir)
+            claim.release()
+
+    def _restart(self, num_samples: int | None) -> str:
+        if num_samples is not None:
+            self.schedule.num_samples = num_samples
+        self._build(self._preflight())
+        # only now that the model is built (its data files load): the old store keeps the
+        # config until a new one holds it
+        with self.control.writing:
+            run_folder.remove_store(self.run_dir)
+        return self._start()
 
     def _resume(self, num_samples: int | None) -> str:
         self._build(self._preflight())
@@ -472,14 +481,16 @@ class Engine:
         if st["step"] >= self.schedule.total:
             raise EngineError(f"the run is already finished ({st['progress']['draws']} draws); "
                               "give a larger number of samples to extend it")
-        self.store = RunStoreWriter.reopen(self.run_dir, st["progress"])
-        if num_samples is not None:
-            self.store.root.attrs["num_samples"] = int(num_samples)
+        with self.control.writing:
+            self.store = RunStoreWriter.reopen(self.run_dir, st["progress"])
+            if num_samples is not None:
+                self.store.root.attrs["num_samples"] = int(num_samples)
         return self._run(st)
 
     def _run(self, st) -> str:
         sched, s = self.schedule, self.sampler
-        self.store.set_status("running")
+        with self.control.writing:
+            self.store.set_status("running")
         started = time.perf_counter()
         # wall time of the warmup and post-warmup chunks, over every session of the run (a
         # resumed run goes on from what the store holds); chunks never straddle num_warmup
@@ -514,11 +525,12 @@ class Engine:
                 record, contents = self._record(first, n, traces, params, field_buf, power_buf,
                                                 int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
-                run_lock.verify(self.run_dir)      # still this run's writer: else stop, write nothing
-                self.store.append(record, st["progress"], timing)
-                published = st["progress"]["chunks"]
-                run_lock.verify(self.run_dir)
-                self._checkpoint(st)
+                with self.control.writing:
+                    run_lock.verify(self.run_dir)      # still this run's writer: else stop, write nothing
+                    self.store.append(record, st["progress"], timing)
+                    published = st["progress"]["chunks"]
+                    run_lock.verify(self.run_dir)
+                    self._checkpoint(st)
                 steps_done_here += n
                 self.emit(chunk_event(**contents, elapsed=elapsed,
                                       steps_per_second=n / max(elapsed, 1e-9),
@@ -533,8 +545,8 @@ class Engine:
                         f"fixed (e.g. free disk space), continue with: fieldscope resume "
                         f"{self.run_dir}")
             else:
-                kept = ("no chunk had been written yet; start the run again once the cause is "
-                        "fixed (e.g. free disk space)")
+                kept = ("no chunk had been written yet. Once the cause is fixed (e.g. free disk "
+                        f"space), start it again with: fieldscope resume {self.run_dir}")
             message = f"{err}. The run stopped as failed; {kept}"
             self._fail(message)
             raise StoreWriteError(message, err.errno) from None
@@ -549,18 +561,21 @@ class Engine:
         """Record "failed" and the reason in the store if it can still be written (a full
         disk may refuse even that), and tell the listeners in any case."""
         try:
-            run_lock.verify(self.run_dir)          # a writer that lost its lock writes nothing
-            self.store.set_status("failed", message)
+            with self.control.writing:
+                run_lock.verify(self.run_dir)      # a writer that lost its lock writes nothing
+                self.store.set_status("failed", message)
         except RunStoreError:
             pass
         self._status("failed", error=message)
 
     def _paused(self, paused: bool):
-        self.store.set_status("paused" if paused else "running")
+        with self.control.writing:
+            self.store.set_status("paused" if paused else "running")
         self._status("paused" if paused else "running")
 
     def _finish(self, status: str, st) -> str:
-        self.store.set_status(status)
+        with self.control.writing:
+            self.store.set_status(status)
         self._status(status, progress=dict(st["progress"]))
         return status
 

@@ -6,19 +6,19 @@ and events are those of ``core.run.messages``.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
 
 from core.run import messages as msgs
+from core.run.tensorflow_env import quiet_tensorflow
 
 __all__ = ["serve"]
 
 
 def serve(conn) -> None:
     """The engine process's main loop (``core.run.engine_process`` describes its life)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow()       # before TensorFlow loads (core.run.tensorflow_env says why)
     t0 = time.perf_counter()
     try:
         import tensorflow  # noqa: F401  (the slow part: do it before the user clicks Start)

@@ -1,11 +1,31 @@
-"""The command line: help, version, and the FFT self-test as a user runs it."""
+"""The command line: help, version, and the FFT self-test as a user runs it; the run
+directory claimed before TensorFlow loads (a folder with draws, one whose run never drew, a
+live writer, a read-only folder); the progress line; stop signals sent to a real
+``fieldscope run``."""
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
 
 from app import cli
+from core.run import run_folder
+from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
+from core.run.tensorflow_env import quiet_tensorflow
+from core.store import run_lock
+from core.store.run_store import STORE_NAME, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
+from support.gui import TF_BEFORE, tf_modules, tiny_case
 
 
 def test_help_lists_check(capsys):
@@ -31,3 +51,274 @@ def test_app_process_never_imports_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- the run directory
+
+
+def _store_with_draws(run_dir, config_path, warmup=(3, 0), diverging=()):
+    """A run store as the engine leaves it after chunks (core.store's writer, no TensorFlow):
+    chunk c adds ``warmup[c]`` warmup draws; ``diverging``: the (chain, step) that diverged."""
+    chains, names = 2, ["index"]
+    writer = RunStoreWriter.create(run_dir, config_text=Path(config_path).read_text(),
+                                   config_dir=Path(config_path).parent, model_kind="field",
+                                   chains=chains, num_warmup=sum(warmup), num_samples=4, thin=1,
+                                   param_names=names, observed={})
+    progress, first = dict(new_progress()), 0
+    for n in warmup:
+        stats = {name: np.zeros((chains, n), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        for chain, step in diverging:
+            if first <= step < first + n:
+                stats["diverging"][chain, step - first] = True
+        empty = {name: np.zeros((chains, 0), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        record = ChunkRecord(warmup_stats=stats, stats=empty,
+                             warmup_params={nm: np.zeros((chains, n)) for nm in names},
+                             params={nm: np.zeros((chains, 0)) for nm in names})
+        progress = dict(progress, warmup_draws=progress["warmup_draws"] + n, chunks=progress["chunks"] + 1)
+        writer.append(record, progress)
+        first += n
+    writer.set_status("stopped")
+    return writer
+
+
+def _no_tensorflow():
+    return TF_BEFORE or tf_modules() == []
+
+
+def test_run_into_a_folder_with_draws_is_refused_before_tensorflow_loads(tmp_path, capsys):
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config)
+    before = sorted(p.name for p in run_dir.iterdir())
+    t0 = time.perf_counter()
+    assert cli.main(["run", str(config), "--out", str(run_dir)]) == 2
+    assert time.perf_counter() - t0 < 1.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert f"{run_dir}: already holds a run (stopped, 3 draws per chain)" in err[0]
+    assert f"fieldscope resume {run_dir}" in err[0]
+    assert sorted(p.name for p in run_dir.iterdir()) == before          # untouched, lock released
+    assert RunReader(run_dir).progress["warmup_draws"] == 3
+    assert _no_tensorflow()
+
+
+def test_a_folder_whose_run_has_no_draws_is_replaced_and_a_live_writer_refused(tmp_path, sleeper):
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config, warmup=())          # killed while compiling: no chunk
+    # a live writer (another process) holds the folder: refused by name, nothing removed
+    (run_dir / run_lock.LOCK_NAME).write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": sleeper.pid, "started": "now"}))
+    with pytest.raises(RunStoreError, match=f"another process {sleeper.pid} on this machine"):
+        run_folder.claim_new(run_dir)
+    assert (run_dir / STORE_NAME).exists()
+    # its writer is gone (a stale lock): the run is replaced, saying so
+    sleeper.kill()
+    sleeper.wait()
+    claim = run_folder.claim_new(run_dir)
+    assert claim.note == (f"{run_dir}: replacing the run there, which ended before its first "
+                          "chunk (stopped, no draws)")
+    assert not (run_dir / STORE_NAME).exists()
+    assert run_lock.holder(run_dir).pid == os.getpid()
+    claim.release()
+    assert run_lock.holder(run_dir) is None and run_dir.is_dir()
+    # resume of a run with no checkpoint starts it again (the store stays until the engine
+    # has loaded the model)
+    _store_with_draws(run_dir, config, warmup=())
+    claim = run_folder.claim_resume(run_dir)
+    assert claim.restart and "starting it again from the beginning with its stored config" in claim.note
+    claim.release()
+    assert (run_dir / STORE_NAME).exists()
+    # a folder the claim created and nothing was written to is removed again
+    claim = run_folder.claim_new(tmp_path / "new")
+    claim.release()
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """An empty folder nobody may write: mode 0555, or, for root (whom modes do not stop), a
+    read-only tmpfs mounted there."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("running as root, where mode 0555 does not stop writes, and mounting a "
+                    f"read-only tmpfs is not permitted ({mounted.stderr.strip()})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_run_into_a_read_only_folder_is_one_line_before_tensorflow_loads(tmp_path, read_only_dir,
+                                                                        capsys):
+    config = tiny_case(tmp_path)
+    for out in (read_only_dir, read_only_dir / "run"):
+        assert cli.main(["run", str(config), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fieldscope: {out}: cannot write the run directory: ")
+        assert "Read-only file system" in err[0] or "Permission denied" in err[0]
+    assert list(read_only_dir.iterdir()) == []
+    assert _no_tensorflow()
+
+
+def test_the_progress_line_counts_on_from_the_stored_divergences(tmp_path):
+    """A resumed run's progress line: the divergences stored before its first chunk, then
+    the new ones (it used to restart at 0)."""
+    config = tiny_case(tmp_path)
+    _store_with_draws(tmp_path / "run", config, warmup=(3, 2), diverging=[(0, 1), (1, 1), (1, 4)])
+    stream = io.StringIO()
+    line = cli.ProgressLine(stream, run_dir=tmp_path / "run")
+    stats = {name: np.zeros((2, 2), STAT_DTYPES.get(name, np.float32)) for name in STAT_NAMES}
+    stats["diverging"][0, 1] = True
+    for first in (5, 7):              # the resumed chunks (the store's 5 steps before them)
+        line(chunk_event(first_step=first, n_steps=2, phase="warmup", stats=stats,
+                         params={"index": np.zeros((2, 2), np.float32)}, steps_total=10,
+                         elapsed=1.0, steps_per_second=2.0, total_elapsed=1.0,
+                         progress=dict(new_progress())))
+    lines = stream.getvalue().splitlines()
+    assert " div 4 " in lines[0] and " div 5 " in lines[1], lines
+    fresh = cli.ProgressLine(io.StringIO(), run_dir=tmp_path / "run")
+    stats["diverging"][:] = False
+    fresh(chunk_event(first_step=0, n_steps=2, phase="warmup", stats=stats,
+                      params={"index": np.zeros((2, 2), np.float32)}, steps_total=10,
+                      elapsed=1.0, steps_per_second=2.0, total_elapsed=1.0,
+                      progress=dict(new_progress())))
+    assert fresh.divergences == 0      # a run from step 0 counts nothing stored
+
+
+def test_quiet_tensorflow_hides_cuinit_errors_only_without_a_gpu(tmp_path):
+    env = {}
+    assert quiet_tensorflow(env, pattern=str(tmp_path / "nvidia*")) == "3"      # no device
+    (tmp_path / "nvidia0").touch()
+    env = {}
+    assert quiet_tensorflow(env, pattern=str(tmp_path / "nvidia*")) == "2"      # a GPU: errors show
+    env = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    assert quiet_tensorflow(env, pattern=str(tmp_path / "none*")) == "0"        # the user's choice
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+# --------------------------------------------------------------------------- stop signals
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class CliProcess:
+    """``fieldscope ARGS`` in a subprocess, its stderr read line by line as it comes."""
+
+    def __init__(self, args, xla_cache):
+        env = dict(os.environ, TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={xla_cache}")
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)       # the CLI's own choice is under test
+        self.proc = subprocess.Popen([sys.executable, "-m", "app", *map(str, args)], cwd=REPO,
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.err: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.err.append(line.rstrip("\n"))
+
+    def wait_for(self, predicate, timeout=240.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(predicate(line) for line in list(self.err)):
+                return
+            assert self.proc.poll() is None, "\n".join(self.err[-30:])
+            time.sleep(0.05)
+        raise AssertionError("timed out: " + "\n".join(self.err[-30:]))
+
+    def finish(self, timeout=240.0):
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout)
+        self.reader.join(10)
+        return self.proc.returncode, out, self.err
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _progress(line: str) -> bool:
+    return "draws/s" in line
+
+
+def test_stop_signals_leave_a_stopped_resumable_run_and_a_second_run_is_refused(tmp_path, xla_cache):
+    """SIGTERM while compiling: the chunk ends, status "stopped", lock released, exit 0. A second
+    ``run`` into the folder meanwhile is refused at once, naming the writer. Two Ctrl-C 20 ms
+    apart during a resumed run: stopped at once, no traceback, still resumable. Then
+    ``resume`` finishes the run, its divergence count going on from the stored one."""
+    config = tiny_case(tmp_path, warmup=10, samples=100_000, chunk=5)
+    run_dir = tmp_path / "run"
+    first = CliProcess(["run", config, "--out", run_dir], xla_cache)
+    try:
+        first.wait_for(lambda line: line == "compiling...")
+        t0 = time.perf_counter()
+        second = subprocess.run([sys.executable, "-m", "app", "run", str(config), "--out", str(run_dir)],
+                                cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert time.perf_counter() - t0 < 10          # no TensorFlow loaded to find out
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert f"another process {first.proc.pid} on this machine (since" in second.stderr
+        first.proc.send_signal(signal.SIGTERM)
+        code, out, err = first.finish()
+    finally:
+        first.kill()
+    assert code == 0, "\n".join(err[-30:])
+    assert not any("Traceback" in line or "cuInit" in line for line in err), err
+    assert [line for line in err if "stopping" in line] == [
+        "fieldscope: SIGTERM: stopping after the current chunk (again to stop at once; the run "
+        "stays resumable)"]
+    assert f"Continue with: fieldscope resume {run_dir}" in out
+    reader = RunReader(run_dir)
+    # stopped at the next safe point: before the first chunk (the signal came while the
+    # initial gradient compiled) or after it (while the chunk compiled)
+    assert reader.status == "stopped" and reader.progress["chunks"] in (0, 1)
+    assert run_lock.holder(run_dir) is None
+
+    resumed = CliProcess(["resume", run_dir], xla_cache)
+    try:
+        resumed.wait_for(_progress)
+        if reader.progress["chunks"] == 0:      # no checkpoint: it starts again, saying so
+            assert f"fieldscope: {run_dir}: the run ended before its first checkpoint (stopped); " \
+                   "starting it again from the beginning with its stored config" in resumed.err
+        resumed.proc.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+        resumed.proc.send_signal(signal.SIGINT)
+        code, out, err = resumed.finish()
+    finally:
+        resumed.kill()
+    assert code == 128 + signal.SIGINT, "\n".join(err[-30:])
+    assert not any("Traceback" in line for line in err), err
+    assert len([line for line in err if line.startswith("fieldscope: stopped at once (SIGINT)")]) == 1, err
+    reader = RunReader(run_dir)
+    assert reader.status == "stopped" and run_lock.holder(run_dir) is None
+    done = reader.progress["draws"]
+
+    last = CliProcess(["resume", run_dir, "--num-samples", done + 10], xla_cache)
+    try:
+        code, out, err = last.finish()
+    finally:
+        last.kill()
+    assert code == 0, "\n".join(err[-30:])
+    reader = RunReader(run_dir)
+    assert reader.status == "finished" and reader.progress["draws"] == done + 10
+    stored = int(reader.stat("diverging", warmup=True).sum() + reader.stat("diverging").sum())
+    assert [line for line in err if _progress(line)][-1].split("  div ")[1].split()[0] == str(stored)
