@@ -4,6 +4,9 @@
     fieldscope gui                  the same
     fieldscope gui CONFIG.toml      a config (the file ``fieldscope run`` takes)
     fieldscope gui RUNDIR           a stored run (its config, its draws; continue it)
+    fieldscope gui DATAFILE         File > New from data on it (.npy .npz .h5 .hdf5 .fits):
+                                    a fresh config that fits the file, not saved yet (the
+                                    box size is asked for when the file does not state it)
     --demo                          the built-in demo (written once into the per-user data
                                     folder, ~/.local/share/fieldscope/demo)
     --run                           press Start as soon as the engine is ready
@@ -33,8 +36,9 @@ DEMO_CONFIG = "field.toml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("target", nargs="?", metavar="CONFIG | RUNDIR",
-                        help="a config file (.toml) or a run directory; default: the demo")
+    parser.add_argument("target", nargs="?", metavar="CONFIG | RUNDIR | DATAFILE",
+                        help="a config file (.toml), a run directory or a data file (.npy, "
+                             ".npz, .h5, .fits: a new config for it); default: the demo")
     parser.add_argument("--demo", action="store_true", help="open the built-in demo")
     parser.add_argument("--run", action="store_true",
                         help="start the run as soon as the engine is ready")
@@ -104,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
               "headless runs: fieldscope run CONFIG --out RUNDIR", file=sys.stderr)
         return 2
     target = None if args.demo else args.target
-    run_dir = config = None
+    run_dir = config = data_file = None
     try:
         if target is None:
             config = demo_config()
@@ -123,7 +127,12 @@ def run(args: argparse.Namespace) -> int:
                     return 2
                 run_dir = path
             else:
-                config = path
+                from core.config.from_data import is_data_file
+
+                if is_data_file(path):
+                    data_file = path
+                else:
+                    config = path
     except OSError as exc:
         print(f"fieldscope gui: cannot write the demo: {exc}", file=sys.stderr)
         return 2
@@ -162,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
         for name in show:
             window.views.show_tab(name)
     window.show()
+    if data_file is not None:        # after show: the box-size question sits on the window
+        window.new_from_data(data_file)
     shown_after = time.perf_counter() - t0
     window.shown_after = shown_after
     if args.screenshot:

@@ -25,7 +25,9 @@ docks, toolbar, the views' splitter), saved on close and restored when a window 
 setting that cannot be read is ignored.
 
 Run directories: ``<config folder>/runs/<config name>-<YYYYmmdd-HHMMSS>`` (a per-user
-folder when the config's folder is not writable). The run store keeps the config text,
+folder when the config's folder is not writable); a config not saved yet (File > New from
+data) runs in ``$XDG_DATA_HOME/fieldscope/runs/<data stem>-<YYYYmmdd-HHMMSS>``, and the
+status bar names the folder when the run starts. The run store keeps the config text,
 every draw recorded and a checkpoint; a stopped or interrupted run can be continued
 (Run > Continue run) with the same engine a terminal's ``fieldscope resume`` uses.
 """
@@ -198,11 +200,17 @@ def demo_path(name: str) -> Path:
 
 
 def default_run_dir(state: ConfigState, now: _dt.datetime | None = None) -> Path:
-    """A new run directory for ``state``: <config folder>/runs/<name>-<timestamp>."""
+    """A new run directory for ``state``: <config folder>/runs/<config name>-<timestamp>; for a
+    config not saved to a file, <per-user data folder>/runs/<data file's stem>-<timestamp>
+    (never a folder next to data the user did not ask to write into)."""
     now = now or _dt.datetime.now()
-    name = state.path.stem if state.path is not None else "untitled"
     stamp = now.strftime("%Y%m%d-%H%M%S")
-    base = state.base_dir / "runs"
+    if state.path is not None:
+        name, base = state.path.stem, state.base_dir / "runs"
+    else:
+        data = state["data.path"]
+        name = Path(data).stem if isinstance(data, str) and Path(data).stem else "untitled"
+        base = user_data_dir() / "runs"
     try:
         base.mkdir(parents=True, exist_ok=True)
         writable = os.access(base, os.W_OK)
@@ -250,6 +258,7 @@ class MainWindow(QMainWindow):
         self._close_ok = False
         self._divergences = 0
         self._dialogs: list[QMessageBox] = []
+        self.box_dialog = None            # File > New from data's box-size question, when asked
         self._close_question: QMessageBox | None = None
 
         self.setWindowTitle("Fieldscope")
@@ -341,6 +350,9 @@ class MainWindow(QMainWindow):
         return action
 
     def _make_actions(self) -> None:
+        self.new_from_data_action = self._action(
+            "&New from data…", self._new_from_data_dialog, QKeySequence.StandardKey.New,
+            "a fresh config for a data file, with defaults that fit it")
         self.open_config_action = self._action("&Open config…", self._open_config_dialog,
                                                QKeySequence.StandardKey.Open)
         self.save_config_action = self._action("&Save config", self.save_config,
@@ -354,7 +366,7 @@ class MainWindow(QMainWindow):
                                             tip="show a stored run, or continue a stopped one")
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
         file_menu = self.menuBar().addMenu("&File")
-        for action in (self.open_config_action, self.save_config_action, self.save_as_action):
+        for action in (self.new_from_data_action, self.open_config_action, self.save_config_action, self.save_as_action):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(self.open_data_action)
@@ -491,6 +503,83 @@ class MainWindow(QMainWindow):
             return False
         return self.open_config(path)
 
+    # -- File > New from data ------------------------------------------------------------------
+
+    def _new_from_data_dialog(self) -> None:
+        from core.config import FIELD_DATA_EXTENSIONS
+
+        data = self.state["data.path"]
+        start = str(self.state.resolve(data).parent) if isinstance(data, str) and data \
+            else str(self.state.base_dir)
+        patterns = " ".join(f"*{ext}" for ext in FIELD_DATA_EXTENSIONS)
+        path, _ = QFileDialog.getOpenFileName(self, "New from data", start,
+                                              f"Gridded data ({patterns});;All files (*)")
+        if path:
+            self.new_from_data(path)
+
+    def new_from_data(self, path, key=None) -> bool:
+        """A fresh config for the data file ``path`` (``core.config.from_data``), not saved
+        (File > Save config as… offers ``<data stem>.toml`` next to the data). When the file
+        states no box size, ``self.box_dialog`` asks for it first (non-blocking) and the
+        config follows its OK. False when the file cannot be used (a dialog says why)."""
+        from app.new_from_data import BoxSizeDialog
+        from core.config.from_data import config_for_data
+        from core.io import LoadError
+
+        if self.runs.status in ACTIVE:
+            self.show_message("A run is in progress", "Stop the run before making a new config.")
+            return False
+        path = Path(path).expanduser().absolute()
+        try:
+            result = config_for_data(path, key)
+        except (LoadError, ConfigError) as exc:
+            self.show_message("Cannot make a config from the data", str(exc))
+            return False
+        if result.box_size is not None:
+            return self._use_new_config(path, result)
+        dialog = self.box_dialog = BoxSizeDialog(path.name, self._shape_of(path, result), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.chosen.connect(lambda box, unit: self._new_with_box(path, key, box, unit))
+        dialog.open()
+        self._dialogs = [d for d in self._dialogs if _alive(d)] + [dialog]
+        return True
+
+    @staticmethod
+    def _shape_of(path: Path, result) -> tuple:
+        from core.io import LoadError, array_info
+
+        try:
+            return tuple(array_info(path, result.document["data"]["key"]).shape)
+        except LoadError:      # read a moment ago; gone now: the dialog just omits the shape
+            return ()
+
+    def _new_with_box(self, path: Path, key, box, unit: str) -> bool:
+        from core.config.from_data import config_for_data
+        from core.io import LoadError
+
+        try:
+            result = config_for_data(path, key, box_size=box, unit=unit)
+        except (LoadError, ConfigError) as exc:
+            self.show_message("Cannot make a config from the data", str(exc))
+            return False
+        return self._use_new_config(path, result)
+
+    def _use_new_config(self, path: Path, result) -> bool:
+        try:
+            self.state.load_text(result.text(), base_dir=path.parent)
+        except ConfigError as exc:
+            self.show_message("Cannot make a config from the data", str(exc))
+            return False
+        self.state.notify_all()
+        self._update_title()
+        self.message_label.setStyleSheet("")
+        self.message_label.setText(f"new config for {path.name}, not saved (File > Save config "
+                                   f"as… writes {path.stem}.toml next to the data)")
+        self.show_message(f"New config for {path.name}",
+                          "Made from the data file:\n\n" + "\n".join(f"• {n}" for n in result.notes),
+                          QMessageBox.Icon.Information)
+        return True
+
     def _open_config_dialog(self) -> None:
         start = str(self.state.path.parent if self.state.path else self.state.base_dir)
         path, _ = QFileDialog.getOpenFileName(self, "Open config", start,
@@ -517,8 +606,17 @@ class MainWindow(QMainWindow):
         self.add_recent(self.state.path)
         return True
 
+    def save_as_default(self) -> Path:
+        """Where File > Save config as… starts: the config's own file; for a config not saved
+        yet (File > New from data), ``<data stem>.toml`` next to its data file."""
+        data = self.state["data.path"]
+        if self.state.path is None and isinstance(data, str) and data:
+            target = self.state.resolve(data)
+            return target.with_name(f"{target.stem}.toml")
+        return self.state.path or self.state.base_dir / "config.toml"
+
     def _save_as_dialog(self) -> bool:
-        start = str(self.state.path or self.state.base_dir / "config.toml")
+        start = str(self.save_as_default())
         path, _ = QFileDialog.getSaveFileName(self, "Save config", start,
                                               "Fieldscope config (*.toml)")
         return self.save_config(path) if path else False
@@ -683,7 +781,9 @@ class MainWindow(QMainWindow):
         self.rate_label.setText("")
         self.eta_label.setText("")
         self.message_label.setStyleSheet("")
-        self.message_label.setText(f"run: {run_dir}")
+        self.message_label.setText(f"run: {run_dir}" + (
+            "  (config not saved: the run keeps its text; File > Save config as… writes it "
+            "next to the data)" if self.state.path is None else ""))
         self.view_timer.start()
         self._update_actions()
         self.run_started.emit(run_dir)

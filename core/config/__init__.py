@@ -44,7 +44,8 @@ items, draws 10^7, leapfrog steps 2048; a field run's float settings must fit it
 
 Modules: ``schema`` (the sections and ``ConfigError``), ``limits`` (the size limits and
 the dtype range), ``parse`` (TOML or dicts to a ``RunConfig``), ``writer`` (``RunConfig``
-to dicts and TOML).
+to dicts and TOML); ``from_data`` (a fresh config for a data file, ``config_for_data``: not
+imported here, it reads files through ``core.io``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,137 @@
+"""New from data: a fresh config for a data file, with defaults that fit it and nothing of the demo."""
+
+from __future__ import annotations
+
+import tomllib
+
+import numpy as np
+import pytest
+
+from core import demo
+from core.config import config_to_dict, default_config, parse_config
+from core.config.from_data import config_for_data, estimate_noise_sigma, is_data_file
+from core.field.grid import Grid
+from core.field.power_spectrum import PowerLaw
+from core.field.synthetic import make_dataset, save_dataset
+from core.io import LoadError
+
+
+def leaves(document, prefix=""):
+    out = {}
+    for key, value in document.items():
+        if isinstance(value, dict) and prefix.count(".") < 1 and not prefix.startswith("prior."):
+            out.update(leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+DEMO = leaves(tomllib.loads(demo.FIELD_TOML.format(noise=demo.DEMO_NOISE, box=demo.DEMO_BOX,
+                                                   **demo.DEMO_SPECTRUM)))
+DEFAULT = leaves(config_to_dict(default_config()))
+
+
+def no_demo_leftovers(text: str) -> None:
+    """Every setting the text shares with the demo's config is the default anyway."""
+    mine = leaves(tomllib.loads(text))
+    leaked = {k: v for k, v in mine.items()
+              if k in DEMO and DEMO[k] == v and DEFAULT.get(k) != v and k != "model.kind"}
+    assert not leaked, leaked
+
+
+def _dataset(mask):
+    grid = Grid((24, 24, 24), 60.0, "Mpc")
+    return make_dataset(grid, PowerLaw(amplitude=20.0, index=-2.0, k_pivot=0.5), 0.7,
+                        mask=mask, mask_fraction=0.2, seed=5)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    """A 24^3 field seen through noise of sd 0.7 and a slab mask."""
+    return _dataset("slab")
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """The same field seen everywhere: a user's own cube."""
+    return _dataset("none")
+
+
+def test_a_plain_npy_has_no_mask_no_box_no_cutoff_and_an_estimated_noise(tmp_path, plain):
+    path = tmp_path / "mydata.npy"
+    np.save(path, plain.data)
+    result = config_for_data(path)
+    doc, notes = result
+    assert result.box_size is None and "box_size" not in doc["grid"]
+    assert "mask" not in doc["data"] and "noise_map" not in doc["data"]
+    assert doc["prior"]["kind"] == "power_law" and "cutoff_scale" not in doc["prior"]
+    assert doc["data"]["path"] == "mydata.npy"
+    assert "ESTIMATE" in " ".join(notes) and "white floor of the data's P(k)" in " ".join(notes)
+    assert "box_size" in " ".join(notes)
+    # the white floor of the data's P(k) gives the noise within 15 %
+    assert doc["data"]["noise_sigma"] == pytest.approx(0.7, rel=0.1)
+    text = result.text()
+    cfg = parse_config(text, base_dir=tmp_path)
+    assert cfg.data.mask is None and cfg.prior.kind == "power_law"
+    assert cfg.sampler == default_config().sampler
+    no_demo_leftovers(text)
+
+    # with the box size the user gives, the prior is fitted to the data's P(k)
+    result = config_for_data(path, box_size=60.0, unit="Mpc")
+    cfg = parse_config(result.text(), base_dir=tmp_path)
+    assert cfg.grid.box_size == (60.0,) * 3 and cfg.grid.unit == "Mpc"
+    assert cfg.prior.index.loc == pytest.approx(-2.0, abs=0.3)
+    assert cfg.prior.amplitude == pytest.approx(20.0 * (cfg.prior.k_pivot / 0.5) ** -2.0, rel=0.3)
+    assert "fitted to the data's P(k)" in " ".join(result.notes)
+    no_demo_leftovers(result.text())
+
+
+def test_an_npz_with_mask_noise_and_box_uses_them(tmp_path, dataset):
+    path = tmp_path / "survey.npz"
+    save_dataset(path, dataset)                      # data, mask, noise (0-d), box_size, unit, truth
+    result = config_for_data(path)
+    cfg = parse_config(result.text(), base_dir=tmp_path)
+    assert cfg.data.key == "data" and cfg.data.mask == "mask"
+    assert cfg.data.noise_sigma == 0.7 and cfg.data.noise_map is None
+    assert cfg.grid.box_size == (60.0,) * 3 and cfg.grid.unit == "Mpc"
+    assert "ESTIMATE" not in " ".join(result.notes)
+
+    # a noise map of the data's shape, another data name, no 'data' key
+    noise = np.full(dataset.data.shape, 0.7)
+    np.savez(tmp_path / "cube.npz", rho=dataset.data, noise_map=noise, valid=dataset.mask,
+             box_size=np.array([60.0, 60.0, 30.0]))
+    cfg = parse_config(config_for_data(tmp_path / "cube.npz").text(), base_dir=tmp_path)
+    assert (cfg.data.key, cfg.data.mask, cfg.data.noise_map) == ("rho", "valid", "noise_map")
+    assert cfg.grid.box_size == (60.0, 60.0, 30.0)
+
+    # two unnamed cubes: one clear message listing them
+    np.savez(tmp_path / "two.npz", a=dataset.data, b=dataset.data)
+    with pytest.raises(LoadError, match=r"two\.npz: holds 2 3-D arrays.*'a' \(24, 24, 24\)"):
+        config_for_data(tmp_path / "two.npz")
+    assert config_for_data(tmp_path / "two.npz", key="b").document["data"]["key"] == "b"
+
+
+def test_nan_data_are_masked_without_a_mask_setting(tmp_path, plain):
+    data = plain.data.copy()
+    data[:4] = np.nan
+    np.save(tmp_path / "holes.npy", data)
+    result = config_for_data(tmp_path / "holes.npy", box_size=60.0)
+    assert "mask" not in result.document["data"]
+    assert any("2304 voxel(s) of the data are NaN" in n and "masked automatically" in n
+               for n in result.notes)
+    parse_config(result.text(), base_dir=tmp_path)
+    np.save(tmp_path / "empty.npy", np.full((4, 4, 4), np.nan))
+    with pytest.raises(LoadError, match="empty.npy: array 'empty': no observed voxel"):
+        config_for_data(tmp_path / "empty.npy")
+
+
+def test_the_noise_estimates():
+    rng = np.random.default_rng(1)
+    white = rng.normal(0.0, 2.0, (16, 16, 16))
+    sigma, how = estimate_noise_sigma(white)     # P(k) flat: A k^n + N is degenerate
+    assert sigma == pytest.approx(2.0, rel=0.1) and "second differences" in how
+    smooth = np.add.outer(np.add.outer(np.arange(16.0), np.arange(16.0)), np.arange(16.0))
+    sigma, how = estimate_noise_sigma(smooth + rng.normal(0, 0.1, smooth.shape))
+    assert sigma == pytest.approx(0.1, rel=0.2)
+    assert estimate_noise_sigma(np.ones((8, 8, 8))) is None
+    assert is_data_file("x.NPZ") and is_data_file("a/b.fits") and not is_data_file("x.toml")
