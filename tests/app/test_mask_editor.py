@@ -166,3 +166,16 @@ def test_data_panel_edit_mask_clears_the_bad_mask_message(qtbot, tmp_path, make_
     assert panel.mask_combo.currentText() == "survey.mask.npy"
     assert message_of(window, "data.mask") == ""
     assert "data.mask" not in window.errors
+
+
+def test_data_that_cannot_be_read_is_named_and_ok_stays_disabled(qtbot, tmp_path):
+    np.save(tmp_path / "flat.npy", np.zeros((4, 5)))
+    state = ConfigState(base_dir=tmp_path)
+    state["data.path"] = "flat.npy"
+    editor = MaskEditor(state)
+    qtbot.addWidget(editor)
+    qtbot.waitUntil(lambda: not editor.busy and editor.error_label.text() != "", timeout=20_000)
+    text = editor.error_label.text()
+    assert text.startswith("Cannot edit a mask: ") and "flat.npy" in text and "3-D" in text
+    assert not editor.buttons.button(QDialogButtonBox.StandardButton.Ok).isEnabled()
+    assert editor.save() is None and state["data.mask"] == ""
