@@ -134,7 +134,7 @@ def _spin(decimals: int = 4) -> QDoubleSpinBox:
     box = QDoubleSpinBox()
     box.setDecimals(decimals)
     box.setRange(-1e12, 1e12)
-    box.setKeyboardTracking(False)
+    box.setKeyboardTracking(True)     # previewed live, after a short pause (the timer)
     return box
 
 
