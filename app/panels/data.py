@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPushButton,
     QSizePolicy,
     QSlider,
     QToolButton,
@@ -143,6 +144,17 @@ class DataPanel(SetupPanel):
         self._row("Mask", self.mask_combo, "data.mask",
                   tip="data.mask (true = observed): an array in the data file, a file or "
                       "FILE:KEY; empty = every voxel observed")
+        self.mask_button = QPushButton("Edit mask…")
+        self.mask_button.setObjectName("data.mask.edit")
+        self.mask_button.setToolTip("build a mask from the data (NaNs, a threshold, boxes), "
+                                    "saved next to the config as data.mask")
+        self.mask_button.clicked.connect(lambda _checked=False: self.open_mask_editor())
+        row_index, _role = self.form.getWidgetPosition(self.mask_combo)
+        self.form.insertRow(row_index + 1, "", self.mask_button)    # above the mask's message
+        self.mask_editor = None
+        for key in ("model.kind", "data.path"):
+            s.connect(key, lambda _v: self._update_mask_button())
+        self._update_mask_button()
         self.note = _info_label()
         self.note.setStyleSheet(INFO_STYLE)
         self.form.addRow("", self.note)
@@ -167,6 +179,28 @@ class DataPanel(SetupPanel):
         path, _ = QFileDialog.getOpenFileName(self, "Open data file", start, filters)
         if path:
             self.open_file(path)
+
+    def _update_mask_button(self) -> None:
+        field = self.state["model.kind"] == "field"
+        self.form.setRowVisible(self.mask_button, field)
+        self.mask_button.setEnabled(field and bool(self.state["data.path"]))
+
+    def open_mask_editor(self):
+        """Open the mask editor (``app.panels.mask_editor``) on this config's data; the one
+        already open is brought to the front."""
+        from app.panels.mask_editor import MaskEditor
+
+        if self.mask_editor is not None and _alive(self.mask_editor):
+            self.mask_editor.raise_()
+            self.mask_editor.activateWindow()
+            return self.mask_editor
+        window = self.window()
+        save_config = getattr(window, "save_config", None) if window is not self else None
+        editor = MaskEditor(self.state, self, save_config=save_config)
+        editor.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.mask_editor = editor
+        editor.open()
+        return editor
 
     def open_file(self, path) -> None:
         """Use ``path`` as the data file: pick its array, and take the box size, unit and

@@ -447,15 +447,19 @@ class ConfigState:
     def save(self, path) -> Path:
         """Write the config to ``path`` (validated first; nothing is written when invalid).
 
-        A data or table path given relative to the old folder, or absolute inside the new
-        one, is rewritten relative to the new file's folder.
+        A data, table, mask or noise-map file path given relative to the old folder, or
+        absolute inside the new one, is rewritten relative to the new file's folder.
         """
+        from core.io import is_file_reference
+
         path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
         self.config()                         # raises before anything changes
         new_base = path.parent
         with self.batch():
-            for key in ("data.path", "prior.table"):
+            for key in ("data.path", "prior.table", "data.mask", "data.noise_map"):
                 value = self[key]
+                if key in ("data.mask", "data.noise_map") and not is_file_reference(value):
+                    continue                  # an array in the data file, not a path
                 if isinstance(value, str) and value:
                     self[key] = _relocate(value, self.base_dir, new_base)
         old_base = self.base_dir

@@ -15,7 +15,8 @@ from core.io.arrays import ArrayInfo, LoadedArray, LoadError
 from core.io.formats import array_info, loader_for
 from core.io.npy import NpyLoader
 
-__all__ = ['FieldInputs', 'is_file_reference', 'load_field_inputs', 'load_observations']
+__all__ = ['FieldInputs', 'is_file_reference', 'load_field_inputs', 'load_observations',
+           'load_reference']
 
 @dataclass(frozen=True, eq=False)
 class FieldInputs:
@@ -333,6 +334,25 @@ def load_field_inputs(config) -> FieldInputs:
                        data_path=path, notes=tuple(notes))
 
 
+
+
+def load_reference(config, setting: str) -> LoadedArray:
+    """The array ``data.mask`` or ``data.noise_map`` (``setting``) of ``config`` names, as
+    stored: its header checked against the data's (dtype real, the data's shape; a 0-d
+    noise sd allowed) before it is read, its values not checked (``load_field_inputs``
+    does that). For tools that build a mask from a noise map a run would refuse."""
+    checks = {"data.mask": _check_mask_header, "data.noise_map": _check_noise_header}
+    if setting not in checks:
+        raise LoadError(f"config: {setting!r} is not a reference (data.mask or data.noise_map)")
+    ref = getattr(config.data, setting.split(".", 1)[1])
+    if not ref:
+        raise LoadError(f"{setting}: not set")
+    path = str(config.data_path)
+    head = array_info(path, config.data.key)
+    r = _reference(config, path, ref, setting)
+    info = r.header()
+    checks[setting](_where(r.path, info.name, setting), info.shape, info.dtype, tuple(head.shape))
+    return r.load(attributes=False)
 
 
 def load_observations(config):
