@@ -182,3 +182,21 @@ def test_the_state_keeps_the_preview_until_the_store_brings_the_runs_arrays():
     feed(st, fake_run(grid=data.shape)[0])
     assert st.volume("data") is data                 # no store: nothing replaces them
 
+
+
+def test_the_3d_view_shows_the_data_with_masked_voxels_see_through(chosen, qtbot):
+    """Under Xvfb with Mesa, like tests/app/test_volume_view.py."""
+    from app.views.volume import masked_value, prepare_volume
+
+    window, data, mask, _ = chosen
+    view = window.views.show_tab("3D volume").build()
+    assert view.canvas is not None, view.problem
+    window.refresh_views()
+    qtbot.waitUntil(lambda: view.uploads > 0, timeout=5000)
+    levels = window.views.slices.settings.levels["field"]
+    texture = view.volume._last_data
+    expected, _ = prepare_volume(window.run_state.volume("data"), levels, view.max_texture_size, view.method,
+                                 mask)
+    np.testing.assert_array_equal(texture, expected)
+    np.testing.assert_array_equal(texture.transpose(2, 1, 0)[mask], data[mask].astype(np.float32))
+    assert (texture.transpose(2, 1, 0)[~mask] == np.float32(masked_value(levels, view.method))).all()
