@@ -275,6 +275,8 @@ class MainWindow(QMainWindow):
         self._connect_runs()
 
         self.state.connect_any(self._on_state_changed)
+        self.panel["data"].data_loaded.connect(self._on_data_loaded)
+        self._on_data_loaded(self.panel["data"].data_preview)
         self.validate()
         self._update_title()
         self.runs.set_client(EngineClient(self) if engine == "spawn" else engine)
@@ -446,6 +448,47 @@ class MainWindow(QMainWindow):
     def _on_state_changed(self, _keys) -> None:
         self.validate()
         self._update_title()
+        st = self.run_state
+        if st is not None and st.is_preview and st.set_preview_config(*self._preview_config()):
+            self.refresh_views()
+
+    # -- the data before any run ------------------------------------------------------------------
+
+    def _preview_config(self) -> tuple[str, str]:
+        """(config text, folder) the data preview's views read (the grid, the prior); empty
+        text while the config is not valid."""
+        try:
+            return self.state.to_toml(), str(self.state.base_dir)
+        except ConfigError:
+            return "", str(self.state.base_dir)
+
+    def _on_data_loaded(self, preview) -> None:
+        """The Data panel read the data (a ``DataPreview``, or None): the views show it
+        unless a run is going, or a run of these same data is shown."""
+        st = self.run_state
+        if st is None or self.runs.status != "idle":
+            return
+        if not st.is_preview and st.chains is not None and self._shows_run_of_config():
+            return
+        if preview is None and not st.is_preview:
+            return
+        st.show_preview(preview, *self._preview_config())
+        self.refresh_views()
+
+    def _shows_run_of_config(self) -> bool:
+        """Whether the run shown reads the data the config names (the same file, array, mask
+        and noise: a run opened from its store loads its own config first)."""
+        run_cfg = self.run_state.config
+        try:
+            cfg = self.state.config()
+        except ConfigError:
+            return False
+        if run_cfg is None or run_cfg.data is None or cfg.data is None:
+            return False
+        def where(c):
+            return (str(Path(c.data_path).resolve()), c.data.key, c.data.mask, c.data.noise_map,
+                    c.data.noise_sigma)
+        return where(run_cfg) == where(cfg)
 
     def validate(self) -> dict[str, str]:
         """Check the config, show each message beside its widget, and enable Start."""
@@ -794,7 +837,8 @@ class MainWindow(QMainWindow):
 
     def _run_meta(self, run_dir) -> dict:
         s = self.state
-        meta = {"chains": s["sampler.chains"], "num_warmup": s["sampler.num_warmup"],
+        meta = {**self.run_state.preview_meta(),
+                "chains": s["sampler.chains"], "num_warmup": s["sampler.num_warmup"],
                 "num_samples": s["sampler.num_samples"], "thin": s["sampler.thin"],
                 "steps_total": self._steps_total(), "model_kind": s["model.kind"],
                 "run_dir": str(run_dir), "status": "created"}

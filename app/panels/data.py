@@ -3,6 +3,12 @@
 Arrays above ``DataPanel.async_bytes`` (16 MiB) are read in a worker thread (the views'
 ``app.views.jobs.LatestJob``: one read at a time, the newest waiting request replaces an
 older one); a result for a file or array no longer chosen is dropped.
+
+The same read feeds the live views before any run: with the config valid, the mask and
+the noise map are read next to it (``core.io.load_field_inputs`` with the data array
+already read: the data file is not read twice; a new mask or noise setting reads only
+those), and ``data_loaded`` carries an ``app.state.run_state.DataPreview`` of the arrays
+read (the panel's own, no copies), or None when there is nothing to show.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _g, _info_label, bind_editable_combo, bind_text
 from app.state.config_state import ConfigState, format_value
+from app.state.run_state import DataPreview
 from app.views.jobs import LatestJob
 from core import config as cfg
 
@@ -73,6 +80,8 @@ class DataPanel(SetupPanel):
     keys = ("model.kind", "data.path", "data.key", "data.noise", "data.noise_sigma",
             "data.noise_map", "data.mask")
     file_chosen = Signal(str)
+    #: the data (with mask and noise when known) were read: a DataPreview, or None
+    data_loaded = Signal(object)
     #: arrays larger than this are read in a worker thread
     async_bytes = 16 * 2**20
 
@@ -160,10 +169,17 @@ class DataPanel(SetupPanel):
         self.form.addRow("", self.note)
         self.body.addStretch(1)
         self._volume = None            # the array shown (for the slider)
-        self._loaded_key = None
+        self._loaded_key = None        # (file, array, mtime) of the data read or being read
+        self._inputs_key = None        # ... and of the mask / noise settings read with it
+        self._loaded = None            # (LoadedArray, ArrayStats) of _loaded_key, once read
+        self.data_preview: DataPreview | None = None   # what data_loaded carried last
         self._listing_key = None
         for key in ("data.path", "data.key", "model.kind", "likelihood.kind", "data.noise"):
-            s.connect(key, lambda _v: self.refresh())
+            s.connect(key, lambda _v: self.refresh(load=False))
+        # arrays are read once a change is complete (after a batch: open_file sets the file,
+        # then its mask); the mask and noise map (and whether the config is valid, to read
+        # them) are read again without the data when only they change
+        s.connect_any(lambda _keys: self._settings_changed())
         self.refresh()
 
     # -- actions ------------------------------------------------------------------------------
@@ -250,7 +266,9 @@ class DataPanel(SetupPanel):
 
     # -- display ------------------------------------------------------------------------------
 
-    def refresh(self) -> None:
+    def refresh(self, load: bool = True) -> None:
+        """Show what the settings say; ``load``: also read the arrays they name (else the
+        next complete change does)."""
         from core import io as loaders
 
         s = self.state
@@ -306,7 +324,8 @@ class DataPanel(SetupPanel):
                 combo.setEditText(text)
                 combo.blockSignals(False)
             del names
-        self._load_selected(path, infos)
+        if load:
+            self._load_selected(path, infos)
 
     def _load_selected(self, path: Path, infos) -> None:
 
@@ -323,26 +342,64 @@ class DataPanel(SetupPanel):
         except OSError:
             stamp = None
         key = (str(path), info.name, stamp)
-        if key == self._loaded_key:
+        config, inputs_key = self._inputs_config()
+        if key == self._loaded_key and inputs_key == self._inputs_key:
             return
         name = None if single else info.name
+        before = self._loaded if key == self._loaded_key else None
+        self._loaded_key, self._inputs_key = key, inputs_key
+        if before is None:
+            self._loaded = None
         if info.size_bytes > self.async_bytes:
-            self._set_volume(None)
-            self._loaded_key = key
-            self.info.setText(f"reading {info.name!r} ({_bytes(info.size_bytes)})…")
-            self._reader.request(key, _read_array, str(path), name)
+            if before is None:
+                self._set_volume(None, keep_key=True)
+                self._emit_preview(None)      # not the previous file's arrays meanwhile
+                self.info.setText(f"reading {info.name!r} ({_bytes(info.size_bytes)})…")
+            self._reader.request((key, inputs_key), _read_inputs, str(path), name, config, before)
             return
-        self._loaded_key = key
-        self._show_array(*_read_array(str(path), name))
+        self._take_inputs(_read_inputs(str(path), name, config, before), fresh=before is None)
+
+    def _inputs_config(self):
+        """(the config to read the mask and noise map with, or None while it is not valid;
+        the key of what they depend on)."""
+        s = self.state
+        settings = tuple(s[k] for k in ("data.mask", "data.noise", "data.noise_map", "data.noise_sigma",
+                                        "likelihood.kind"))
+        try:
+            config = s.config()
+        except cfg.ConfigError:
+            config = None
+        return config, (settings, config is not None)
+
+    def _settings_changed(self) -> None:
+        """A change is complete: read what it changed (nothing when only other settings did)."""
+        if _alive(self.info):
+            self.refresh()
 
     def _array_read(self, key, result, error: Exception | None) -> None:
         """A large array's read ended (``LatestJob.finished``, in the GUI thread)."""
-        if key != self._loaded_key or not _alive(self.info):
-            return                   # a file or array chosen since: stale
-        if error is not None:        # _read_array reports LoadError itself: this is a bug
+        if key != (self._loaded_key, self._inputs_key) or not _alive(self.info):
+            return                   # a file, array or mask chosen since: stale
+        if error is not None:        # _read_inputs reports LoadError itself: this is a bug
             self._show_array(None, None, f"{type(error).__name__}: {error}")
             return
-        self._show_array(*result)
+        self._take_inputs(result, fresh=self._loaded is None)
+
+    def _take_inputs(self, result, fresh: bool) -> None:
+        loaded, stats, error, preview = result
+        if error:
+            self._show_array(None, None, error)
+            return
+        self._loaded = (loaded, stats)
+        if fresh:
+            self._show_array(loaded, stats, "")
+        self._emit_preview(preview)
+
+    def _emit_preview(self, preview: DataPreview | None) -> None:
+        if preview is self.data_preview:
+            return
+        self.data_preview = preview
+        self.data_loaded.emit(preview)
 
     def shutdown(self) -> None:
         """Read no more arrays in the worker; a read under way is dropped (also done when
@@ -365,12 +422,14 @@ class DataPanel(SetupPanel):
                                           else "(" + ", ".join(_g(b) for b in box) + f"){unit}"))
         self.info.setText("; ".join(parts))
         arr = loaded.array
-        self._set_volume(arr if arr.ndim == 3 and arr.dtype.kind in "biuf" else None)
+        self._set_volume(arr if arr.ndim == 3 and arr.dtype.kind in "biuf" else None, keep_key=True)
 
-    def _set_volume(self, volume) -> None:
+    def _set_volume(self, volume, keep_key: bool = False) -> None:
         self._volume = volume
         if volume is None:
-            self._loaded_key = None
+            if not keep_key:
+                self._loaded_key = self._inputs_key = self._loaded = None
+                self._emit_preview(None)
             self.preview.show_slice(None)
             self.slider.setEnabled(False)
             self.slice_label.setText("")
@@ -402,5 +461,41 @@ def _read_array(path: str, name):
         return loaded, loaders.inspect_array(loaded.array), ""
     except loaders.LoadError as exc:
         return None, None, str(exc)
+
+
+def _read_inputs(path: str, name, config, before=None):
+    """(LoadedArray, ArrayStats, "", DataPreview or None) or (None, None, message, None):
+    the data array (``before``: (LoadedArray, ArrayStats) already read, not read again)
+    and, with ``config`` (a valid ``core.config.RunConfig``), its mask, noise sd and truth
+    as a run would read them. A mask or noise map that cannot be read is a note of the
+    preview, which then shows the data alone. Runs in either thread."""
+    from core import io as loaders
+
+    if before is None:
+        loaded, stats, error = _read_array(path, name)
+        if error:
+            return None, None, error, None
+    else:
+        loaded, stats = before
+    arr = loaded.array
+    if arr.ndim != 3 or arr.dtype.kind not in "biuf":
+        return loaded, stats, "", None
+    mask = noise = truth = None
+    notes = []
+    if config is None:
+        notes.append("the mask and noise map are shown once the config is valid")
+    else:
+        try:
+            inputs = loaders.load_field_inputs(config, loaded=loaded)
+        except loaders.LoadError as exc:
+            notes.append(f"mask and noise not shown: {exc}")
+        else:
+            mask, truth = inputs.mask, inputs.truth
+            if config.likelihood is None or config.likelihood.kind == "gaussian":
+                if inputs.noise_map is not None:
+                    noise = inputs.noise_map
+                elif inputs.noise_sigma is not None:
+                    noise = np.broadcast_to(np.float64(inputs.noise_sigma), arr.shape)
+    return loaded, stats, "", DataPreview(arr, mask, noise, truth, path=str(path), notes=tuple(notes))
 
 

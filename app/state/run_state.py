@@ -18,6 +18,7 @@ Layout of what it holds, with ``n`` the number of steps received so far:
     mean, std             (x, y, z)     running posterior moments over every post-warmup draw
     observed[name]        the run store's observed_data (data with NaN where masked, mask, noise,
                                         truth when the data set has one; t, y for the integral model)
+                          or, before any run, the data preview's (below)
     pins[(i, j, k)]       PinnedTrace: steps (m,), values (chains, m) of one voxel
 
 The arrays returned by ``steps``, ``stat``, ``param`` and ``PinnedTrace`` are views into
@@ -28,6 +29,15 @@ per-step series or the pinned traces change, ``field_version`` when a field-shap
 (latest draw, moments, observed data) changes, ``layout_version`` when the run itself
 changes (``reset``, or chains, parameters or grid learned later from the first chunk or
 the store). A view redraws only when the counter it depends on moved.
+
+Data preview. Before a run is started or opened, ``show_preview(DataPreview)`` makes the
+state show the data file chosen in the Data panel: ``grid_shape`` is the data's shape,
+``observed`` holds its data (as read, not masked), mask, noise sd and truth, no chains,
+``is_preview`` is True, and ``config_text`` is the current config (the P(k) view's grid
+and prior; ``set_preview_config`` follows edits). The arrays are the Data panel's own
+(no copy). A run started from the preview keeps showing them (``preview_meta``: they
+are *provisional*) until its store's observed_data replace them; a run opened from a
+store replaces them at once.
 """
 
 from __future__ import annotations
@@ -41,13 +51,14 @@ from core.run import messages as msgs
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 from core.store.run_store import STORE_NAME, RunReader, RunStoreError, StoredConfig
 
-__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "VOLUME_KINDS", "VOLUME_LABELS"]
+__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "DataPreview", "VOLUME_KINDS", "VOLUME_LABELS"]
 
 #: What the slice views can show, in menu order (see :meth:`RunState.volume`).
-VOLUME_KINDS = ("data", "mask", "latest", "mean", "std", "residual", "truth")
+VOLUME_KINDS = ("data", "mask", "noise", "latest", "mean", "std", "residual", "truth")
 VOLUME_LABELS = {
     "data": "data",
     "mask": "mask",
+    "noise": "noise sd",
     "latest": "latest draw",
     "mean": "posterior mean",
     "std": "posterior std",
@@ -139,6 +150,32 @@ class PinnedTrace:
         self._values.truncate(len(self._steps))
 
 
+@dataclass(frozen=True, eq=False)
+class DataPreview:
+    """The arrays of a data file before any run (what the Data panel read; no copies).
+
+    data    (x, y, z) real array as read from the file (masked voxels keep their values)
+    mask    (x, y, z) bool, True = observed, or None (no mask, or it could not be read)
+    noise   (x, y, z) noise sd map, or None; a single sd for every voxel is a read-only
+            broadcast view (no memory)
+    truth   the file's "truth" array, or None
+    path    the data file;  notes: why a mask or noise map is not shown
+    """
+
+    data: np.ndarray
+    mask: np.ndarray | None = None
+    noise: np.ndarray | None = None
+    truth: np.ndarray | None = None
+    path: str = ""
+    notes: tuple[str, ...] = ()
+
+    def observed(self) -> dict[str, np.ndarray]:
+        """The arrays by their run-store names (data, mask, noise, truth)."""
+        return {name: value for name, value in (("data", self.data), ("mask", self.mask),
+                                                ("noise", self.noise), ("truth", self.truth))
+                if value is not None}
+
+
 class RunState:
     """Everything the views draw about one run. See the module docstring for the layout."""
 
@@ -180,6 +217,13 @@ class RunState:
         self.run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
         self.observed: dict[str, np.ndarray] = {name: np.asarray(v) for name, v in
                                                 (meta.get("observed") or {}).items()}
+        # shown until the run store's observed_data replace them (a run started from a preview)
+        self._provisional = set()
+        for name, value in (meta.get("provisional") or {}).items():
+            if name not in self.observed:
+                self.observed[name] = value
+                self._provisional.add(name)
+        self.preview: DataPreview | None = None
         self.config_text = str(meta.get("config_text") or "")
         self.config_dir = str(meta.get("config_dir") or "")
         self._config = None
@@ -246,6 +290,9 @@ class RunState:
         except (RunStoreError, KeyError, OSError, ValueError):
             return False   # being created right now; the next chunk tries again
         self._reader = reader
+        for name in self._provisional:       # the run's own arrays replace the preview's
+            self.observed.pop(name, None)
+        self._provisional.clear()
         for name, value in observed.items():
             self.observed.setdefault(name, value)
         if self.grid_shape is None and meta["grid_shape"] is not None:
@@ -265,6 +312,38 @@ class RunState:
             self._config = None
         self._changed(field=True)
         return True
+
+    # -- the data preview (no run) ----------------------------------------------------------
+
+    def show_preview(self, preview: DataPreview | None, config_text: str = "", config_dir: str = "") -> None:
+        """Show the data of ``preview`` with no run (None: show nothing); see the module
+        docstring. Replaces whatever the state showed."""
+        if preview is None:
+            self.reset({})
+            return
+        self.reset({"grid_shape": preview.data.shape, "model_kind": "field", "status": "preview",
+                    "observed": preview.observed(), "config_text": config_text,
+                    "config_dir": config_dir})
+        self.preview = preview
+
+    @property
+    def is_preview(self) -> bool:
+        """Whether the state shows a data preview (no run)."""
+        return self.preview is not None
+
+    def set_preview_config(self, config_text: str, config_dir: str = "") -> bool:
+        """The config changed while a preview is shown (the prior, the box): read it anew.
+        Returns whether anything changed."""
+        if self.preview is None or (config_text, config_dir) == (self.config_text, self.config_dir):
+            return False
+        self.config_text, self.config_dir, self._config = config_text, config_dir, None
+        self._changed()
+        return True
+
+    def preview_meta(self) -> dict:
+        """``reset`` metadata that keeps the preview's arrays on show, provisionally, for a
+        run started from it (empty when no preview is shown)."""
+        return {"provisional": self.preview.observed()} if self.preview is not None else {}
 
     @property
     def config(self):
@@ -498,6 +577,8 @@ class RunState:
         if kind == "mask":
             mask = self.observed.get("mask")
             return None if mask is None else mask.astype(np.float32)
+        if kind == "noise":
+            return self._grid_array("noise")
         if kind == "truth":
             return self.observed.get("truth")
         if kind == "latest":
@@ -521,6 +602,7 @@ class RunState:
         data = self.observed.get("data")
         has_data = data is not None and data.shape == self.grid_shape
         have = {"data": has_data, "mask": self.observed.get("mask") is not None,
+                "noise": self._grid_array("noise") is not None,
                 "truth": self.observed.get("truth") is not None,
                 "latest": self.latest_field is not None,
                 "mean": self.mean is not None and self.moment_count > 0,
@@ -529,6 +611,16 @@ class RunState:
         if kind not in have:
             raise ValueError(f"unknown volume kind {kind!r}; one of {', '.join(VOLUME_KINDS)}")
         return have[kind]
+
+    def _grid_array(self, name: str) -> np.ndarray | None:
+        value = self.observed.get(name)
+        return value if value is not None and value.shape == self.grid_shape else None
+
+    @property
+    def observed_mask(self) -> np.ndarray | None:
+        """The (x, y, z) bool mask (True = observed) when there is one of the grid's shape."""
+        mask = self._grid_array("mask")
+        return None if mask is None else np.asarray(mask, bool)
 
     def available_volumes(self) -> list[str]:
         return [kind for kind in VOLUME_KINDS if self.has_volume(kind)]

@@ -16,7 +16,8 @@ Curves (x: k in 1/unit, y: P in unit^3, both log):
                     dominates (the mean is shrunk towards 0), not a draw of P(k)
     prior           P(k) of the prior at the hyperparameters' latest sampled values (each
                     chain's own: chain 0 solid, the others dashed and only when a
-                    hyperparameter is sampled), fixed ones from the config; evaluated at
+                    hyperparameter is sampled), fixed ones from the config (before any
+                    run, the data preview: sampled ones at their prior's median); evaluated at
                     the shell centres. The expectation of a shell estimate is the mode
                     average of P over the shell, which differs from P(k_shell) only where
                     P curves within a shell (second order in the shell width).
@@ -322,8 +323,11 @@ class PowerView(RunView):
         if st.layout_version != self._layout_seen:
             self._build()
         if st.config_text != self._config_seen or (self.grid is None and st.has_field and st.config is not None):
+            grid = self.grid
             self._forget_config()
-            self._field_seen = self._trace_seen = None
+            self._trace_seen = None
+            if not _same_grid(grid, self.grid):
+                self._field_seen = None       # measured on another grid: again (else the prior only)
         fkey = (st.layout_version, st.field_version)
         if (fkey != self._field_seen or force) and self.grid is not None:
             self._field_seen = fkey
@@ -381,11 +385,13 @@ class PowerView(RunView):
         chains = max(st.chains or 0, 1)
         values = np.full((chains, len(k)), np.nan)
         sampled = self._sampled
+        medians = self._prior_medians() if st.is_preview else {}
         for ch in range(chains):
             overrides = {}
             for name in sampled:
                 series = st.param(name)
-                overrides[name] = series[ch, -1] if series.shape[1] and ch < series.shape[0] else np.nan
+                overrides[name] = series[ch, -1] if series.shape[1] and ch < series.shape[0] else \
+                    medians.get(name, np.nan)
             if any(not np.isfinite(v) for v in overrides.values()):
                 continue
             try:
@@ -394,6 +400,17 @@ class PowerView(RunView):
                 continue
         self.prior_values = values
         self._prior_sampled = bool(sampled)
+
+    def _prior_medians(self) -> dict[str, float]:
+        """Each sampled hyperparameter's prior median (the data preview's prior: no draws yet)."""
+        cfg = self.state.config
+        out = {}
+        for name in self._sampled:
+            try:
+                out[name] = float(getattr(cfg.prior, name).median())
+            except (AttributeError, TypeError, ValueError):
+                continue
+        return out
 
     # -- drawing ------------------------------------------------------------------------
 
@@ -451,6 +468,10 @@ class PowerView(RunView):
             notes.append(self._spectrum_error)
         elif prior is not None and not np.isfinite(prior[0]).any():
             notes.append("prior: waiting for the first draw of the hyperparameters")
+        elif prior is not None and st.is_preview and self._sampled:
+            medians = self._prior_medians()
+            notes.append("prior at the median of each sampled hyperparameter's prior: "
+                         + ", ".join(f"{name} = {value:.4g}" for name, value in medians.items()))
         if m is not None:
             notes.extend(m.notes)
             if m.data is not None:
@@ -462,6 +483,8 @@ class PowerView(RunView):
         self.note.setText("\n".join(notes))
         if not st.has_field:
             hint = "no field in this run (integral model)" if st.chains is not None else "no run"
+        elif st.is_preview:
+            hint = "" if m is not None and m.data is not None else "no run yet: the data's P(k) and the prior"
         elif latest is None:
             hint = "waiting for the first field draw"
         else:
@@ -534,6 +557,12 @@ class PowerView(RunView):
                     writer.writerow([repr(float(v)) for v in row])
         except OSError as err:
             raise OSError(f"{path}: cannot write the P(k) table: {err.strerror or err}") from None
+
+
+def _same_grid(a: Grid | None, b: Grid | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (tuple(a.shape), tuple(a.box_size), a.unit) == (tuple(b.shape), tuple(b.box_size), b.unit)
 
 
 def _finite(k, values):

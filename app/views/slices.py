@@ -14,7 +14,13 @@ and pins the voxel (``voxel_pinned``): the traces view then follows its value.
 Levels are fixed (a live image must not flicker): they are computed once, from the 1st and
 99th percentiles, when an array is first shown, and again only when "Auto levels" is
 pressed or the user types them. Data, draws, mean and truth share one set of levels so
-that they can be compared by eye; std, residual (symmetric about 0) and mask have their own.
+that they can be compared by eye; std, residual (symmetric about 0), noise and mask have
+their own. The data's levels are those of its observed voxels (a masked voxel may hold a
+fill value such as 0 or -999).
+
+Mask overlay. With "mask" checked (the default) and a mask known, masked voxels are tinted
+(``MASK_TINT``, semi-transparent) over whatever is shown; before any run the data are
+shown as read, so the tint is how masked voxels are told apart.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from app.views.style import pin_colour
 
 __all__ = [
     "PLANES", "AXIS_NAMES", "COLOUR_MAPS", "COLOUR_MAP_LABELS", "LEVEL_GROUPS",
-    "DEFAULT_COLOUR_MAPS", "slice_of", "robust_levels", "SliceViewState", "SlicesView"
+    "DEFAULT_COLOUR_MAPS", "MASK_TINT", "slice_of", "mask_overlay", "robust_levels", "SliceViewState",
+    "SlicesView"
 ]
 
 #: (name, (horizontal axis, vertical axis), normal axis) of each view, axes of a[i, j, k]
@@ -41,8 +48,11 @@ COLOUR_MAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET
 COLOUR_MAP_LABELS = {"CET-L1": "grey", "CET-D1": "diverging (blue-red)"}
 #: which kinds share levels (and the colour map they start with)
 LEVEL_GROUPS = {"data": "field", "latest": "field", "mean": "field", "truth": "field",
-                "std": "std", "residual": "residual", "mask": "mask"}
-DEFAULT_COLOUR_MAPS = {"field": "viridis", "std": "magma", "residual": "CET-D1", "mask": "CET-L1"}
+                "std": "std", "residual": "residual", "mask": "mask", "noise": "noise"}
+DEFAULT_COLOUR_MAPS = {"field": "viridis", "std": "magma", "residual": "CET-D1", "mask": "CET-L1",
+                       "noise": "magma"}
+#: RGBA of a masked voxel in the mask overlay (semi-transparent magenta: apart from every map)
+MASK_TINT = (255, 60, 200, 120)
 
 
 def slice_of(volume: np.ndarray, plane: int, index: int) -> np.ndarray:
@@ -51,11 +61,23 @@ def slice_of(volume: np.ndarray, plane: int, index: int) -> np.ndarray:
     return np.ascontiguousarray(np.take(volume, index, axis=normal).T)
 
 
-def robust_levels(values: np.ndarray, group: str) -> tuple[float, float]:
-    """1st / 99th percentile of the finite values; symmetric about 0 for residuals."""
+def mask_overlay(mask_slice: np.ndarray) -> np.ndarray:
+    """(rows, columns, 4) uint8 RGBA of one slice of the mask (True = observed): ``MASK_TINT``
+    where masked, transparent elsewhere."""
+    rgba = np.zeros((*mask_slice.shape, 4), np.uint8)
+    rgba[~np.asarray(mask_slice, bool)] = MASK_TINT
+    return rgba
+
+
+def robust_levels(values: np.ndarray, group: str, observed: np.ndarray | None = None) -> tuple[float, float]:
+    """1st / 99th percentile of the finite values (of the ``observed`` voxels only, when
+    given: a bool array of the same shape); symmetric about 0 for residuals."""
     if group == "mask":
         return 0.0, 1.0
-    finite = np.asarray(values, np.float64)
+    finite = np.asarray(values)
+    if observed is not None and observed.shape == finite.shape:
+        finite = finite[observed]
+    finite = np.asarray(finite, np.float64)
     finite = finite[np.isfinite(finite)]
     if not finite.size:
         return 0.0, 1.0
@@ -77,6 +99,7 @@ class SliceViewState:
     cursor      the linked voxel (i, j, k)
     levels      level group -> (low, high), fixed once set
     colour_maps level group -> pyqtgraph colour map name
+    mask_overlay  tint the masked voxels (when a mask is known)
     """
 
     kind: str = "mean"
@@ -84,6 +107,7 @@ class SliceViewState:
     cursor: tuple = (0, 0, 0)
     levels: dict = field(default_factory=dict)
     colour_maps: dict = field(default_factory=lambda: dict(DEFAULT_COLOUR_MAPS))
+    mask_overlay: bool = True
 
     @property
     def group(self) -> str:
@@ -130,6 +154,8 @@ class SlicesView(RunView):
         self._settings_seen = None    # (shown kind, chain, levels, colour map) last announced
         self.plots: list[pg.PlotWidget] = []
         self.images: list[_ClickableImage] = []
+        self.overlays: list[pg.ImageItem] = []
+        self._overlay_drawn = [None] * 3
         self.vlines: list[pg.InfiniteLine] = []
         self.hlines: list[pg.InfiniteLine] = []
         self.pin_markers: list[pg.ScatterPlotItem] = []
@@ -166,6 +192,11 @@ class SlicesView(RunView):
             self.outlines.append(outline)
             image = _ClickableImage(lambda c, r, p=p: self._image_clicked(p, c, r))
             item.addItem(image)
+            overlay = pg.ImageItem(axisOrder="row-major")
+            overlay.setAcceptedMouseButtons(QtCore.Qt.MouseButton.NoButton)   # clicks reach the image
+            overlay.setVisible(False)
+            item.addItem(overlay)
+            self.overlays.append(overlay)
             pen = pg.mkPen((255, 255, 255, 160), width=1)
             vline = pg.InfiniteLine(angle=90, movable=True, pen=pen, hoverPen=pg.mkPen("y", width=2))
             hline = pg.InfiniteLine(angle=0, movable=True, pen=pen, hoverPen=pg.mkPen("y", width=2))
@@ -212,6 +243,11 @@ class SlicesView(RunView):
         self.kind_combo.setCurrentIndex(VOLUME_KINDS.index(self.settings.kind))
         self.kind_combo.currentIndexChanged.connect(self._kind_chosen)
         form.addRow("Show", self.kind_combo)
+        self.mask_check = QtWidgets.QCheckBox("mask")
+        self.mask_check.setChecked(self.settings.mask_overlay)
+        self.mask_check.setToolTip("tint the masked (unobserved) voxels over the image")
+        self.mask_check.toggled.connect(self._mask_toggled)
+        form.addRow("Overlay", self.mask_check)
         self.chain_spin = QtWidgets.QSpinBox()
         self.chain_spin.setToolTip("the chain whose latest draw is shown")
         self.chain_spin.valueChanged.connect(self._chain_chosen)
@@ -394,6 +430,10 @@ class SlicesView(RunView):
         self.settings.kind = VOLUME_KINDS[index]
         self._draw_images()
 
+    def _mask_toggled(self, on: bool) -> None:
+        self.settings.mask_overlay = bool(on)
+        self._draw_overlays()
+
     def _chain_chosen(self, value: int) -> None:
         self.settings.chain = int(value)
         self._draw_images()
@@ -418,7 +458,8 @@ class SlicesView(RunView):
         volume = self.state.volume(kind, self.settings.chain) if kind else None
         if volume is None:
             return
-        self.settings.levels[LEVEL_GROUPS[kind]] = robust_levels(volume, LEVEL_GROUPS[kind])
+        self.settings.levels[LEVEL_GROUPS[kind]] = robust_levels(volume, LEVEL_GROUPS[kind],
+                                                                 self._level_mask(kind))
         self._draw_images()
 
     # -- drawing ---------------------------------------------------------------------------
@@ -429,6 +470,10 @@ class SlicesView(RunView):
         if st.has_volume(self.settings.kind):
             return self.settings.kind
         return "data" if st.has_volume("data") else None
+
+    def _level_mask(self, kind: str) -> np.ndarray | None:
+        """The voxels the levels of ``kind`` come from: the observed ones for the data."""
+        return self.state.observed_mask if kind == "data" else None
 
     def _group_shown(self) -> str:
         kind = self.shown_kind() or self.settings.kind
@@ -452,10 +497,12 @@ class SlicesView(RunView):
         has_field = self.state.has_field
         for widget in (self.kind_combo, self.cmap_combo, self.auto_button, *self.level_spins):
             widget.setEnabled(has_field)
+        self.mask_check.setEnabled(self.state.observed_mask is not None)
 
     def _draw_images(self, force: bool = False) -> bool:
         """Set the images whose content changed; announce changed settings (``settings_changed``)."""
         redrew = self._draw_changed_images(force=force)
+        redrew |= self._draw_overlays(force=force)
         kind = self.shown_kind()
         group = LEVEL_GROUPS[kind] if kind else None
         seen = (kind, self.settings.chain, self.settings.levels.get(group),
@@ -489,7 +536,7 @@ class SlicesView(RunView):
         volume = None           # computed only when something is drawn (a residual costs a subtraction)
         if group not in settings.levels:
             volume = st.volume(kind, settings.chain)
-            settings.levels[group] = robust_levels(volume, group)
+            settings.levels[group] = robust_levels(volume, group, self._level_mask(kind))
         levels = settings.levels[group]
         cmap_name = settings.colour_maps.get(group, "viridis")
         if cmap_name != self._cmap_drawn:
@@ -518,7 +565,10 @@ class SlicesView(RunView):
         self._show_settings(kind, group, levels, cmap_name)
         value = volume[settings.cursor]
         self.cursor_label.setText(f"{settings.cursor}  {VOLUME_LABELS[kind]} = {value:.4g}")
-        if kind != settings.kind:
+        tinted = "; masked voxels tinted" if self._overlay_shown() else ""
+        if st.is_preview and kind in ("data", "mask", "noise", "truth"):
+            self.note_label.setText(f"no run yet: the data file's {VOLUME_LABELS[kind]}{tinted}")
+        elif kind != settings.kind:
             self.note_label.setText(f"{VOLUME_LABELS[settings.kind]}: none yet, showing the data")
         elif kind == "latest" and st.latest_field_step >= 0:
             self.note_label.setText(f"chain {settings.chain}, draw {st.latest_field_step - st.num_warmup}")
@@ -530,6 +580,29 @@ class SlicesView(RunView):
         else:
             self.note_label.setText("")
         return True
+
+    def _overlay_shown(self) -> bool:
+        return self.settings.mask_overlay and self.state.observed_mask is not None \
+            and self.shown_kind() is not None
+
+    def _draw_overlays(self, force: bool = False) -> bool:
+        """Tint the masked voxels of each plane (when the overlay is on and a mask known)."""
+        st = self.state
+        show = self._overlay_shown()
+        redrew = False
+        for p in range(3):
+            index = self.settings.cursor[PLANES[p][2]]
+            key = (st.layout_version, st.field_version, index) if show else None
+            if key == self._overlay_drawn[p] and not force:
+                continue
+            self._overlay_drawn[p] = key
+            overlay = self.overlays[p]
+            if show:
+                overlay.setImage(mask_overlay(slice_of(st.observed_mask, p, index)), autoLevels=False,
+                                 levels=(0, 255))
+            overlay.setVisible(show)
+            redrew = True
+        return redrew
 
     def _show_settings(self, kind, group, levels, cmap_name) -> None:
         self._syncing = True

@@ -148,13 +148,18 @@ def projection_cutoffs(levels) -> tuple[float, float]:
     return lo - CUTOFF_RANGES * width, hi + CUTOFF_RANGES * width
 
 
-def prepare_volume(volume: np.ndarray, levels, max_size: int, method: str = "mip"):
+def prepare_volume(volume: np.ndarray, levels, max_size: int, method: str = "mip", mask=None):
     """The texture of a field-shaped array: (z, y, x) float32, block means, no NaN.
 
+    ``mask`` (bool, True = observed): the other voxels count as masked (see-through), as
+    NaN do (the data before a run are shown as read, masked voxels with their values).
     Returns (texture, scale) with scale (3,) the size of a texture voxel along x, y, z in
     grid voxels (n / m). Pure numpy: runs in a worker thread for big volumes.
     """
     volume = np.asarray(volume)
+    if mask is not None and mask.shape == volume.shape and not mask.all():
+        nan = np.float32(np.nan) if volume.dtype == np.float32 else np.nan
+        volume = np.where(mask, volume, nan)
     factors = texture_factors(volume.shape, max_size)
     reduced = block_mean(volume, factors)
     texture = np.ascontiguousarray(reduced.transpose(2, 1, 0), dtype=np.float32)
@@ -627,16 +632,17 @@ class VolumeView(RunView):
         settings = self.settings
         group = LEVEL_GROUPS[kind]
         volume = None
+        mask = st.observed_mask if kind == "data" else None
         if group not in settings.levels:
             volume = st.volume(kind, settings.chain)
-            settings.levels[group] = robust_levels(volume, group)
+            settings.levels[group] = robust_levels(volume, group, mask)
         levels = tuple(float(v) for v in settings.levels[group])
         key = (st.layout_version, st.field_version, kind, settings.chain if kind == "latest" else 0,
                levels, self.method, self.max_texture_size)
         if (key != self._volume_key and key != self._pending_key) or force:
             if volume is None:
                 volume = st.volume(kind, settings.chain)
-            changed |= self._request_volume(key, volume, levels)
+            changed |= self._request_volume(key, volume, levels, mask)
         cmap_name = settings.colour_maps.get(group, "viridis")
         if cmap_name != self._cmap_shown or force:
             self.volume.cmap = vispy_colormap(cmap_name)
@@ -685,14 +691,14 @@ class VolumeView(RunView):
             self.hint_label.setText(hint)
             self._volume_key = self._pending_key = None
 
-    def _request_volume(self, key, volume, levels) -> bool:
+    def _request_volume(self, key, volume, levels, mask=None) -> bool:
         """Upload the texture now (small volumes) or once a worker prepared it (big ones)."""
         max_size = self.max_texture_size
         if volume.size > self.async_voxels:
             self._pending_key = key
-            self.prepare_job.request(key, prepare_volume, volume, levels, max_size, self.method)
+            self.prepare_job.request(key, prepare_volume, volume, levels, max_size, self.method, mask)
             return False
-        self._upload(key, *prepare_volume(volume, levels, max_size, self.method), levels)
+        self._upload(key, *prepare_volume(volume, levels, max_size, self.method, mask), levels)
         return True
 
     def _on_prepared(self, key, prepared, error) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -253,9 +254,12 @@ def _find_truth(loader, path: str, key: str) -> str | None:
     return None
 
 
-def load_field_inputs(config) -> FieldInputs:
+def load_field_inputs(config, loaded: LoadedArray | None = None) -> FieldInputs:
     """Load and validate the arrays of a field run described by ``config``
     (a ``core.config.RunConfig`` with ``model.kind = "field"``).
+
+    ``loaded``: the data array as the caller already read it from the config's data file
+    and key (the GUI's Data panel): it is checked like a fresh read and not read again.
 
     ``data.path`` resolves against the config file's folder and ``data.key`` picks the
     array; ``data.mask`` / ``data.noise_map`` follow the rule in the module docstring.
@@ -303,7 +307,8 @@ def load_field_inputs(config) -> FieldInputs:
                              f"array of the data shape {shape}; not shown as the truth")
                 truth_key = None
 
-    loaded = loader.load(path, data_cfg.key)
+    if loaded is None or Path(loaded.path).resolve() != Path(path).resolve():
+        loaded = loader.load(path, data_cfg.key)
     data = _field_data(loaded, likelihood, notes)
     mask = None
     if "data.mask" in refs:

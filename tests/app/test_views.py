@@ -30,7 +30,7 @@ def observed():
     mask = np.ones(GRID, bool)
     mask[2] = False
     data[~mask] = np.nan
-    return {"data": data, "mask": mask, "truth": rng.normal(size=GRID)}
+    return {"data": data, "mask": mask, "truth": rng.normal(size=GRID), "noise": np.where(mask, 0.5, 1.0)}
 
 
 @pytest.fixture

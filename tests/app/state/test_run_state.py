@@ -121,10 +121,12 @@ def test_volumes_and_their_availability():
     mask = data % 7 != 0
     data[~mask] = np.nan
     truth = np.ones((6, 5, 4))
+    noise = np.full((6, 5, 4), 0.5)
     state = RunState()
-    state.reset(meta_for(observed={"data": data, "mask": mask, "truth": truth}))
-    assert state.available_volumes() == ["data", "mask", "truth"]
+    state.reset(meta_for(observed={"data": data, "mask": mask, "truth": truth, "noise": noise}))
+    assert state.available_volumes() == ["data", "mask", "noise", "truth"]
     assert state.volume("mean") is None and state.volume("latest") is None
+    assert state.volume("noise") is noise
     feed(state, events)
     assert state.available_volumes() == list(VOLUME_KINDS)
     np.testing.assert_array_equal(state.volume("residual"), data - events[-1]["moments"][0])
