@@ -83,8 +83,9 @@ def state_for(text, tmp_path, observed, shape):
 
 
 def write_store(run_dir, text, observed, shape):
+    # room for two chunks of 100 draws (the reader refuses progress beyond num_samples)
     writer = RunStoreWriter.create(
-        run_dir, config_text=text, model_kind="field", chains=2, num_warmup=0, num_samples=100,
+        run_dir, config_text=text, model_kind="field", chains=2, num_warmup=0, num_samples=200,
         thin=1, param_names=[], observed={name: (["x", "y", "z"], v) for name, v in observed.items()},
         grid_shape=shape, k_centres=[0.1, 0.2], k_counts=[6, 12])
     writer.set_status("running")
@@ -173,7 +174,7 @@ def test_view_shows_core_exact_and_the_z_scores_of_a_stored_run(qtbot, tmp_path,
     assert not view.refresh()
     mean2, std2 = hmc_like_moments(exact, 400, seed=7)
     append_moments(writer, 100, 100, (mean2, std2, 400))
-    assert state.refresh_from_store()
+    assert state.refresh_from_store(), state.error
     assert view.refresh()
     np.testing.assert_allclose(view.comparison.z, (mean2 - exact.mean) / exact.std, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(view.exact.mean, exact.mean)      # not recomputed
