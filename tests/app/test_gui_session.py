@@ -138,7 +138,13 @@ if sys.argv[1] == "change":
 print(json.dumps({"size": [window.width(), window.height()], "pos": [window.x(), window.y()],
                   "splitter": window.views.splitter.sizes(),
                   "prior_right": window.dockWidgetArea(prior) == Qt.DockWidgetArea.RightDockWidgetArea}))
-window.close()
+window.close()                  # saves the layout (and syncs the settings file) at once
+app.processEvents()
+sys.stdout.flush()
+# no interpreter teardown of live Qt objects (PySide can crash there under load, exit -11):
+# what this session had to do is done and written
+import os
+os._exit(0)
 """
 
 
