@@ -42,6 +42,7 @@ from app.state.run_state import RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
+from app.views.style import narrow_label
 
 __all__ = [
     "PANELS", "COLOUR_MAPS", "HIST_BINS", "Comparison", "compare_moments", "nice_limit",
@@ -122,27 +123,19 @@ class _FittedLayoutWidget(pg.GraphicsLayoutWidget):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        if self._on_resize is not None:
-            self._on_resize()
+        self._fit()
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        if self._on_resize is not None:
+        self._fit()
+
+    def _fit(self) -> None:
+        if self._on_resize is None:
+            return
+        try:
             self._on_resize()
-
-
-def _narrow_title(label) -> None:
-    """Let a plot's title be narrower than its text (pyqtgraph's LabelItem makes its text
-    width its minimum on every resize): in a small window the title is cut, and the pane
-    keeps the image's aspect ratio."""
-    update = label.updateMin
-
-    def update_min():
-        update()
-        label.setMinimumWidth(0)
-
-    label.updateMin = update_min
-    label.setMinimumWidth(0)
+        except RuntimeError:              # the view is being deleted (its items are gone)
+            self._on_resize = None
 
 
 def _item_width(item) -> float:
@@ -205,6 +198,13 @@ class ExactComparisonView(RunView):
         self._drawn = None
         self._numbers_key = None
         self._fitting = False
+        self._closed = False
+        # after a fit changed the panes' sizes: fit again once laid out, with what each pane
+        # really spends around its view box (a timer the view owns: nothing fires once it is gone)
+        self._refit = QtCore.QTimer(self)
+        self._refit.setSingleShot(True)
+        self._refit.setInterval(0)
+        self._refit.timeout.connect(self._view_box_resized)
         self._relay = WorkerRelay(self)
         self._relay.progress.connect(self._on_progress)
         self._relay.finished.connect(self._on_finished)
@@ -240,7 +240,7 @@ class ExactComparisonView(RunView):
         for key, title, group, r, c in PANELS:
             plot = self.graphics.addPlot(row=r, col=c)
             plot.setTitle(title, size="9pt")
-            _narrow_title(plot.titleLabel)
+            narrow_label(plot.titleLabel)
             plot.setAspectLocked(True)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(x=False, y=False)     # the panes show the whole slice, always
@@ -250,12 +250,11 @@ class ExactComparisonView(RunView):
             image.setColorMap(pg.colormap.get(COLOUR_MAPS[group]))
             plot.addItem(image)
             self.graphics.ci.layout.setAlignment(plot, QtCore.Qt.AlignmentFlag.AlignCenter)
-            plot.getViewBox().sigResized.connect(self._view_box_resized)
             self.plots[key] = plot
             self.images[key] = image
         hist = self.graphics.addPlot(row=1, col=2)
         hist.setTitle("histogram of z over every voxel", size="9pt")
-        _narrow_title(hist.titleLabel)
+        narrow_label(hist.titleLabel)
         hist.setLabel("bottom", "z")
         hist.getAxis("bottom").enableAutoSIPrefix(False)
         hist.setLabel("left", "voxels")
@@ -398,6 +397,8 @@ class ExactComparisonView(RunView):
 
     def closeEvent(self, event) -> None:
         self.cancel()
+        self._closed = True
+        self.graphics._on_resize = None
         super().closeEvent(event)
 
     # -- plane and slider ----------------------------------------------------------------
@@ -441,7 +442,7 @@ class ExactComparisonView(RunView):
         spacing = grid.horizontalSpacing(), grid.verticalSpacing()
         margins = grid.getContentsMargins()
         bars = getattr(self, "_bars", None)
-        if bars is None:                  # still being built
+        if bars is None or not hasattr(self, "_refit"):      # still being built
             return
         bars_height = bars.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).height()
         # the room of one cell: three columns, two rows of images above the colour bars
@@ -480,13 +481,17 @@ class ExactComparisonView(RunView):
             # until the widget is resized)
             self.graphics.ci.setGeometry(QtCore.QRectF(QtCore.QPointF(0, 0),
                                                        QtCore.QSizeF(self.graphics.viewport().size())))
+            if not self._fitting:
+                self._refit.start()
 
     def _view_box_resized(self) -> None:
-        # the first layout tells what a pane spends around its view box: fit again with it
-        if not self._fitting:
+        # the layout tells what a pane spends around its view box: fit again with it
+        if not self._fitting and not self._closed:
             self._fitting = True
             try:
                 self.fit_panes()
+            except RuntimeError:          # the view is being deleted (its items are gone)
+                self._closed = True
             finally:
                 self._fitting = False
 

@@ -22,6 +22,7 @@ from app.views.style import (
     add_warmup_marker,
     chain_pen,
     configure_live_plot,
+    narrow_label,
 )
 from core.store.run_summary import divergence_text
 
@@ -33,9 +34,6 @@ HEALTH_PLOTS = (("grad_norm", "gradient norm", True),
                 ("step_size", "step size", True))
 #: the plots that also show divergences
 DIVERGENCE_PLOTS = ("grad_norm", "acceptance_rate")
-
-
-_OUTLINE = pg.mkPen(DIVERGENCE_COLOUR, width=1.2)     # warmup divergences: hollow
 
 
 class HealthView(RunView):
@@ -73,14 +71,17 @@ class HealthView(RunView):
         self._divergences_seen = None
         chains = st.chains or 0
         first = None
+        # the divergence counts above the plots, clear of the legend and the curves
+        self.divergence_note = narrow_label(pg.LabelItem("", size="8pt", color=(170, 170, 170),
+                                                         justify="left"))
+        self.graphics.addItem(self.divergence_note, row=0, col=0)
         for row, (name, label, log_y) in enumerate(HEALTH_PLOTS):
-            plot = self.graphics.addPlot(row=row, col=0)
+            plot = self.graphics.addPlot(row=row + 1, col=0)
             configure_live_plot(plot, ylabel=label, log_y=log_y)
             add_warmup_marker(plot, st.num_warmup, label=row == 0)
             if first is None:
                 first = plot
                 self.empty_hint = add_empty_hint(plot, "waiting for the first chunk of draws")
-                self.divergence_note = add_empty_hint(plot, "")
                 add_legend(plot, min(chains + 1, 5))
             else:
                 plot.setXLink(first)
@@ -91,9 +92,9 @@ class HealthView(RunView):
                                  symbolBrush=DIVERGENCE_COLOUR, name="divergent" if row == 0 else None)
                 dots.setZValue(10)
                 self.divergences[name] = dots
-                warm_dots = plot.plot(pen=None, symbol="o", symbolSize=6, symbolPen=_OUTLINE,
+                warm_dots = plot.plot(pen=None, symbol="o", symbolSize=6, symbolPen=pg.mkPen(DIVERGENCE_COLOUR, width=1.2),
                                       symbolBrush=None,
-                                      name="divergent in warmup (expected)" if row == 0 else None)
+                                      name="in warmup" if row == 0 else None)
                 warm_dots.setZValue(9)
                 self.warmup_divergences[name] = warm_dots
             last = row == len(HEALTH_PLOTS) - 1
@@ -134,6 +135,6 @@ class HealthView(RunView):
                 self.warmup_divergences[name].setData(steps[step_idx][warm], values[warm])
             sampling, warmup = int((~warm).sum()), int(warm.sum())
             self.divergence_note.setText(divergence_text(sampling, warmup)
-                                         + ("; hollow: in warmup, expected" if warmup else ""))
-            self.divergence_note.setColor(DIVERGENCE_COLOUR if sampling else (170, 170, 170))
+                                         + ("; hollow: in warmup, expected" if warmup else ""),
+                                         color=DIVERGENCE_COLOUR if sampling else "#aaaaaa")
         return True

@@ -95,7 +95,7 @@ def test_health_plots_and_divergences(qtbot, fed_state):
         x, y = dots.getOriginalDataset()
         np.testing.assert_array_equal(x, step[part])
         np.testing.assert_array_equal(y, state.stat("grad_norm")[chain[part], step[part]])
-    assert view.divergence_note.textItem.toPlainText() == (
+    assert view.divergence_note.text == (
         f"{int(post.sum())} divergences ({int((~post).sum())} in warmup); hollow: in warmup, expected")
 
 
