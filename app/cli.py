@@ -80,6 +80,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 class ProgressLine:
     """One status line, rewritten in place: phase, draws, draws/s, acceptance, divergences, ETA.
 
+    Divergences: the post-warmup ones (``divergences``, what counts), then in brackets the
+    warmup ones (``warmup_divergences``, expected while the step size adapts), from the chunk
+    events' split (``core.run.messages.Divergences``).
+
     ``run_dir``: the run's directory; a resumed run's first chunk event (``first_step`` > 0)
     then counts the divergences its store holds before that step, so that the count goes on
     from the stored one instead of restarting at 0."""
@@ -91,7 +95,8 @@ class ProgressLine:
         except (OSError, ValueError):
             self.interactive = False
         self.run_dir = run_dir
-        self.divergences = 0
+        self.divergences = 0         # post-warmup
+        self.warmup_divergences = 0
         self.counted = False         # the stored divergences before the first chunk are in
         self.last = ""
 
@@ -126,8 +131,11 @@ class ProgressLine:
         if not self.counted:
             self.counted = True
             if event["first_step"] > 0 and self.run_dir is not None:
-                self.divergences += _stored_divergences(self.run_dir, event["first_step"])
-        self.divergences += int(stats["diverging"].sum())
+                warmup, sampling = _stored_divergences(self.run_dir, event["first_step"])
+                self.warmup_divergences += warmup
+                self.divergences += sampling
+        self.warmup_divergences += event["divergences"]["warmup"]
+        self.divergences += event["divergences"]["sampling"]
         done = event["first_step"] + event["n_steps"]
         total = event["steps_total"]
         rate = event["steps_per_second"]
@@ -136,7 +144,8 @@ class ProgressLine:
         filled = int(width * done / max(total, 1))
         bar = "#" * filled + "-" * (width - filled)
         line = (f"{event['phase']:8} [{bar}] {done}/{total}  {rate:6.1f} draws/s  "
-                f"acc {stats['acceptance_rate'].mean():.2f}  div {self.divergences}  "
+                f"acc {stats['acceptance_rate'].mean():.2f}  div {self.divergences}"
+                f"{f' ({self.warmup_divergences} in warmup)' if self.warmup_divergences else ''}  "
                 f"ETA {_clock(eta)}")
         self._write(line, final=not self.interactive)
 
@@ -153,19 +162,23 @@ class ProgressLine:
             pass     # the terminal is gone (SIGHUP): the run goes on, and stops as asked
 
 
-def _stored_divergences(run_dir, before_step: int) -> int:
-    """Divergent transitions (all chains) a run store holds before step ``before_step``."""
+def _stored_divergences(run_dir, before_step: int | None = None) -> tuple[int, int]:
+    """Divergent transitions (all chains) a run store holds before step ``before_step``
+    (None: all of them): (in warmup, post-warmup)."""
     from core.store.run_store import RunReader, RunStoreError
 
     try:
         reader = RunReader(run_dir)
         num_warmup = int(reader.attrs.get("num_warmup", 0))
-        count = int(reader.stat("diverging", warmup=True, stop=min(before_step, num_warmup)).sum())
+        if before_step is None:
+            before_step = num_warmup + int(reader.progress.get("draws", 0))
+        warmup = int(reader.stat("diverging", warmup=True, stop=min(before_step, num_warmup)).sum())
+        sampling = 0
         if before_step > num_warmup:
-            count += int(reader.stat("diverging", stop=before_step - num_warmup).sum())
-        return count
+            sampling = int(reader.stat("diverging", stop=before_step - num_warmup).sum())
+        return warmup, sampling
     except (RunStoreError, KeyError, ValueError):
-        return 0
+        return 0, 0
 
 
 def _clock(seconds: float) -> str:
@@ -345,11 +358,21 @@ def _store_errors():
 
 def _report(status: str, run_dir) -> int:
     if status == "stopped":
-        _say(f"stopped; everything so far is in {run_dir}. Continue with: fieldscope resume {run_dir}",
+        _say(f"stopped{_divergence_report(run_dir)}; everything so far is in {run_dir}. "
+             f"Continue with: fieldscope resume {run_dir}",
              sys.stdout)
     else:
-        _say(f"{status}: {run_dir}. Diagnostics: fieldscope summary {run_dir}", sys.stdout)
+        _say(f"{status}: {run_dir}{_divergence_report(run_dir)}. Diagnostics: fieldscope summary {run_dir}",
+             sys.stdout)
     return 0
+
+
+def _divergence_report(run_dir) -> str:
+    """", 0 divergences (49 in warmup)": the run's stored divergences for the final line."""
+    from core.store.run_summary import divergence_text
+
+    warmup, sampling = _stored_divergences(run_dir)
+    return f", {divergence_text(sampling, warmup)}"
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:

@@ -60,6 +60,7 @@ from app.run_controller import ACTIVE, RunController
 from app.state.config_state import ConfigState
 from core.config import ConfigError
 from core.store.run_store import RunReader, RunStoreError
+from core.store.run_summary import divergence_text
 
 __all__ = ["MainWindow", "default_run_dir", "user_data_dir", "app_settings", "settings_path",
            "documentation_url", "versions", "MAX_RECENT"]
@@ -256,7 +257,7 @@ class MainWindow(QMainWindow):
         self.confirm_close = True
         self._closing = False
         self._close_ok = False
-        self._divergences = 0
+        self._divergences = {"warmup": 0, "sampling": 0}   # this session's, without a RunState
         self._dialogs: list[QMessageBox] = []
         self.box_dialog = None            # File > New from data's box-size question, when asked
         self._close_question: QMessageBox | None = None
@@ -438,9 +439,13 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(False)
         self.rate_label = QLabel()
         self.eta_label = QLabel()
+        self.divergence_label = QLabel()
+        self.divergence_label.setToolTip(
+            "divergent transitions after warmup (they mean the sampler missed part of the "
+            "posterior); in brackets those during warmup, expected while the step size adapts")
         self.engine_label = QLabel("engine getting ready…")
         for widget in (self.phase_label, self.progress, self.rate_label, self.eta_label,
-                       self.engine_label):
+                       self.divergence_label, self.engine_label):
             bar.addPermanentWidget(widget)
 
     # -- config --------------------------------------------------------------------------------
@@ -817,7 +822,8 @@ class MainWindow(QMainWindow):
         return self.runs.launch(text, self.state.base_dir, run_dir, resume=False, meta=meta)
 
     def _on_run_started(self, run_dir: str) -> None:
-        self._divergences = 0
+        self._divergences = {"warmup": 0, "sampling": 0}
+        self._show_divergences(None)
         self.progress.setVisible(True)
         self.progress.setRange(0, max(1, self._steps_total()))
         self.progress.setValue(0)
@@ -877,6 +883,9 @@ class MainWindow(QMainWindow):
         self.state.notify_all()
         self.message_label.setStyleSheet("")
         self.runs.show_store(reader)
+        st = self.run_state
+        self._show_divergences((st.sampling_divergences, st.warmup_divergences)
+                               if st is not None and st.n_steps else None)
         self._update_actions()
         self.add_recent(path)
         return True
@@ -891,6 +900,8 @@ class MainWindow(QMainWindow):
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(min(done, max(total, 1)))
         self.rate_label.setText("")
+        self._show_divergences((st.sampling_divergences, st.warmup_divergences)
+                               if st is not None and st.n_steps else None)
         quiet = f"  ·  no new chunk for {_clock(idle)}" if idle >= 30 else ""
         self.eta_label.setText(f"watching {watching.name if watching else ''}{quiet}")
         self.message_label.setText(
@@ -912,15 +923,34 @@ class MainWindow(QMainWindow):
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(done)
         rate = float(event.get("steps_per_second", 0.0))
-        stats = event.get("stats") or {}
-        try:
-            self._divergences += int(stats["diverging"].sum())
-        except (KeyError, AttributeError, TypeError):
-            pass
+        for key, count in (event.get("divergences") or {}).items():
+            if key in self._divergences:
+                self._divergences[key] += int(count)
         self.rate_label.setText(f"{rate:.1f} draws/s" if rate > 0 else "")
         eta = (total - done) / rate if rate > 0 else float("nan")
-        self.eta_label.setText(f"ETA {_clock(eta)}" + (
-            f"  ·  {self._divergences} divergent" if self._divergences else ""))
+        self.eta_label.setText(f"ETA {_clock(eta)}")
+        st = self.run_state
+        # the run state holds the whole run (a continued one too: it was read from the store)
+        self._show_divergences((st.sampling_divergences, st.warmup_divergences) if st is not None
+                               else (self._divergences["sampling"], self._divergences["warmup"]))
+
+    def _show_divergences(self, counts) -> None:
+        """The status bar's divergences: "0 divergences (49 in warmup)"; post-warmup ones in
+        the diagnostics' attention colour (warmup ones are expected and never alarm)."""
+        if counts is None:
+            self.divergence_label.setText("")
+            self.divergence_label.setStyleSheet("")
+            return
+        sampling, warmup = counts
+        self.divergence_label.setText(divergence_text(sampling, warmup))
+        style = ""
+        if sampling:
+            try:
+                from app.views.diagnostics import ATTENTION_COLOURS
+                style = f"background: {ATTENTION_COLOURS['divergences']}; color: white; padding: 0 4px;"
+            except Exception:     # the views are broken (their message is shown): plain text
+                style = "font-weight: bold;"
+        self.divergence_label.setStyleSheet(style)
 
     def _on_error(self, message: str) -> None:
         if self._closing:

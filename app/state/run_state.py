@@ -389,7 +389,18 @@ class RunState:
 
     @property
     def divergences(self) -> int:
+        """Divergent transitions held, warmup and post-warmup, all chains."""
         return int(self.stat("diverging").sum()) if self.n_steps else 0
+
+    @property
+    def warmup_divergences(self) -> int:
+        """Divergent warmup transitions held (all chains): expected while the step size adapts."""
+        return int(self.stat("diverging")[:, :self.n_warmup_seen].sum()) if self.n_steps else 0
+
+    @property
+    def sampling_divergences(self) -> int:
+        """Divergent post-warmup transitions held (all chains): the ones that count."""
+        return int(self.stat("diverging")[:, self.n_warmup_seen:].sum()) if self.n_steps else 0
 
     # -- events --------------------------------------------------------------------------
 

@@ -17,6 +17,11 @@ O(1), or a std ratio away from 1, means the chain has not converged to the right
 answer. With a Monte-Carlo Wiener std (masks or noise maps above 4096 cells) z and
 the ratio carry its relative error 1/sqrt(2 n_samples) too; the status line says so.
 
+Layout. Each image pane shows exactly the slice (view range = the image, no padding) with
+square voxels: the panes are sized to the slice's aspect ratio, within the space the
+window gives them, whenever the view is resized or the slice's shape changes (another
+plane, another grid); the histogram takes the rest of its column.
+
 Threads. ``core.reference.field_posterior`` runs on a daemon thread (``app.views.jobs.CancellableJob``:
 it never delays the application's exit; a superseded computation stops at its next batch
 of exact draws) and hands its results to the GUI thread through a Qt signal (queued,
@@ -37,6 +42,7 @@ from app.state.run_state import RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
+from app.views.style import narrow_label
 
 __all__ = [
     "PANELS", "COLOUR_MAPS", "HIST_BINS", "Comparison", "compare_moments", "nice_limit",
@@ -46,7 +52,7 @@ __all__ = [
 #: (key, title, level group, row, column) of the image panels
 PANELS = (("wiener_mean", "Wiener mean", "mean", 0, 0),
           ("hmc_mean", "HMC running mean", "mean", 0, 1),
-          ("z", "z = (HMC mean - Wiener mean) / Wiener std", "z", 0, 2),
+          ("z", "z = (HMC - Wiener mean) / Wiener std", "z", 0, 2),
           ("wiener_std", "Wiener std", "std", 1, 0),
           ("hmc_std", "HMC running std", "std", 1, 1))
 COLOUR_MAPS = {"mean": "viridis", "std": "magma", "z": "CET-D1"}
@@ -107,6 +113,49 @@ def nice_limit(value: float) -> float:
 # --------------------------------------------------------------------------- the view
 
 
+class _FittedLayoutWidget(pg.GraphicsLayoutWidget):
+    """A GraphicsLayoutWidget that calls ``on_resize`` after each resize and when shown."""
+
+    def __init__(self, on_resize):
+        self._on_resize = None            # pyqtgraph resizes once while it builds the widget
+        super().__init__()
+        self._on_resize = on_resize
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        if self._on_resize is None:
+            return
+        try:
+            self._on_resize()
+        except RuntimeError:              # the view is being deleted (its items are gone)
+            self._on_resize = None
+
+
+def _item_width(item) -> float:
+    return float(item.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width()) if item.isVisible() else 0.0
+
+
+def _item_height(item) -> float:
+    return float(item.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).height()) if item.isVisible() else 0.0
+
+
+def _margins_w(plot) -> float:
+    left, _, right, _ = plot.layout.getContentsMargins()
+    return left + right + 2 * plot.layout.horizontalSpacing()
+
+
+def _margins_h(plot) -> float:
+    _, top, _, bottom = plot.layout.getContentsMargins()
+    return top + bottom + 2 * plot.layout.verticalSpacing()
+
+
 class ExactComparisonView(RunView):
     """Wiener posterior vs HMC running moments on one slice plane, z histogram, summary.
 
@@ -148,6 +197,14 @@ class ExactComparisonView(RunView):
         self._layout_seen = None
         self._drawn = None
         self._numbers_key = None
+        self._fitting = False
+        self._closed = False
+        # after a fit changed the panes' sizes: fit again once laid out, with what each pane
+        # really spends around its view box (a timer the view owns: nothing fires once it is gone)
+        self._refit = QtCore.QTimer(self)
+        self._refit.setSingleShot(True)
+        self._refit.setInterval(0)
+        self._refit.timeout.connect(self._view_box_resized)
         self._relay = WorkerRelay(self)
         self._relay.progress.connect(self._on_progress)
         self._relay.finished.connect(self._on_finished)
@@ -176,29 +233,28 @@ class ExactComparisonView(RunView):
         row.addWidget(self.slider_label)
         row.addWidget(self.slider, 1)
         layout.addLayout(row)
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = _FittedLayoutWidget(self.fit_panes)     # resized: the panes are fitted again
         layout.addWidget(self.graphics, 1)
         self.plots: dict[str, pg.PlotItem] = {}
         self.images: dict[str, pg.ImageItem] = {}
-        first = None
         for key, title, group, r, c in PANELS:
             plot = self.graphics.addPlot(row=r, col=c)
             plot.setTitle(title, size="9pt")
+            narrow_label(plot.titleLabel)
             plot.setAspectLocked(True)
             plot.setMenuEnabled(False)
+            plot.setMouseEnabled(x=False, y=False)     # the panes show the whole slice, always
+            plot.hideButtons()
             plot.getViewBox().setBackgroundColor("#2b2b2b")
             image = pg.ImageItem()
             image.setColorMap(pg.colormap.get(COLOUR_MAPS[group]))
             plot.addItem(image)
-            if first is None:
-                first = plot
-            else:
-                plot.setXLink(first)
-                plot.setYLink(first)
+            self.graphics.ci.layout.setAlignment(plot, QtCore.Qt.AlignmentFlag.AlignCenter)
             self.plots[key] = plot
             self.images[key] = image
         hist = self.graphics.addPlot(row=1, col=2)
         hist.setTitle("histogram of z over every voxel", size="9pt")
+        narrow_label(hist.titleLabel)
         hist.setLabel("bottom", "z")
         hist.getAxis("bottom").enableAutoSIPrefix(False)
         hist.setLabel("left", "voxels")
@@ -211,7 +267,9 @@ class ExactComparisonView(RunView):
         self.hist_hint.setParentItem(hist.getViewBox())
         self.hist_hint.setPos(8, 4)
         self.colour_bars: dict[str, pg.ColorBarItem] = {}
-        bars = self.graphics.addLayout(row=2, col=0, colspan=3)
+        # the panes' maximum sizes must not cap the whole layout: it always fills the widget
+        self.graphics.ci.setMaximumSize(QtCore.QSizeF(1e6, 1e6))
+        bars = self._bars = self.graphics.addLayout(row=2, col=0, colspan=3)
         for col, (group, label) in enumerate((("mean", "mean"), ("std", "std"), ("z", "z"))):
             bars.addLabel(label, row=0, col=2 * col)
             bar = pg.ColorBarItem(values=(0, 1), colorMap=COLOUR_MAPS[group], orientation="horizontal",
@@ -339,6 +397,8 @@ class ExactComparisonView(RunView):
 
     def closeEvent(self, event) -> None:
         self.cancel()
+        self._closed = True
+        self.graphics._on_resize = None
         super().closeEvent(event)
 
     # -- plane and slider ----------------------------------------------------------------
@@ -359,8 +419,81 @@ class ExactComparisonView(RunView):
         for plot in self.plots.values():
             plot.setLabel("bottom", AXIS_NAMES[h])
             plot.setLabel("left", AXIS_NAMES[v])
-        if shape:
-            self.plots["wiener_mean"].setRange(xRange=(0, shape[h]), yRange=(0, shape[v]), padding=0.02)
+        self.fit_panes()
+
+    def image_extent(self) -> tuple[int, int] | None:
+        """(width, height) in voxels of the slice the image panes show (None: no grid)."""
+        shape = self.state.grid_shape
+        if not shape:
+            return None
+        _, (h, v), _ = PLANES[self.plane]
+        return int(shape[h]), int(shape[v])
+
+    def fit_panes(self) -> None:
+        """Size the image panes so that their view boxes have the slice's aspect ratio and
+        set each view range to the slice, without padding: the image fills its pane."""
+        extent = self.image_extent()
+        if extent is None:
+            return
+        width, height = extent
+        view = self.graphics
+        area = view.viewport().size() if view.isVisible() else view.size()
+        grid = self.graphics.ci.layout
+        spacing = grid.horizontalSpacing(), grid.verticalSpacing()
+        margins = grid.getContentsMargins()
+        bars = getattr(self, "_bars", None)
+        if bars is None or not hasattr(self, "_refit"):      # still being built
+            return
+        bars_height = bars.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).height()
+        # the room of one cell: three columns, two rows of images above the colour bars
+        cell_w = (area.width() - margins[0] - margins[2] - 2 * spacing[0]) / 3
+        cell_h = (area.height() - margins[1] - margins[3] - 2 * spacing[1] - bars_height) / 2
+        changed = False
+        for plot in self.plots.values():
+            vb = plot.getViewBox()
+            # what the pane spends around its view box (title, axes, margins): measured once
+            # laid out, estimated before
+            if vb.width() > 1 and vb.height() > 1:
+                extra_w, extra_h = plot.width() - vb.width(), plot.height() - vb.height()
+            else:
+                extra_w = _item_width(plot.getAxis("left")) + _margins_w(plot)
+                extra_h = (_item_height(plot.getAxis("bottom")) + _item_height(plot.titleLabel)
+                           + _margins_h(plot))
+            scale = max(min((cell_w - extra_w) / width, (cell_h - extra_h) / height), 1e-3)
+            size = QtCore.QSizeF(width * scale + extra_w, height * scale + extra_h)
+            old = plot.maximumSize()
+            if abs(old.width() - size.width()) > 0.5 or abs(old.height() - size.height()) > 0.5:
+                plot.setMinimumSize(QtCore.QSizeF(min(40.0, size.width()), min(40.0, size.height())))
+                plot.setMaximumSize(size)
+                plot.setPreferredSize(size)
+                changed = True
+            if vb.viewRange() != [[0, width], [0, height]]:
+                vb.setRange(xRange=(0, width), yRange=(0, height), padding=0)
+        # the histogram is as wide as the panes: the three columns share the width alike
+        hist_width = self.plots["z"].maximumSize().width()
+        if abs(self.hist_plot.maximumSize().width() - hist_width) > 0.5:
+            self.hist_plot.setMinimumWidth(min(40.0, hist_width))
+            self.hist_plot.setMaximumWidth(hist_width)
+            changed = True
+        if changed:
+            grid.invalidate()
+            # lay the items out again now (a plain invalidate keeps the old column widths
+            # until the widget is resized)
+            self.graphics.ci.setGeometry(QtCore.QRectF(QtCore.QPointF(0, 0),
+                                                       QtCore.QSizeF(self.graphics.viewport().size())))
+            if not self._fitting:
+                self._refit.start()
+
+    def _view_box_resized(self) -> None:
+        # the layout tells what a pane spends around its view box: fit again with it
+        if not self._fitting and not self._closed:
+            self._fitting = True
+            try:
+                self.fit_panes()
+            except RuntimeError:          # the view is being deleted (its items are gone)
+                self._closed = True
+            finally:
+                self._fitting = False
 
     def set_plane(self, plane: int, index: int | None = None) -> None:
         """Show the xy (0), xz (1) or yz (2) plane at ``index`` (default: the middle)."""

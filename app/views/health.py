@@ -1,7 +1,10 @@
 """Sampler health: gradient norm (log scale), acceptance rate and step size per chain.
 
 Divergent transitions are red points on the gradient-norm and acceptance plots, at the
-step where they happened. The warmup steps are shaded: step sizes move there by design.
+step where they happened: filled after warmup (they count: the sampler missed part of the
+posterior), hollow during warmup (expected while the step size adapts). The note in the
+gradient-norm plot gives both counts ("0 divergences (49 in warmup)"). The warmup steps
+are shaded: step sizes move there by design.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from app.views.style import (
     add_warmup_marker,
     chain_pen,
     configure_live_plot,
+    narrow_label,
 )
+from core.store.run_summary import divergence_text
 
 __all__ = ["HEALTH_PLOTS", "DIVERGENCE_PLOTS", "HealthView"]
 
@@ -32,7 +37,11 @@ DIVERGENCE_PLOTS = ("grad_norm", "acceptance_rate")
 
 
 class HealthView(RunView):
-    """Per-chain gradient norm, acceptance rate and step size against the step index."""
+    """Per-chain gradient norm, acceptance rate and step size against the step index.
+
+    ``divergences[name]``: the scatter of the divergent post-warmup steps on plot ``name``
+    (filled), ``warmup_divergences[name]`` that of the warmup ones (hollow);
+    ``divergence_note``: both counts."""
 
     title = "Health"
     group = PLOTS
@@ -47,6 +56,7 @@ class HealthView(RunView):
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, list[pg.PlotDataItem]] = {}
         self.divergences: dict[str, pg.PlotDataItem] = {}
+        self.warmup_divergences: dict[str, pg.PlotDataItem] = {}
         self._seen = (-1, -1)
         self._layout_seen = -1
         self._divergences_seen = None
@@ -57,11 +67,16 @@ class HealthView(RunView):
         self.plots.clear()
         self.curves.clear()
         self.divergences.clear()
+        self.warmup_divergences.clear()
         self._divergences_seen = None
         chains = st.chains or 0
         first = None
+        # the divergence counts above the plots, clear of the legend and the curves
+        self.divergence_note = narrow_label(pg.LabelItem("", size="8pt", color=(170, 170, 170),
+                                                         justify="left"))
+        self.graphics.addItem(self.divergence_note, row=0, col=0)
         for row, (name, label, log_y) in enumerate(HEALTH_PLOTS):
-            plot = self.graphics.addPlot(row=row, col=0)
+            plot = self.graphics.addPlot(row=row + 1, col=0)
             configure_live_plot(plot, ylabel=label, log_y=log_y)
             add_warmup_marker(plot, st.num_warmup, label=row == 0)
             if first is None:
@@ -77,6 +92,11 @@ class HealthView(RunView):
                                  symbolBrush=DIVERGENCE_COLOUR, name="divergent" if row == 0 else None)
                 dots.setZValue(10)
                 self.divergences[name] = dots
+                warm_dots = plot.plot(pen=None, symbol="o", symbolSize=6, symbolPen=pg.mkPen(DIVERGENCE_COLOUR, width=1.2),
+                                      symbolBrush=None,
+                                      name="in warmup" if row == 0 else None)
+                warm_dots.setZValue(9)
+                self.warmup_divergences[name] = warm_dots
             last = row == len(HEALTH_PLOTS) - 1
             plot.setLabel("bottom", "step" if last else None)
             plot.getAxis("bottom").setStyle(showValues=last)
@@ -95,6 +115,7 @@ class HealthView(RunView):
             return False
         self._seen = key
         self.empty_hint.setVisible(st.n_steps == 0)
+        self.divergence_note.setVisible(st.n_steps > 0)
         steps = st.steps
         for name, curves in self.curves.items():
             values = st.stat(name)
@@ -107,6 +128,13 @@ class HealthView(RunView):
         div_key = (st.layout_version, len(step_idx), int(steps[step_idx].max()) if len(step_idx) else -1)
         if div_key != self._divergences_seen or force:
             self._divergences_seen = div_key
+            warm = steps[step_idx] < st.num_warmup
             for name, dots in self.divergences.items():
-                dots.setData(steps[step_idx], st.stat(name)[chain_idx, step_idx])
+                values = st.stat(name)[chain_idx, step_idx]
+                dots.setData(steps[step_idx][~warm], values[~warm])
+                self.warmup_divergences[name].setData(steps[step_idx][warm], values[warm])
+            sampling, warmup = int((~warm).sum()), int(warm.sum())
+            self.divergence_note.setText(divergence_text(sampling, warmup)
+                                         + ("; hollow: in warmup, expected" if warmup else ""),
+                                         color=DIVERGENCE_COLOUR if sampling else "#aaaaaa")
         return True

@@ -20,6 +20,7 @@ from app.views.power import PowerView
 from app.views.registry import VIEWS
 from app.views.slices import SlicesView
 from app.views.traces import TracesView
+from core.store.run_summary import divergence_text
 
 __all__ = ["LiveViews"]
 
@@ -158,7 +159,7 @@ class LiveViews(QtWidgets.QWidget):
         done = int(st.steps[-1]) + 1 if st.n_steps else 0
         phase = st.phase or ("warmup" if done < st.num_warmup else "sampling")
         parts = [f"{st.status}", f"{phase}", f"step {done}/{st.steps_total}", f"{st.chains} chains",
-                 f"{st.divergences} divergences"]
+                 divergence_text(st.sampling_divergences, st.warmup_divergences)]
         if st.steps_per_second:
             parts.append(f"{st.steps_per_second:.0f} steps/s")
         if st.error:

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 __all__ = [
     "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
     "chain_colour", "pin_colour", "chain_pen", "configure_live_plot", "add_warmup_marker",
-    "add_legend", "add_empty_hint", "sparse_log_ticks"
+    "add_legend", "add_empty_hint", "sparse_log_ticks", "narrow_label"
 ]
 
 CHAIN_COLOURS = ("#4fa3ff", "#ffa640", "#5fd35f", "#c58cff", "#e0c060", "#ff7fd0", "#40e0e0", "#b0b0b0")
@@ -105,3 +105,18 @@ def sparse_log_ticks(axis: pg.AxisItem) -> pg.AxisItem:
 
     axis.logTickStrings = tick_strings
     return axis
+
+
+def narrow_label(label: pg.LabelItem) -> pg.LabelItem:
+    """Let a LabelItem (a plot title, a note) be narrower than its text: pyqtgraph makes the
+    text's width its minimum on every resize, which widens the whole layout past its widget
+    in a small window; the text is cut instead."""
+    update = label.updateMin
+
+    def update_min():
+        update()
+        label.setMinimumWidth(0)
+
+    label.updateMin = update_min
+    label.setMinimumWidth(0)
+    return label

@@ -622,7 +622,10 @@ class Engine:
         event = {"first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
                  "stats": {k: v for k, v in stats.items()},
                  "params": {nm: par[:, :, i].T for i, nm in enumerate(names)},
-                 "steps_total": sched.total}
+                 "steps_total": sched.total,
+                 # warmup divergences are expected while the step size adapts; the sampling ones count
+                 "divergences": {"warmup": int(stats["diverging"][:, warm].sum()),
+                                 "sampling": int(stats["diverging"][:, ~warm].sum())}}
         if self.model.has_field and n_fields:
             fields = np.asarray(field_buf)[:n_fields].transpose(1, 0, 2, 3, 4)
             powers = np.asarray(power_buf)[:n_fields].transpose(1, 0, 2).astype(np.float64)

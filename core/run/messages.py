@@ -29,7 +29,10 @@ Shapes in a chunk event, with C chains, n steps in the chunk, p parameters, a gr
 ``params[name]`` (C, n); ``latest_field`` (C, x, y, z) and ``latest_power`` (C, K) the
 last field draw kept in the chunk and its P(k) (only when the chunk kept one);
 ``moments`` (mean (x, y, z) float32, std (x, y, z) float32, count) over every
-post-warmup draw so far (field runs, once there is one).
+post-warmup draw so far (field runs, once there is one); ``divergences`` the chunk's
+divergent transitions (all chains), split into warmup steps (g < num_warmup: expected
+while the step size adapts) and sampling steps (the ones that count); they add up to
+``stats["diverging"].sum()``.
 """
 
 # no ``from __future__ import annotations``: TypedDict reads NotRequired only from
@@ -47,7 +50,7 @@ __all__ = [
     "RunCommand", "ControlCommand", "run_command", "control_command",
     # events
     "READY", "STATUS", "CHUNK", "ERROR", "DONE", "EVENTS",
-    "Progress", "Estimate", "ReadyEvent", "StatusEvent", "ChunkEvent", "ErrorEvent",
+    "Progress", "Estimate", "Divergences", "ReadyEvent", "StatusEvent", "ChunkEvent", "ErrorEvent",
     "DoneEvent", "ready_event", "status_event", "chunk_event", "error_event", "done_event",
     "check_event",
 ]
@@ -147,6 +150,14 @@ class Estimate(TypedDict):
     text: str
 
 
+class Divergences(TypedDict):
+    """A chunk's divergent transitions, summed over the chains: in its warmup steps and
+    in its post-warmup (sampling) steps."""
+
+    warmup: int
+    sampling: int
+
+
 class ReadyEvent(TypedDict):
     type: Literal["ready"]
     seconds: float          # how long importing TensorFlow and TFP took
@@ -172,6 +183,7 @@ class ChunkEvent(TypedDict):
     elapsed: float           # seconds this chunk took
     steps_per_second: float
     total_elapsed: float     # seconds since this session of the run started
+    divergences: Divergences             # this chunk's, warmup and sampling steps apart
     latest_field: NotRequired[np.ndarray]    # (C, x, y, z)
     latest_power: NotRequired[np.ndarray]    # (C, K)
     moments: NotRequired[tuple]              # (mean, std, count)
@@ -207,15 +219,25 @@ def status_event(status: str, *, error: str | None = None, progress: dict | None
 
 def chunk_event(*, first_step: int, n_steps: int, phase: str, stats: dict, params: dict,
                 steps_total: int, progress: dict, elapsed: float, steps_per_second: float,
-                total_elapsed: float, latest_field=None, latest_power=None,
-                moments: tuple | None = None) -> ChunkEvent:
-    """A "chunk" event (shapes: module docstring); None leaves an optional field out."""
+                total_elapsed: float, divergences: dict | None = None, latest_field=None,
+                latest_power=None, moments: tuple | None = None) -> ChunkEvent:
+    """A "chunk" event (shapes: module docstring); None leaves an optional field out.
+
+    ``divergences``: ``{"warmup": w, "sampling": s}`` for the chunk (the engine counts them
+    step by step); None counts ``stats["diverging"]`` as all in the chunk's ``phase``
+    (right for the engine's chunks, which never straddle the end of warmup)."""
+    if divergences is None:
+        count = int(np.count_nonzero(stats["diverging"]))
+        divergences = {"warmup": count if phase == "warmup" else 0,
+                       "sampling": 0 if phase == "warmup" else count}
     event = ChunkEvent(type=CHUNK, first_step=int(first_step), n_steps=int(n_steps),
                        phase=str(phase), stats=dict(stats), params=dict(params),
                        steps_total=int(steps_total),
                        progress=Progress(**{key: int(progress[key]) for key in PROGRESS_KEYS}),
                        elapsed=float(elapsed), steps_per_second=float(steps_per_second),
-                       total_elapsed=float(total_elapsed))
+                       total_elapsed=float(total_elapsed),
+                       divergences=Divergences(warmup=int(divergences["warmup"]),
+                                               sampling=int(divergences["sampling"])))
     if latest_field is not None:
         event["latest_field"] = latest_field
     if latest_power is not None:
@@ -299,6 +321,15 @@ def _check_chunk(event) -> None:
                 raise ValueError(f"chunk event: stats[{name!r}] is {value.dtype}, not {want}")
             if want is None and not np.issubdtype(value.dtype, np.floating):
                 raise ValueError(f"chunk event: {group}[{name!r}] is {value.dtype}, not a float")
+    div = event["divergences"]
+    if (not isinstance(div, dict) or set(div) != set(Divergences.__required_keys__)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in div.values())):
+        raise ValueError(f"chunk event: divergences {div!r:.200} is not {{'warmup': n, 'sampling': n}} "
+                         "with counts >= 0")
+    flagged = int(np.count_nonzero(event["stats"]["diverging"]))
+    if div["warmup"] + div["sampling"] != flagged:
+        raise ValueError(f"chunk event: divergences {div['warmup']} (warmup) + {div['sampling']} "
+                         f"(sampling) is not the {flagged} flagged in stats['diverging']")
     field = event.get("latest_field")
     if ("latest_field" in event) != ("latest_power" in event):
         raise ValueError("chunk event: latest_field and latest_power come together")

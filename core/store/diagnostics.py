@@ -130,11 +130,15 @@ class Diagnostics(NamedTuple):
 
 
 class Divergences(NamedTuple):
-    """Divergent transitions: the total, the count per chain and the fraction of all draws."""
+    """Divergent transitions of the post-warmup draws: the total, the count per chain and
+    the fraction of all draws; then those of the warmup (when counted): expected while
+    the step size adapts, they say nothing about the posterior draws."""
 
     total: int
     per_chain: tuple[int, ...]
     fraction: float
+    warmup_total: int = 0
+    warmup_per_chain: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -345,22 +349,34 @@ def ess_per_second(ess, seconds):
     return _per(ess, seconds)
 
 
-def count_divergences(diverging) -> Divergences:
-    """Count divergent transitions in a (chain, draw) (or (draw,)) array of flags.
+def count_divergences(diverging, warmup=None) -> Divergences:
+    """Count divergent transitions in a (chain, draw) (or (draw,)) array of flags of the
+    post-warmup draws, and apart from them those of ``warmup`` (the warmup steps' flags,
+    same chains; None: not counted, warmup_total 0 and warmup_per_chain ()).
 
     Any non-zero value (True, 1, also NaN) is a divergence. An empty array gives
     total 0 and fraction nan.
     """
+    flags = _divergence_flags(diverging, "diverging")
+    per_chain = tuple(int(c) for c in flags.sum(axis=1))
+    total = int(sum(per_chain))
+    fraction = total / flags.size if flags.size else math.nan
+    if warmup is None:
+        return Divergences(total, per_chain, fraction)
+    warm = _divergence_flags(warmup, "warmup diverging")
+    if warm.shape[0] != flags.shape[0] and warm.size and flags.size:
+        raise ValueError(f"warmup diverging has {warm.shape[0]} chains, diverging {flags.shape[0]}")
+    warm_per_chain = tuple(int(c) for c in warm.sum(axis=1))
+    return Divergences(total, per_chain, fraction, int(sum(warm_per_chain)), warm_per_chain)
+
+
+def _divergence_flags(diverging, what: str) -> np.ndarray:
     flags = np.asarray(diverging)
     if flags.ndim == 1:
         flags = flags[None, :]
     if flags.ndim != 2:
-        raise ValueError(f"diverging has shape {flags.shape}; expected (chain, draw)")
-    flags = flags != 0
-    per_chain = tuple(int(c) for c in flags.sum(axis=1))
-    total = int(sum(per_chain))
-    fraction = total / flags.size if flags.size else math.nan
-    return Divergences(total, per_chain, fraction)
+        raise ValueError(f"{what} has shape {flags.shape}; expected (chain, draw)")
+    return flags != 0
 
 
 # ----------------------------------------------------------------------------- blocking

@@ -24,14 +24,19 @@ The diagnostics table (``RunSummary.table``, printed by ``fieldscope summary``, 
     ess_bulk_per_gradient       ess_bulk / the gradient evaluations (leapfrog steps, the
                                 ``n_steps`` statistic) of the post-warmup draws: summed
                                 over all chains for ``pooled``, the chain's own otherwise.
-    divergences                 divergent post-warmup transitions (total, or the chain's)
+    divergences                 divergent post-warmup transitions (total, or the chain's):
+                                the ones that count
+    warmup_divergences          divergent warmup transitions (total, or the chain's): expected
+                                while the step size adapts (it starts too large on purpose),
+                                they say nothing about the draws and never need attention
     acceptance                  mean acceptance rate of the post-warmup draws
     step_size                   the final (adapted) step size; ``pooled``: the mean over
                                 the chains
     mean, sd, q5, q50, q95, mcse_mean   as ``core.store.diagnostics.ScalarSummary``
 
 Values that need attention (``needs_attention``): R-hat > 1.01, a bulk or tail ESS
-below 100, any divergence.
+below 100, any post-warmup divergence. ``divergence_text`` is how every client words the
+two divergence counts ("0 divergences (49 in warmup)").
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from core.store.run_store import RunReader
 
 __all__ = [
     "RHAT_ATTENTION", "ESS_ATTENTION", "DiagnosticsRow", "TABLE_COLUMNS", "TEXT_COLUMNS",
-    "format_cell", "needs_attention", "ChainHealth", "RunSummary", "summarize_run"
+    "format_cell", "needs_attention", "divergence_text", "ChainHealth", "RunSummary", "summarize_run"
 ]
 
 #: R-hat above this, an ESS below ESS_ATTENTION or any divergence needs attention
@@ -74,6 +79,7 @@ class DiagnosticsRow:
     ess_bulk_per_second: float
     ess_bulk_per_gradient: float
     divergences: int
+    warmup_divergences: int
     acceptance: float
     step_size: float
 
@@ -84,14 +90,15 @@ TABLE_COLUMNS = tuple(f.name for f in fields(DiagnosticsRow))
 TEXT_COLUMNS = (("scope", "scope"), ("quantity", "quantity"), ("mean", "mean"), ("sd", "sd"),
                 ("r_hat", "R-hat"), ("ess_bulk", "ESS bulk"), ("ess_tail", "ESS tail"),
                 ("ess_bulk_per_second", "ESS/s"), ("ess_bulk_per_gradient", "ESS/grad"),
-                ("divergences", "div"), ("acceptance", "accept"), ("step_size", "step size"))
+                ("divergences", "div"), ("warmup_divergences", "warm div"), ("acceptance", "accept"),
+                ("step_size", "step size"))
 
 
 def format_cell(column: str, value) -> str:
     """How the summary prints one value of the table (the GUI shows the same text)."""
     if column in ("scope", "quantity"):
         return str(value)
-    if column == "divergences":
+    if column in ("divergences", "warmup_divergences"):
         return str(int(value))
     value = float(value)
     if math.isnan(value):
@@ -108,7 +115,8 @@ def format_cell(column: str, value) -> str:
 
 
 def needs_attention(column: str, value) -> bool:
-    """Whether a table value is a warning sign: R-hat > 1.01, an ESS < 100, divergences > 0."""
+    """Whether a table value is a warning sign: R-hat > 1.01, an ESS < 100, post-warmup
+    divergences > 0 (warmup divergences never are)."""
     if column == "r_hat":
         return bool(value > RHAT_ATTENTION)           # nan compares False
     if column in ("ess_bulk", "ess_tail"):
@@ -118,16 +126,25 @@ def needs_attention(column: str, value) -> bool:
     return False
 
 
+def divergence_text(sampling: int, warmup: int) -> str:
+    """The two divergence counts in words, the sampling ones first (they count):
+    "0 divergences (49 in warmup)", "3 divergences", "1 divergence (2 in warmup)"."""
+    sampling, warmup = int(sampling), int(warmup)
+    text = f"{sampling} divergence{'' if sampling == 1 else 's'}"
+    return text + (f" ({warmup} in warmup)" if warmup else "")
+
+
 @dataclass
 class ChainHealth:
     """One chain's post-warmup health and its own summaries (``rows``, one per quantity)."""
 
     chain: int
     rows: list                      # dg.ScalarSummary of this chain's draws alone
-    divergences: int
+    divergences: int                # post-warmup
     acceptance: float
     step_size: float                # final step size
     gradient_evaluations: int       # post-warmup leapfrog steps
+    warmup_divergences: int = 0
 
 
 @dataclass
@@ -135,7 +152,7 @@ class RunSummary:
     status: str
     progress: dict
     rows: list                      # dg.ScalarSummary for parameters and lp
-    divergences: int
+    divergences: int                # post-warmup, all chains
     acceptance: float
     step_size: list                 # final step size per chain
     gradient_evaluations: int       # warmup and post-warmup, all chains
@@ -147,6 +164,7 @@ class RunSummary:
     sampling_seconds: float = float("nan")  # wall time of the post-warmup chunks
     warmup_seconds: float = float("nan")
     sampling_gradient_evaluations: int = 0  # post-warmup, all chains
+    warmup_divergences: int = 0             # all chains
 
     @property
     def gradients_per_effective_sample(self) -> float:
@@ -161,11 +179,13 @@ class RunSummary:
         pooled_step = float(np.mean(self.step_size)) if self.step_size else float("nan")
         for row in self.rows:
             out.append(_table_row("pooled", row, seconds, self.sampling_gradient_evaluations,
-                                  self.divergences, self.acceptance, pooled_step))
+                                  (self.divergences, self.warmup_divergences), self.acceptance,
+                                  pooled_step))
         for ch in self.chains or []:
             for row in ch.rows:
                 out.append(_table_row(f"chain {ch.chain}", row, seconds, ch.gradient_evaluations,
-                                      ch.divergences, ch.acceptance, ch.step_size))
+                                      (ch.divergences, ch.warmup_divergences), ch.acceptance,
+                                      ch.step_size))
         return out
 
     def table_csv(self) -> str:
@@ -175,7 +195,7 @@ class RunSummary:
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(TABLE_COLUMNS)
         for row in self.table():
-            writer.writerow([getattr(row, c) if c in ("scope", "quantity", "divergences")
+            writer.writerow([getattr(row, c) if c in ("scope", "quantity", "divergences", "warmup_divergences")
                              else repr(float(getattr(row, c))) for c in TABLE_COLUMNS])
         return buf.getvalue()
 
@@ -197,7 +217,9 @@ class RunSummary:
                  f"draws: {p.get('draws', 0)}   field draws: {p.get('field_draws', 0)}"]
         if self.rows:
             lines.append(dg.summary_table_text(self.rows))
-        lines.append(f"divergences: {self.divergences}   mean acceptance: {self.acceptance:.3f}   "
+        lines.append(f"{divergence_text(self.divergences, self.warmup_divergences)}"
+                     f"{'; warmup ones are expected while the step size adapts' if self.warmup_divergences else ''}"
+                     f"   mean acceptance: {self.acceptance:.3f}   "
                      f"step size per chain: {', '.join(f'{s:.4g}' for s in self.step_size)}")
         lines.append(f"gradient evaluations: {self.gradient_evaluations}   "
                      f"per effective sample (worst quantity): {self.gradients_per_effective_sample:.1f}")
@@ -231,12 +253,14 @@ def _nanmin(a) -> float:
 
 
 def _table_row(scope, row, seconds, gradients, divergences, acceptance, step_size) -> DiagnosticsRow:
+    sampling_divergences, warmup_divergences = divergences
     return DiagnosticsRow(
         scope=scope, quantity=row.name, mean=row.mean, sd=row.sd, q5=row.q5, q50=row.q50, q95=row.q95,
         mcse_mean=row.mcse_mean, ess_bulk=row.ess_bulk, ess_tail=row.ess_tail, r_hat=row.rhat,
         ess_bulk_per_second=float(dg.ess_per_second(row.ess_bulk, seconds)),
         ess_bulk_per_gradient=float(dg.ess_per_gradient(row.ess_bulk, gradients)),
-        divergences=int(divergences), acceptance=float(acceptance), step_size=float(step_size))
+        divergences=int(sampling_divergences), warmup_divergences=int(warmup_divergences),
+        acceptance=float(acceptance), step_size=float(step_size))
 
 
 def _seconds(timing, key: str) -> float:
@@ -263,7 +287,7 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
     draws["lp"] = lp
     has_draws = lp.shape[1] > 0
     rows = dg.summarize(draws) if has_draws else []
-    diverging = reader.stat("diverging")
+    divergences = dg.count_divergences(reader.stat("diverging"), warmup=reader.stat("diverging", warmup=True))
     post_steps = reader.stat("n_steps")
     n_steps = np.concatenate([reader.stat("n_steps", warmup=True), post_steps], axis=1)
     acceptance = reader.stat("acceptance_rate")
@@ -276,12 +300,13 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
             one = {name: value[c:c + 1] for name, value in draws.items()}
             chains.append(ChainHealth(
                 chain=c, rows=dg.summarize(one, split_single_chain=True),
-                divergences=int(diverging[c].sum()), acceptance=float(np.mean(acceptance[c])),
-                step_size=float(step[c, -1]), gradient_evaluations=int(post_steps[c].sum())))
+                divergences=divergences.per_chain[c], acceptance=float(np.mean(acceptance[c])),
+                step_size=float(step[c, -1]), gradient_evaluations=int(post_steps[c].sum()),
+                warmup_divergences=divergences.warmup_per_chain[c] if divergences.warmup_per_chain else 0))
     timing = reader.attrs.get("timing") or {}
     summary = RunSummary(
         status=reader.status, progress=progress, rows=rows,
-        divergences=int(diverging.sum()),
+        divergences=divergences.total, warmup_divergences=divergences.warmup_total,
         acceptance=float(np.mean(acceptance)) if acceptance.size else float("nan"),
         step_size=[float(v) for v in step[:, -1]] if step.size else [],
         gradient_evaluations=int(n_steps.sum()), ess_min=ess_min, chains=chains,

@@ -63,7 +63,8 @@ def _store_with_draws(run_dir, config_path, warmup=(3, 0), diverging=()):
     writer = RunStoreWriter.create(run_dir, config_text=Path(config_path).read_text(),
                                    config_dir=Path(config_path).parent, model_kind="field",
                                    chains=chains, num_warmup=sum(warmup), num_samples=4, thin=1,
-                                   param_names=names, observed={})
+                                   param_names=names, observed={}, grid_shape=(4, 4, 4),
+                                   k_centres=np.array([1.0, 2.0]), k_counts=np.array([6, 20]))
     progress, first = dict(new_progress()), 0
     for n in warmup:
         stats = {name: np.zeros((chains, n), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
@@ -193,7 +194,9 @@ def test_the_progress_line_counts_on_from_the_stored_divergences(tmp_path):
                          elapsed=1.0, steps_per_second=2.0, total_elapsed=1.0,
                          progress=dict(new_progress())))
     lines = stream.getvalue().splitlines()
-    assert " div 4 " in lines[0] and " div 5 " in lines[1], lines
+    # all warmup: 0 post-warmup divergences, the warmup ones apart
+    assert " div 0 (4 in warmup) " in lines[0] and " div 0 (5 in warmup) " in lines[1], lines
+    assert line.divergences == 0 and line.warmup_divergences == 5
     fresh = cli.ProgressLine(io.StringIO(), run_dir=tmp_path / "run")
     stats["diverging"][:] = False
     fresh(chunk_event(first_step=0, n_steps=2, phase="warmup", stats=stats,
@@ -320,5 +323,6 @@ def test_stop_signals_leave_a_stopped_resumable_run_and_a_second_run_is_refused(
     assert code == 0, "\n".join(err[-30:])
     reader = RunReader(run_dir)
     assert reader.status == "finished" and reader.progress["draws"] == done + 10
-    stored = int(reader.stat("diverging", warmup=True).sum() + reader.stat("diverging").sum())
-    assert [line for line in err if _progress(line)][-1].split("  div ")[1].split()[0] == str(stored)
+    warm, post = int(reader.stat("diverging", warmup=True).sum()), int(reader.stat("diverging").sum())
+    last_line = [line for line in err if _progress(line)][-1]
+    assert f"  div {post}{f' ({warm} in warmup)' if warm else ''}  ETA" in last_line, last_line

@@ -306,3 +306,39 @@ def test_the_views_import_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def _assert_panes_show_the_slice(view, extent):
+    """Every image pane's range is the slice (within a screen pixel), with square voxels."""
+    width, height = extent
+    for key, plot in view.plots.items():
+        vb = plot.getViewBox()
+        assert vb.state["aspectLocked"], key
+        (x0, x1), (y0, y1) = vb.viewRange()
+        pixel = max(width / vb.width(), height / vb.height())      # data units per screen pixel
+        for got, want in ((x0, 0), (x1, width), (y0, 0), (y1, height)):
+            assert abs(got - want) <= pixel, (key, vb.viewRange(), extent, vb.width(), vb.height())
+
+
+def test_image_panes_fill_with_the_slice_at_its_aspect_after_resizes_and_plane_changes(qtbot, tmp_path,
+                                                                                        exact_view):
+    """The panes used to show a 32-voxel slice small inside -20..60 axes: the view range is
+    now the slice, aspect locked, re-fitted when the view is resized or the slice changes."""
+    shape = (16, 16, 6)
+    text, observed = make_case(tmp_path, shape)
+    view = exact_view(state_for(text, tmp_path, observed, shape))
+    view.show()
+    qtbot.waitExposed(view)
+    view.refresh()
+    qtbot.wait(50)
+    _assert_panes_show_the_slice(view, (16, 16))
+    for size in ((700, 900), (1400, 500)):               # taller than wide, then wide and low
+        view.resize(*size)
+        qtbot.wait(50)
+        _assert_panes_show_the_slice(view, (16, 16))
+    view.set_plane(1)                                    # xz: 16 x 6 voxels
+    qtbot.wait(50)
+    _assert_panes_show_the_slice(view, (16, 6))
+    view.resize(800, 800)
+    qtbot.wait(50)
+    _assert_panes_show_the_slice(view, (16, 6))

@@ -88,10 +88,15 @@ def test_health_plots_and_divergences(qtbot, fed_state):
     n_div = int(state.stat("diverging").sum())
     assert n_div > 0
     chain, step = np.nonzero(state.stat("diverging"))
-    x, y = view.divergences["grad_norm"].getOriginalDataset()
-    assert len(x) == n_div
-    np.testing.assert_array_equal(x, step)
-    np.testing.assert_array_equal(y, state.stat("grad_norm")[chain, step])
+    # post-warmup ones filled, warmup ones hollow: together every divergent step
+    post = step >= state.num_warmup
+    assert post.any() and (~post).any()
+    for dots, part in ((view.divergences["grad_norm"], post), (view.warmup_divergences["grad_norm"], ~post)):
+        x, y = dots.getOriginalDataset()
+        np.testing.assert_array_equal(x, step[part])
+        np.testing.assert_array_equal(y, state.stat("grad_norm")[chain[part], step[part]])
+    assert view.divergence_note.text == (
+        f"{int(post.sum())} divergences ({int((~post).sum())} in warmup); hollow: in warmup, expected")
 
 
 def test_slice_images_equal_the_selected_arrays_slices(live):

@@ -79,6 +79,8 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
             first_step=first, n_steps=n, phase="warmup" if warm.all() else "sampling",
             stats=stats, params={nm: par[:, :, i].T for i, nm in enumerate(param_names)},
             steps_total=total, progress=progress, elapsed=0.1, steps_per_second=n / 0.1,
+            divergences={"warmup": int(stats["diverging"][:, warm].sum()),
+                         "sampling": int(stats["diverging"][:, ~warm].sum())},
             total_elapsed=0.1 * (progress["chunks"]), latest_field=latest_field,
             latest_power=latest_power, moments=moments))
         g = stop

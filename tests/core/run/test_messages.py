@@ -19,6 +19,10 @@ def test_the_fake_runs_events_are_chunk_events():
         msgs.check_event(event)
     assert "moments" not in events[0] and "latest_field" not in events[0]   # warmup only
     assert {"moments", "latest_field", "latest_power"} <= set(events[-1])
+    # the divergences split at the end of warmup, as the engine counts them
+    assert events[0]["divergences"]["warmup"] == int(events[0]["stats"]["diverging"].sum()) > 0
+    assert events[0]["divergences"]["sampling"] == 0
+    assert events[-1]["divergences"] == {"warmup": 0, "sampling": int(events[-1]["stats"]["diverging"].sum())}
 
 
 def test_every_constructor_builds_a_valid_event():
@@ -63,6 +67,9 @@ def _chunk():
     (lambda e: e.update(latest_field=e["latest_field"][0]), "latest_field is not a"),
     (lambda e: e.update(moments=e["moments"][:2]), "moments is not"),
     (lambda e: e.update(progress={"draws": 1}), "progress"),
+    (lambda e: e.update(divergences={"sampling": 0}), "divergences .* is not"),
+    (lambda e: e.update(divergences={**e["divergences"], "warmup": e["divergences"]["warmup"] + 1}),
+     r"is not the \d+ flagged in stats\['diverging'\]"),
 ])
 def test_check_event_names_what_is_wrong(spoil, complaint):
     event = _chunk()
