@@ -41,7 +41,14 @@ from core.store import run_summary
 from core.store.run_store import STORE_NAME, RunStoreError
 from core.store.run_summary import TEXT_COLUMNS, format_cell, needs_attention
 
-__all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS"]
+__all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS", "COLUMN_PRIORITY"]
+
+#: the order in which columns are kept when the panel is too narrow for all of them (the
+#: first ones are what decides whether a run can be trusted; the rest are hidden first, from
+#: the end); the header's context menu shows or hides any column by hand
+COLUMN_PRIORITY = ("scope", "quantity", "r_hat", "ess_bulk", "divergences", "mean", "sd", "ess_tail",
+                   "ess_bulk_per_gradient", "acceptance", "ess_bulk_per_second", "step_size",
+                   "warmup_divergences")
 
 #: background of cells that need attention
 ATTENTION_COLOURS = {"r_hat": "#b3261e", "divergences": "#b3261e", "ess_bulk": "#c26a00",
@@ -100,7 +107,13 @@ class DiagnosticsView(RunView):
             item = QtWidgets.QTableWidgetItem(header)
             item.setToolTip(HEADER_TIPS.get(name, ""))
             self.table.setHorizontalHeaderItem(col, item)
-        self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+        header.setContextMenuPolicy(QtCore.Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self._column_menu)
+        #: columns the user showed or hid by hand (name -> shown); the others follow the width
+        self.column_choice: dict[str, bool] = {}
+        self.table.installEventFilter(self)
         self.graphics = pg.GraphicsLayoutWidget()
         self.ess_plot = self.graphics.addPlot(row=0, col=0)
         self.rhat_plot = self.graphics.addPlot(row=0, col=1)
@@ -233,6 +246,74 @@ class DiagnosticsView(RunView):
                         table.setSpan(start, _column(name), r - start, 1)
                 start = r
         table.setUpdatesEnabled(True)
+        self.fit_columns()
+
+    # -- columns that fit -----------------------------------------------------------------------
+
+    def eventFilter(self, obj, event):
+        if obj is self.table and event.type() == QtCore.QEvent.Type.Resize:
+            self.fit_columns()
+        return super().eventFilter(obj, event)
+
+    def hidden_columns(self) -> list[str]:
+        """The columns not shown now (too narrow a panel, or hidden by hand)."""
+        return [name for col, (name, _) in enumerate(TEXT_COLUMNS) if self.table.isColumnHidden(col)]
+
+    def fit_columns(self) -> None:
+        """Show the columns in ``COLUMN_PRIORITY`` order while they fit the table's width (no
+        horizontal scrolling); the rest are hidden and named in the header's tooltip. A column
+        shown or hidden by hand (header context menu) stays so."""
+        table = self.table
+        header = table.horizontalHeader()
+        available = table.viewport().width()
+        if available <= 0:
+            return
+        for col in range(table.columnCount()):         # every column's width at its contents
+            table.setColumnHidden(col, False)
+        header.resizeSections(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+        used = 0
+        shown = set()
+        full = False
+        for name in COLUMN_PRIORITY:
+            if self.column_choice.get(name) is False:
+                continue
+            width = header.sectionSize(_column(name))
+            if self.column_choice.get(name) or name in ("scope", "quantity"):
+                shown.add(name)
+                used += width
+            elif not full and used + width <= available:
+                shown.add(name)
+                used += width
+            else:
+                full = True        # keep a prefix of the priority: no small column past a big one
+        for col, (name, _) in enumerate(TEXT_COLUMNS):
+            table.setColumnHidden(col, name not in shown)
+        hidden = self.hidden_columns()
+        header.setToolTip("right-click to choose the columns" + (
+            "; hidden now: " + ", ".join(dict(TEXT_COLUMNS)[n] for n in hidden) if hidden else ""))
+
+    def _column_menu(self, pos) -> None:
+        menu = QtWidgets.QMenu(self)
+        for col, (name, label) in enumerate(TEXT_COLUMNS):
+            if name in ("scope", "quantity"):
+                continue
+            action = menu.addAction(label)
+            action.setCheckable(True)
+            action.setChecked(not self.table.isColumnHidden(col))
+            action.toggled.connect(lambda on, name=name: self.choose_column(name, on))
+        menu.addSeparator()
+        menu.addAction("Fit the columns to the width", self.reset_columns)
+        menu.popup(self.table.horizontalHeader().mapToGlobal(pos))
+
+    def choose_column(self, name: str, shown: bool) -> None:
+        """Show or hide column ``name`` by hand (it no longer follows the width)."""
+        self.column_choice[name] = shown
+        self.fit_columns()
+
+    def reset_columns(self) -> None:
+        """Forget the columns chosen by hand: every column follows the width again."""
+        self.column_choice.clear()
+        self.fit_columns()
 
     def _show_hint(self) -> None:
         st, s = self.state, self.summary

@@ -22,7 +22,7 @@ from pyqtgraph.Qt import QtCore, QtGui
 
 from app.state.run_state import RunState
 from app.views import diagnostics as dview
-from app.views.diagnostics import ATTENTION_COLOURS, DiagnosticsView
+from app.views.diagnostics import ATTENTION_COLOURS, COLUMN_PRIORITY, DiagnosticsView
 from core.field.grid import Grid
 from core.field.power_estimator import measure_power
 from core.store import diagnostics as dg
@@ -307,3 +307,39 @@ def test_hints_for_no_store_and_created_store(qtbot, tmp_path):
     assert (tmp_path / "empty.csv").read_text().startswith("scope,quantity,")
     with pytest.raises(OSError, match="cannot write"):
         view.export_csv(tmp_path / "no" / "such" / "dir.csv")
+
+
+@pytest.mark.parametrize("width", [290, 600, 1600])
+def test_the_table_fits_its_panel_by_hiding_the_least_needed_columns(qtbot, finished_run, width):
+    """At the default window size the view is ~290 px wide: no horizontal scrolling, the
+    columns kept are the first of COLUMN_PRIORITY, and the header's menu shows one by hand."""
+    run, _, _ = finished_run
+    view, _ = view_for(qtbot, run.run_dir)
+    view.resize(width, 600)
+    view.show()
+    qtbot.waitExposed(view)
+    view.refresh()
+    wait_computed(qtbot, view)
+    table = view.table
+    widths = lambda: [(n, table.columnWidth(c)) for c, (n, _) in enumerate(TEXT_COLUMNS)  # noqa: E731
+                      if not table.isColumnHidden(c)]
+    try:
+        qtbot.waitUntil(lambda: table.horizontalScrollBar().maximum() == 0, timeout=5000)
+    except Exception:
+        raise AssertionError(f"viewport {table.viewport().width()}: {widths()}") from None
+    hidden = view.hidden_columns()
+    shown = [n for n in COLUMN_PRIORITY if n not in hidden]
+    assert shown == list(COLUMN_PRIORITY[:len(shown)])      # hidden from the end of the priority
+    assert {"scope", "quantity", "r_hat", "ess_bulk"} <= set(shown)
+    if width >= 1600:
+        assert hidden == []
+    else:
+        assert hidden and all(h in view.table.horizontalHeader().toolTip()
+                              for h in (dict(TEXT_COLUMNS)[n] for n in hidden))
+        # shown by hand, it stays shown (then the table scrolls); "fit" forgets the choice
+        view.choose_column(hidden[-1], True)
+        assert hidden[-1] not in view.hidden_columns()
+        view.reset_columns()
+        assert view.hidden_columns() == hidden
+    # the cells of hidden columns are still there: the export and the CLI's table are whole
+    assert view.table.columnCount() == len(TEXT_COLUMNS)
