@@ -46,6 +46,7 @@ from app.panels.binding import (
 from app.panels.data import _Preview
 from app.state.config_state import FIELD_HYPERPARAMETERS, ConfigState, prior_kinds
 from app.views.jobs import LatestJob
+from app.views.style import sparse_log_ticks
 from core.field.grid import Grid
 from core.field.power_spectrum import spectrum_from_config
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
@@ -187,6 +188,7 @@ class PriorPanel(SetupPanel):
         self.plot.setLabel("bottom", "k")
         self.plot.setLabel("left", "P(k)")
         self.plot.showGrid(x=True, y=True, alpha=0.2)
+        sparse_log_ticks(self.plot.getAxis("bottom"))     # labels at 1, 2, 5 x 10^n only
         self.plot.setMinimumHeight(200)
         self.curve = self.plot.plot(pen=pg.mkPen("#4fa3ff", width=2))
         self.band_lo = self.plot.plot(pen=pg.mkPen(None))
@@ -301,8 +303,9 @@ class PriorPanel(SetupPanel):
             known = isinstance(error, (ValueError, OSError))
             text = str(error) if known else f"{type(error).__name__}: {error}"
             self._show_fit(None, f"No fit: {text}")
-            return
-        self._show_fit(result, "")
+        else:
+            self._show_fit(result, "")
+        self.scroll.ensureWidgetVisible(self.fit_box)     # the answer to the click, in view
 
     def _show_fit(self, fit, text: str) -> None:
         self.fit_result = fit
