@@ -43,10 +43,10 @@ class UserError(Exception):
 
 def _quiet_tensorflow() -> None:
     # TensorFlow's C++ start-up chatter (CPU feature notices; cuInit errors on a machine
-    # without a GPU) is not for end users.
-    from core.run.tensorflow_env import quiet_tensorflow
+    # without a GPU) is not for end users: loaded here, quietly (core.run.tensorflow_env)
+    from core.run.tensorflow_env import import_tensorflow
 
-    quiet_tensorflow()
+    import_tensorflow()
 
 
 def _say(text: str, stream=None) -> None:

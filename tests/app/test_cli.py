@@ -22,7 +22,7 @@ import pytest
 from app import cli
 from core.run import run_folder
 from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
-from core.run.tensorflow_env import quiet_tensorflow
+from core.run.tensorflow_env import START_UP_NOISE, quiet_tensorflow
 from core.store import run_lock
 from core.store.run_store import STORE_NAME, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
 from support.gui import TF_BEFORE, tf_modules, tiny_case
@@ -285,7 +285,8 @@ def test_stop_signals_leave_a_stopped_resumable_run_and_a_second_run_is_refused(
     finally:
         first.kill()
     assert code == 0, "\n".join(err[-30:])
-    assert not any("Traceback" in line or "cuInit" in line for line in err), err
+    # and none of TensorFlow's start-up notices (core.run.tensorflow_env.import_tensorflow)
+    assert not any("Traceback" in line or "cuInit" in line or START_UP_NOISE.search(line) for line in err), err
     assert [line for line in err if "stopping" in line] == [
         "fieldscope: SIGTERM: stopping after the current chunk (again to stop at once; the run "
         "stays resumable)"]
@@ -326,3 +327,21 @@ def test_stop_signals_leave_a_stopped_resumable_run_and_a_second_run_is_refused(
     warm, post = int(reader.stat("diverging", warmup=True).sum()), int(reader.stat("diverging").sum())
     last_line = [line for line in err if _progress(line)][-1]
     assert f"  div {post}{f' ({warm} in warmup)' if warm else ''}  ETA" in last_line, last_line
+
+
+def test_the_start_up_notices_filtered_are_exactly_tensorflows_chatter():
+    """What TensorFlow 2.21 writes while it loads on this CPU machine (copied from a run), and
+    lines that must still reach the user."""
+    noise = [
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1796136611.244489   15362 port.cc:153] oneDNN custom operations are on. You may "
+        "see slightly different numerical results due to floating-point round-off errors from different "
+        "computation orders. To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.",
+        "I0000 00:00:1796136611.245538   15362 cudart_stub.cc:31] Could not find cuda drivers on your "
+        "machine, GPU will not be used.",
+    ]
+    kept = ["E0000 00:00:1796134254.900820   29107 cuda_platform.cc:52] failed call to cuInit: INTERNAL",
+            "ImportError: libcudnn.so.9: cannot open shared object file",
+            "W tensorflow/core/framework/op_kernel.cc:1857] OP_REQUIRES failed at xla_ops.cc: RESOURCE_EXHAUSTED"]
+    assert all(START_UP_NOISE.search(line) for line in noise)
+    assert not any(START_UP_NOISE.search(line) for line in kept)
