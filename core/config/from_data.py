@@ -374,7 +374,7 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
     what the file says. Raises ``core.io.LoadError`` for a file that cannot be the data of a
     field run, ``ConfigError`` for a bad ``box_size`` or ``unit``."""
     from core.io.arrays import LoadError
-    from core.io.field_inputs import _check_data_header
+    from core.io.field_inputs import check_data_header
     from core.io.formats import loader_for
     from core.io.npy import NpyLoader
 
@@ -384,7 +384,7 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
     data_key = _pick_data(path, infos, key)
     loaded = loader.load(path, data_key)
     array = loaded.array
-    _check_data_header(f"{path}: array {loaded.name!r}", array.shape, array.dtype)
+    check_data_header(f"{path}: array {loaded.name!r}", array.shape, array.dtype)
     shape = tuple(array.shape)
     notes: list[str] = []
     if len(infos) > 1 and key is None:

@@ -16,7 +16,7 @@ from core.io.arrays import ArrayInfo, LoadedArray, LoadError
 from core.io.formats import array_info, loader_for
 from core.io.npy import NpyLoader
 
-__all__ = ['FieldInputs', 'is_file_reference', 'load_field_inputs', 'load_observations',
+__all__ = ['FieldInputs', 'check_data_header', 'is_file_reference', 'load_field_inputs', 'load_observations',
            'load_reference']
 
 @dataclass(frozen=True, eq=False)
@@ -149,7 +149,7 @@ def _same_shape(where: str, shape, data_shape, what: str):
                         f"{tuple(data_shape)}; the {what} must have the data's shape")
 
 
-def _check_data_header(where: str, shape, dtype: np.dtype) -> None:
+def check_data_header(where: str, shape, dtype: np.dtype) -> None:
     """What the data's header alone shows to be wrong (dtype, dimensions)."""
     _real_dtype(where, dtype, "the data")
     if dtype.kind == "b":
@@ -184,7 +184,7 @@ def _check_noise_header(where: str, shape, dtype: np.dtype, data_shape) -> None:
 def _field_data(loaded: LoadedArray, likelihood: str, notes: list[str]) -> np.ndarray:
     where = _where(loaded.path, loaded.name, "data.key")
     arr = loaded.array
-    _check_data_header(where, arr.shape, arr.dtype)
+    check_data_header(where, arr.shape, arr.dtype)
     if arr.dtype.kind in "iu":
         if likelihood == "poisson_lognormal":
             notes.append(f"data {loaded.name!r}: integer counts ({arr.dtype}) for the "
@@ -284,7 +284,7 @@ def load_field_inputs(config, loaded: LoadedArray | None = None) -> FieldInputs:
     # Every header first: an array of the wrong shape is refused before any array is read
     # (a 34 KB sparse HDF5 mask or a small compressed .npz member can unpack to gigabytes).
     head = array_info(path, data_cfg.key)
-    _check_data_header(_where(path, head.name, "data.key"), head.shape, head.dtype)
+    check_data_header(_where(path, head.name, "data.key"), head.shape, head.dtype)
     shape = tuple(head.shape)
     refs = {}
     for setting, ref, check in (("data.mask", data_cfg.mask, _check_mask_header),
