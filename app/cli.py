@@ -299,7 +299,6 @@ def _engine_errors():
 def _cmd_run(args: argparse.Namespace) -> int:
     from core.config import ConfigError, parse_config, read_config_text
     from core.run import run_folder
-    from core.store.run_store import RunStoreError
 
     try:   # read once, size checked first: the text run is the text checked
         text = read_config_text(args.config)
@@ -307,46 +306,42 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               source=args.config)
     except ConfigError as err:
         raise UserError(str(err)) from None
-    with _EngineSession(args.out) as session:
-        try:     # before TensorFlow loads: a wrong folder is refused at once
-            session.claim = run_folder.claim_new(args.out)
-        except RunStoreError as err:
-            raise UserError(str(err)) from None
-        if session.claim.note:
-            _say(f"fieldscope: {session.claim.note}")
-        try:
-            status = session.run(
-                lambda Engine, control: Engine(config, text, args.out, control=control,
-                                               emit=ProgressLine(run_dir=args.out)),
-                lambda engine: engine.start())
-        except _engine_errors() as err:
-            raise UserError(str(err)) from None
-    return _report(status, args.out)
+    return _run_engine(args.out, run_folder.claim_new, config, text, lambda engine: engine.start())
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from core.run import run_folder
-    from core.store.run_store import RunStoreError, stored_run_config
+    from core.store.run_store import stored_run_config
 
     try:
         config, text = stored_run_config(args.rundir)
     except _store_errors() as err:
         raise UserError(str(err)) from None
-    with _EngineSession(args.rundir) as session:
-        try:     # before TensorFlow loads
-            session.claim = run_folder.claim_resume(args.rundir)
+    return _run_engine(args.rundir, run_folder.claim_resume, config, text,
+                       lambda engine: engine.resume(num_samples=args.num_samples))
+
+
+def _run_engine(run_dir, claim, config, text: str, action) -> int:
+    """Claim ``run_dir`` with ``claim`` (``core.run.run_folder``: before TensorFlow loads, so a
+    wrong folder is refused at once), then build the engine and run ``action(engine)`` in an
+    ``_EngineSession``; returns the exit status."""
+    from core.store.run_store import RunStoreError
+
+    with _EngineSession(run_dir) as session:
+        try:
+            session.claim = claim(run_dir)
         except RunStoreError as err:
             raise UserError(str(err)) from None
         if session.claim.note:
             _say(f"fieldscope: {session.claim.note}")
         try:
             status = session.run(
-                lambda Engine, control: Engine(config, text, args.rundir, control=control,
-                                               emit=ProgressLine(run_dir=args.rundir)),
-                lambda engine: engine.resume(num_samples=args.num_samples))
+                lambda Engine, control: Engine(config, text, run_dir, control=control,
+                                               emit=ProgressLine(run_dir=run_dir)),
+                action)
         except _engine_errors() as err:
             raise UserError(str(err)) from None
-    return _report(status, args.rundir)
+    return _report(status, run_dir)
 
 
 def _store_errors():
