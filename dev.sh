@@ -90,9 +90,9 @@ run_tests() {
   "$VENV/bin/ruff" check . || status=$?
   "$VENV/bin/lint-imports" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: numerical core (TensorFlow)"
-  "$py" -m pytest tests/core -p no:xvfb -q "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  "$py" -m pytest tests/core -p no:xvfb -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
-  "$py" -m pytest tests/app -q "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  "$py" -m pytest tests/app -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   return "$status"
 }
 
