@@ -1,16 +1,21 @@
-"""TFP's Hamiltonian Monte Carlo with the leapfrog loop unrolled.
+"""TFP's Hamiltonian Monte Carlo with the leapfrog loop under our control.
 
-``UnrolledHamiltonianMonteCarlo`` is ``tfp.mcmc.HamiltonianMonteCarlo`` (same arguments,
+``LoopedHamiltonianMonteCarlo`` is ``tfp.mcmc.HamiltonianMonteCarlo`` (same arguments,
 same kernel results, same random numbers, same draws up to floating-point rounding)
-whose leapfrog integrator is a Python loop instead of a ``tf.while_loop``. Under XLA on
-the CPU the while loop's state (position, momentum, log-density, gradient) is copied at
-every iteration; unrolled, the updates fuse with the density's own elementwise work. On
-the 64^3 benchmark (bench/hmc.py) this gained 8 % with one chain and nothing measurable
-with four. The price is compile time, which grows with ``num_leapfrog_steps``, so the
-engine unrolls up to ``core.run.engine_limits.MAX_UNROLL`` steps and uses TFP's kernel beyond.
+whose leapfrog integrator is a ``tf.while_loop`` of ``steps_per_iteration`` straight-line
+steps per iteration (``looped_leapfrog``). XLA reuses one iteration's buffers for the
+next, so the kernel's memory does not grow with ``num_leapfrog_steps``: the engine uses
+it for every L (``core.run.engine_limits.LEAPFROG_STEPS_PER_ITERATION``).
+
+``UnrolledHamiltonianMonteCarlo`` is the same with every step straight-line (k = L), the
+engine's kernel for L <= 64 before issue #13: XLA kept about 24 grid-sized buffers per
+chain per step (5.6 GiB at 128^3 with 2 chains and L = 10, where the looped kernel needs
+a few hundred MiB of grid-sized buffers); on a quiet machine it was 8 % faster with one
+chain at 64^3 and no faster with four. Kept for bench/hmc.py and bench/scale.py, which
+measure the two side by side (docs/benchmarks.md).
 
 It relies on TFP 0.25's internal layout (``HamiltonianMonteCarlo._impl`` and the hmc
-module's helpers); tests/core/engine/test_hmc_kernel.py checks it against TFP's own kernel.
+module's helpers); tests/core/engine/test_hmc_kernel.py checks both against TFP's kernel.
 """
 
 from __future__ import annotations
