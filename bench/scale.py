@@ -17,7 +17,8 @@ reports
 Kernels: ``looped`` (tfp.mcmc.HamiltonianMonteCarlo, its leapfrog a tf.while_loop),
 ``loopK`` (core.engine.kernels.LoopedHamiltonianMonteCarlo, K straight-line steps per
 iteration of its while loop) and ``unrolled`` (core.engine.kernels.UnrolledHamiltonianMonteCarlo,
-the engine before issue #13 for L <= 64). Cases alternate kernels so that both see the same machine load; with
+the engine before issue #13 for L <= 64), and ``engine``: the engine's own choice (the
+unrolled kernel where it costs at most core.run.engine_limits.UNROLL_BUDGET_BYTES, else the loop). Cases alternate kernels so that both see the same machine load; with
 ``--repeats`` > 1 the medians are printed. NUTS with ``--algorithm nuts`` (L ignored).
 
 Usage: python bench/scale.py [--sizes 64 96] [--leapfrog 5 10 40] [--chains 1 2]
@@ -82,7 +83,7 @@ def worker(spec: dict) -> dict:
         """The engine with the case's HMC kernel for every L (NUTS: the engine's own)."""
 
         def _make_kernel(self, step_size, scale, num_adapt):
-            if self.sampler.algorithm == "nuts":
+            if self.sampler.algorithm == "nuts" or spec["kernel"] == "engine":
                 return super()._make_kernel(step_size, scale, num_adapt)
             target = self.model.target_log_prob_fn
 
@@ -134,8 +135,9 @@ def main():
     parser.add_argument("--leapfrog", type=int, nargs="+", default=[5, 10, 40])
     parser.add_argument("--chains", type=int, nargs="+", default=[1])
     parser.add_argument("--kernels", nargs="+", default=["looped", "unrolled"], 
-                        help="looped (TFP's HMC), unrolled, or loopK (core.engine.kernels' looped "
-                             "leapfrog, K steps per iteration)")
+                        help="engine (the engine's own choice, core.run.engine_limits.unrolls), looped "
+                             "(TFP's HMC), unrolled, or loopK (core.engine.kernels' looped leapfrog, K "
+                             "steps per iteration)")
     parser.add_argument("--algorithm", default="hmc", choices=["hmc", "nuts"])
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--chunk-size", type=int, default=5)
