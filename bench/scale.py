@@ -10,7 +10,8 @@ reports
              (sum of the leapfrog steps taken / wall time; the compiling first chunk left out)
   /FFT       time per gradient (all chains) over the FFT floor: one irfft3d(rfft3d(x)) pair
              of the C x n^3 batch, jitted, timed in the same process (median of 15)
-  estimate   core.run.resources' estimate for the same settings, and measured / estimate
+  estimate   core.run.resources' estimate for the same settings (for the engine's own kernel
+             choice: an unrolled case past the unroll budget reads high), and measured / estimate
   buffers    (peak - the estimate's runtime) / (C N b): grid-sized buffers per chain held
              above TensorFlow's runtime (the named arrays, data and moments included)
 
