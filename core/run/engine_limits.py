@@ -24,9 +24,9 @@ UNROLLED_BUFFERS_PER_STEP = 24
 UNROLLED_PROGRAM_STEP_BYTES = 15 * MiB
 
 #: HMC is unrolled only while that costs at most this much memory beyond the looped kernel.
-#: Measured on CPU (bench/scale.py, docs/benchmarks.md): the while loop is ~10-15 % slower
-#: at 64^3 with one chain, so small runs keep the unrolled kernel; every larger one (where
-#: the memory matters) gets the loop, whose memory is the same for every L
+#: Measured on CPU (docs/benchmarks.md, issue #13): the while loop is 3-6 % slower at 64^3
+#: and 96^3 (more on a loaded machine), so small runs keep the unrolled kernel; every larger
+#: one (where the memory matters) gets the loop, whose memory is the same for every L
 UNROLL_BUDGET_BYTES = 512 * MiB
 
 
