@@ -68,8 +68,8 @@ class GridPanel(SetupPanel):
             "(P = FFT pairs per gradient: 1 whitened / raw_modes, 2 white_noise; R = "
             "numpy's FFT rate measured on this machine). A lower bound: the status bar "
             "shows the measured draws/s once a run starts. The run's memory counts the "
-            "engine's arrays, about 24 grid-sized buffers per chain per leapfrog step that "
-            "XLA keeps, and TensorFlow itself (measured on CPU runs); a run that does not "
+            "engine's arrays, XLA's working set (the same for any number of leapfrog steps) "
+            "and TensorFlow itself (measured on CPU runs); a run that does not "
             "fit in the free memory cannot be started.")
         self.body.addWidget(self.formula)
         self.body.addStretch(1)

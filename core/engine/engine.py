@@ -3,7 +3,8 @@
 One run = one config + one run directory. The engine
 
 * builds the model (``core.engine.models``) and a TFP kernel: HamiltonianMonteCarlo (its leapfrog
-  loop unrolled, ``core.engine.kernels``) or NoUTurnSampler, wrapped in
+  a while loop whose buffers XLA reuses; unrolled where that costs little memory,
+  ``core.run.engine_limits.unrolls``) or NoUTurnSampler, wrapped in
   DualAveragingStepSizeAdaptation with one step size per chain;
 * runs ``chunk_size`` steps per call of one ``tf.function(jit_compile=True)``, all chains
   vectorised; the number of steps is a tensor, so one compiled function serves every chunk;
@@ -32,7 +33,7 @@ estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularise
 Stan); at 75 % a diagonal mass matrix M = 1/var is set and dual averaging restarts for the
 rest of warmup. The mass matrix is applied as the equivalent change of variables: the
 kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity mass in z is
-mass 1/s^2 in x), so the fast unrolled kernel serves both cases. Everything recorded is in x.
+mass 1/s^2 in x), so the same HMC kernel serves both cases. Everything recorded is in x.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core import config as cfgmod
-from core.engine.kernels import UnrolledHamiltonianMonteCarlo
+from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
 from core.engine.warmup import WarmupWatch
 from core.run import run_folder
-from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
+from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, unrolls
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
 from core.store.run_store import (
@@ -164,12 +165,17 @@ class Engine:
         def target_z(*z):
             return target(*[si * zi for si, zi in zip(scale, z)])
 
+        n_values = model.grid.n_cells if model.has_field else 1
         if s.algorithm == "nuts":
             inner = tfp.mcmc.NoUTurnSampler(target_z, step_size)
-        elif s.num_leapfrog_steps <= MAX_UNROLL:
+        elif unrolls(s.num_leapfrog_steps, s.chains, n_values, self.dtype.size):
+            # small runs: the unrolled loop is faster on CPU, and its memory is small
             inner = UnrolledHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)
         else:
-            inner = tfp.mcmc.HamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)
+            # a while loop over the leapfrog steps: XLA reuses one iteration's buffers, so
+            # the memory does not grow with the trajectory (issue #13; docs/benchmarks.md)
+            inner = LoopedHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps,
+                                                steps_per_iteration=LEAPFROG_STEPS_PER_ITERATION)
         return tfp.mcmc.DualAveragingStepSizeAdaptation(
             inner, num_adaptation_steps=num_adapt, target_accept_prob=tf.constant(s.target_accept, self.dtype))
 

@@ -7,12 +7,39 @@ compute the same sizes without importing TensorFlow. Defined once, here.
 
 from __future__ import annotations
 
-__all__ = ["MAX_UNROLL", "field_buffer_draws"]
+__all__ = ["LEAPFROG_STEPS_PER_ITERATION", "UNROLL_BUDGET_BYTES", "UNROLLED_BUFFERS_PER_STEP",
+           "UNROLLED_PROGRAM_STEP_BYTES", "unrolled_extra_bytes", "unrolls", "field_buffer_draws"]
 
-#: HMC runs with at most this many leapfrog steps get the unrolled kernel
-#: (``core.engine.kernels.UnrolledHamiltonianMonteCarlo``); longer ones TFP's loop, which
-#: keeps one step's buffers instead of all of them (compile time grows with the steps)
-MAX_UNROLL = 64
+MiB = 2**20
+
+#: leapfrog steps per iteration of the HMC kernel's while loop
+#: (``core.engine.kernels.LoopedHamiltonianMonteCarlo``): XLA reuses one iteration's
+#: buffers, so its memory does not grow with the trajectory (issue #13)
+LEAPFROG_STEPS_PER_ITERATION = 1
+
+#: the unrolled leapfrog (``core.engine.kernels.UnrolledHamiltonianMonteCarlo``) keeps
+#: about this many grid-sized buffers per chain per step, and its compiled program grows
+#: by about UNROLLED_PROGRAM_STEP_BYTES per step (measured on CPU, docs/benchmarks.md)
+UNROLLED_BUFFERS_PER_STEP = 24
+UNROLLED_PROGRAM_STEP_BYTES = 15 * MiB
+
+#: HMC is unrolled only while that costs at most this much memory beyond the looped kernel.
+#: Measured on CPU (docs/benchmarks.md, issue #13): the while loop is 3-6 % slower at 64^3
+#: and 96^3 (more on a loaded machine), so small runs keep the unrolled kernel; every larger
+#: one (where the memory matters) gets the loop, whose memory is the same for every L
+UNROLL_BUDGET_BYTES = 512 * MiB
+
+
+def unrolled_extra_bytes(num_leapfrog_steps: int, chains: int, n_values: int, itemsize: int) -> int:
+    """Memory the unrolled kernel needs beyond the looped one: L (24 C N b + 15 MiB), with
+    N values per chain of b bytes each."""
+    return int(num_leapfrog_steps) * (UNROLLED_BUFFERS_PER_STEP * int(chains) * int(n_values) * int(itemsize)
+                                      + UNROLLED_PROGRAM_STEP_BYTES)
+
+
+def unrolls(num_leapfrog_steps: int, chains: int, n_values: int, itemsize: int) -> bool:
+    """Whether the engine unrolls the leapfrog loop of this HMC run (UNROLL_BUDGET_BYTES)."""
+    return unrolled_extra_bytes(num_leapfrog_steps, chains, n_values, itemsize) <= UNROLL_BUDGET_BYTES
 
 
 def field_buffer_draws(chunk_size: int, thin: int) -> int:

@@ -6,20 +6,31 @@ numpy only (the GUI's Grid panel and ``app.state.config_state`` import it; no Te
 Memory. A field run's peak resident memory is modelled as three parts::
 
     runtime      TensorFlow + TFP imported (ENGINE_IMPORT_BYTES), plus XLA's compiled
-                 chunk program and its runtime (PROGRAM_BASE_BYTES + PROGRAM_STEP_BYTES
-                 per unrolled leapfrog step L)
+                 chunk program and its runtime (PROGRAM_BYTES)
     arrays       the arrays the engine holds, named and counted one by one (below)
-    xla          XLA's working set inside a chunk: XLA_BUFFERS_PER_STEP grid-sized
-                 buffers per chain per unrolled leapfrog step, C * N * b * 24 * L
+    xla          XLA's working set inside a chunk beyond them: (W C + S) grid-sized
+                 buffers, W = XLA_BUFFERS_PER_CHAIN (HMC) or NUTS_BUFFERS_PER_CHAIN,
+                 S = XLA_SHARED_BUFFERS
 
-with C chains, N cells, b bytes per value (float32: 4, float64: 8). L is
-``num_leapfrog_steps`` for HMC (the engine unrolls up to 64 steps; beyond that TFP's
-loop keeps one step's buffers), and NUTS_EQUIVALENT_STEPS for NUTS (its trees keep a
-state per depth). The constants were measured as the peak resident memory of fresh
-engine processes on CPU (TensorFlow 2.21, TFP 0.25): grids 16^3 to 96^3, 1 to 4 chains,
-float32 and float64, L = 1 to 40 and NUTS; the estimate is within 3 % of each. Between grids the peak grows by about 24 grid-sized
-buffers per chain per leapfrog step (XLA does not reuse the unrolled steps' FFT
-buffers) on top of the named arrays; the program grows by about 15 MiB per step.
+with C chains, N cells, b bytes per value (float32: 4, float64: 8). None of it depends
+on the trajectory's length L: the engine's HMC runs its leapfrog steps in a while loop
+(``core.engine.kernels.LoopedHamiltonianMonteCarlo``) whose buffers XLA reuses from one
+step to the next. NUTS's trees are while loops too, but TFP's NoUTurnSampler needs far
+more: W = 312 grid-sized buffers per chain and a larger program (NUTS_PROGRAM_BYTES),
+measured at 32^3 and 64^3 with one chain, the same as before issue #13 (the old model
+counted it as 13 unrolled HMC steps of 24 buffers). Measured (bench/scale.py, fresh engine
+processes on CPU, TensorFlow 2.21, TFP 0.25, float32; 32^3 to 128^3, 1 and 2 chains,
+L = 5 to 40; docs/benchmarks.md): the peak is the same for L = 5 and L = 40 (within
+1 %), it grows by 16 grid-sized buffers per chain, fewer than the ~18 named arrays per
+chain (the checkpoint's and the store's copies are not live while XLA runs: W = 0), and
+by S = 19 more once per run (XLA's copies of the data, mask and the model's constant
+maps); the estimate is within 5 % of each HMC measurement.
+
+Small HMC runs keep the unrolled leapfrog, which is faster on CPU
+(``core.run.engine_limits.unrolls``: while it costs at most UNROLL_BUDGET_BYTES more).
+For those the xla part is UNROLLED_BUFFERS_PER_STEP grid-sized buffers per chain per
+step, C N b 24 L, and the program UNROLLED_PROGRAM_BASE_BYTES + UNROLLED_PROGRAM_STEP_BYTES
+(L - 1) (measured before issue #13 on 16^3 to 96^3; within 11 % of bench/scale.py's runs).
 tests/core/test_faults.py measures a run's peak against this estimate.
 
 The named arrays (``RunEstimate.arrays``, bytes):
@@ -78,23 +89,26 @@ from functools import lru_cache
 import numpy as np
 
 from core.field.grid import Grid
-from core.run.engine_limits import MAX_UNROLL, field_buffer_draws
+from core.run.engine_limits import UNROLLED_BUFFERS_PER_STEP, UNROLLED_PROGRAM_STEP_BYTES, field_buffer_draws, unrolls
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
            "available_memory", "physical_memory", "memory_problem", "check_config",
            "grid_problem", "disk_problem", "run_problem", "free_disk", "MIN_AXIS",
            "STORE_BYTES_PER_DRAW",
            "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
-           "ENGINE_IMPORT_BYTES", "PROGRAM_BASE_BYTES", "PROGRAM_STEP_BYTES",
-           "XLA_BUFFERS_PER_STEP", "NUTS_EQUIVALENT_STEPS"]
+           "ENGINE_IMPORT_BYTES", "PROGRAM_BYTES", "UNROLLED_PROGRAM_BASE_BYTES", "XLA_BUFFERS_PER_CHAIN",
+           "XLA_SHARED_BUFFERS",
+           "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES"]
 
 MiB = 2**20
 ENGINE_IMPORT_BYTES = 680 * MiB      # the engine process with TensorFlow and TFP imported
-PROGRAM_BASE_BYTES = 290 * MiB       # XLA compiling and running a one-step chunk
-PROGRAM_STEP_BYTES = 15 * MiB        # ... and per further unrolled leapfrog step
-XLA_BUFFERS_PER_STEP = 24            # grid-sized buffers per chain per unrolled step
-NUTS_EQUIVALENT_STEPS = 13           # NUTS (max tree depth 10) measured as HMC with L = 13
-LOOPED_STEPS = 2                     # L > MAX_UNROLL: TFP's leapfrog loop
+PROGRAM_BYTES = 265 * MiB            # XLA compiling and running the looped chunk program
+UNROLLED_PROGRAM_BASE_BYTES = 290 * MiB   # the unrolled kernel's program: one step, and
+#                                           engine_limits.UNROLLED_PROGRAM_STEP_BYTES per further step
+XLA_BUFFERS_PER_CHAIN = 0            # looped HMC: beyond the named arrays, per chain, any L
+XLA_SHARED_BUFFERS = 19              # looped HMC and NUTS: grid-sized buffers once per run
+NUTS_BUFFERS_PER_CHAIN = 312         # NUTS (max tree depth 10): grid-sized buffers per chain
+NUTS_PROGRAM_BYTES = 367 * MiB       # ... and its compiled program
 MIN_AXIS = 3                         # cells per axis of a field grid (module docstring)
 STORE_BYTES_PER_DRAW = 64            # sample_stats of one draw of one chain, with headroom
 
@@ -144,7 +158,7 @@ class RunEstimate:
     chains: int
     dtype: str
     algorithm: str
-    leapfrog_steps: int          # L: unrolled steps XLA keeps buffers for
+    leapfrog_steps: int          # L (HMC; NUTS: 0)
     arrays: dict[str, int] = field(default_factory=dict)
     xla_working_set: int = 0
     program: int = 0             # XLA's compiled program and runtime
@@ -157,6 +171,7 @@ class RunEstimate:
     field_buffer: int = 0        # bytes of the chunk's field draws (in arrays), all chains
     store_bytes: int = 0         # the run store on disk when the run is done
     num_samples: int = 0
+    unrolled: bool = False       # HMC with the unrolled leapfrog (small runs): memory grows with L
 
     @property
     def runtime(self) -> int:
@@ -191,11 +206,9 @@ class RunEstimate:
                 f"{format_seconds(self.run_seconds)} for the run (FFT bound)")
 
 
-def effective_steps(algorithm: str, num_leapfrog_steps: int) -> int:
-    """L of the module docstring."""
-    if algorithm == "nuts":
-        return NUTS_EQUIVALENT_STEPS
-    return num_leapfrog_steps if num_leapfrog_steps <= MAX_UNROLL else LOOPED_STEPS
+def xla_buffers_per_chain(algorithm: str) -> int:
+    """W of the module docstring: XLA's grid-sized buffers per chain (looped kernels)."""
+    return NUTS_BUFFERS_PER_CHAIN if algorithm == "nuts" else XLA_BUFFERS_PER_CHAIN
 
 
 def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: str = "hmc",
@@ -217,7 +230,14 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         "checkpoint": 2 * (2 * c * n * b + 2 * n * 8),
         "observed": maps * n * 8 + 3 * n * b + maps * n * 8,
     }
-    L = effective_steps(algorithm, int(num_leapfrog_steps))
+    L = int(num_leapfrog_steps) if algorithm == "hmc" else 0
+    unrolled = algorithm == "hmc" and unrolls(L, c, n, b)
+    if unrolled:       # the engine's choice (core.run.engine_limits.unrolls): L steps' buffers
+        xla = UNROLLED_BUFFERS_PER_STEP * L * c * n * b
+        program = UNROLLED_PROGRAM_BASE_BYTES + UNROLLED_PROGRAM_STEP_BYTES * (L - 1)
+    else:
+        xla = (xla_buffers_per_chain(algorithm) * c + XLA_SHARED_BUFFERS) * n * b
+        program = NUTS_PROGRAM_BYTES if algorithm == "nuts" else PROGRAM_BYTES
     field_buffer = kept * c * n * b + 2 * kept * c * n * 4      # model state + chunk copies
     n_fields = -(-int(num_samples) // int(thin))
     n_shells = int(math.sqrt(sum((m // 2) ** 2 for m in shape))) + 2
@@ -228,8 +248,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
              + 2 * c * n * b + 2 * n * 8)                          # checkpoint
     return RunEstimate(
         shape=shape, chains=c, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
-        arrays=arrays, xla_working_set=XLA_BUFFERS_PER_STEP * L * c * n * b,
-        program=PROGRAM_BASE_BYTES + PROGRAM_STEP_BYTES * (L - 1),
+        arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=int(num_leapfrog_steps) if algorithm == "hmc" else 1,
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
@@ -300,13 +319,12 @@ def memory_problem(estimate: RunEstimate, available: int | None = None, *,
         hints.append("fewer chains")
     if estimate.dtype == "float64":
         hints.append("field.dtype = 'float32'")
-    if estimate.algorithm == "hmc" and estimate.leapfrog_steps > 5:
-        hints.append("fewer leapfrog steps")
     hints.append("a smaller grid")
     remedy = (", ".join(hints[:-1]) + " or " if len(hints) > 1 else "") + hints[-1]
     return (f"the run needs about {format_bytes(need)} ({shape} grid, {estimate.chains} "
             f"chain{'s' if estimate.chains != 1 else ''}, {estimate.dtype}, "
-            f"{estimate.leapfrog_steps} leapfrog steps) but this machine has "
+            f"{f'{estimate.leapfrog_steps} leapfrog steps' if estimate.algorithm == 'hmc' else 'NUTS'}) "
+            f"but this machine has "
             f"{format_bytes(available)} free; use {remedy}")
 
 

@@ -213,25 +213,30 @@ def test_a_run_that_cannot_fit_is_refused_before_anything_loads(tmp_path, monkey
 
 def test_estimate_parts_and_refusal_message():
     base = dict(chains=2, dtype="float32", num_leapfrog_steps=10, chunk_size=25, thin=5)
-    e = resources.estimate_run((32, 32, 32), **base)
-    n = 32**3
-    assert e.xla_working_set == resources.XLA_BUFFERS_PER_STEP * 10 * 2 * n * 4
-    assert e.arrays["model_state"] == Grid((32, 32, 32), 1.0).memory_estimate(
+    e = resources.estimate_run((64, 64, 64), **base)
+    n = 64**3
+    assert not e.unrolled      # 10 unrolled steps would cost 10 (24 C N b + 15 MiB) > 512 MiB
+    assert e.xla_working_set == (resources.XLA_BUFFERS_PER_CHAIN * 2 + resources.XLA_SHARED_BUFFERS) * n * 4
+    assert e.arrays["model_state"] == Grid((64, 64, 64), 1.0).memory_estimate(
         chains=2, dtype="float32", n_field_draws_kept=6).total      # ceil(25 / 5) + 1 draws
     assert e.total == sum(e.arrays.values()) + e.xla_working_set + e.runtime
     # twice the chains or float64: the grid-sized parts double
-    for other in (dict(base, chains=4), dict(base, dtype="float64")):
-        o = resources.estimate_run((32, 32, 32), **other)
-        assert o.xla_working_set == 2 * e.xla_working_set
-    nuts = resources.estimate_run((32, 32, 32), **dict(base, num_leapfrog_steps=3),
+    # float64: the grid-sized parts double
+    o = resources.estimate_run((64, 64, 64), **dict(base, dtype="float64"))
+    assert o.xla_working_set == 2 * e.xla_working_set
+    nuts = resources.estimate_run((64, 64, 64), **dict(base, num_leapfrog_steps=3),
                                   algorithm="nuts")
-    assert nuts.leapfrog_steps == resources.NUTS_EQUIVALENT_STEPS
-    assert resources.estimate_run((32,) * 3, **dict(base, num_leapfrog_steps=100)).leapfrog_steps \
-        == resources.LOOPED_STEPS
+    assert nuts.xla_working_set == (resources.NUTS_BUFFERS_PER_CHAIN * 2 + resources.XLA_SHARED_BUFFERS) * n * 4
+    # the leapfrog loop reuses its buffers: the memory does not depend on L (issue #13)
+    for steps in (10, 40, 100, 2048):
+        assert resources.estimate_run((64,) * 3, **dict(base, num_leapfrog_steps=steps)).total == e.total
+    # a small run keeps the unrolled loop, and its L steps' buffers
+    small = resources.estimate_run((64,) * 3, **dict(base, chains=1, num_leapfrog_steps=4))
+    assert small.unrolled and small.xla_working_set == 24 * 4 * 1 * n * 4
     assert resources.memory_problem(e, available=e.total) is None
     text = resources.memory_problem(e, available=e.total - 1)
-    assert "32 x 32 x 32 grid, 2 chains, float32, 10 leapfrog steps" in text
-    assert "fewer chains, fewer leapfrog steps or a smaller grid" in text
+    assert "64 x 64 x 64 grid, 2 chains, float32, 10 leapfrog steps" in text
+    assert "fewer chains or a smaller grid" in text
     assert resources.memory_problem(e, available=e.needed(False), include_import=False) is None
     free = resources.available_memory()
     assert free is None or 0 < free <= (resources.physical_memory() or free)
@@ -285,6 +290,49 @@ def test_estimate_against_the_measured_peak_memory_of_engine_runs(tmp_path):
           f"{peaks[8] / 2**20:.0f} vs {est[8].total / 2**20:.0f} MiB")
     assert 0.75 < ratio_grid < 1.3
     assert 0.75 < ratio_total < 1.3
+
+
+MEASURE_STEPS = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {root!r})
+    sys.path.insert(0, {tests!r})
+    from pathlib import Path
+    from support.engine_cases import write_field_case, run
+    import tensorflow
+    base, peaks = Path(sys.argv[1]), []
+    for steps in (2, 30):
+        folder = base / str(steps)
+        folder.mkdir()
+        config, text, *_ = write_field_case(folder, shape=(32,) * 3, chains=1, leapfrog=steps,
+                                            warmup=2, samples=2, chunk=2, mass=False)
+        assert run(config, text, folder / "run")[0] == "finished"
+        with open("/proc/self/status") as fh:
+            peaks.append(int([ln.split()[1] for ln in fh if ln.startswith("VmHWM:")][0]) * 1024)
+    print(json.dumps(peaks))
+""")
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_the_leapfrog_steps(tmp_path):
+    """Issue #13: the leapfrog loop's buffers are reused, so a run with L = 30 needs no more
+    memory than one with L = 2 (one process, one after the other: the peak only grows).
+    The unrolled loop kept ~24 grid-sized buffers per chain and ~15 MiB of program per
+    step: some 500 MiB more here."""
+    code = MEASURE_STEPS.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    short, long = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"\npeak RSS: L = 2 {short / 2**20:.0f} MiB, then L = 30 {long / 2**20:.0f} MiB")
+    assert long - short < 100 * 2**20
+    # L = 2 is small enough to unroll (core.run.engine_limits.unrolls), L = 30 is not; from
+    # there on the estimate, as the engine, does not depend on L
+    estimate = {L: resources.estimate_run((32,) * 3, chains=1, num_leapfrog_steps=L, chunk_size=2,
+                                          thin=5) for L in (2, 30, 300)}
+    assert estimate[2].unrolled and not estimate[30].unrolled
+    assert estimate[30].total == estimate[300].total
+    assert abs(long / estimate[30].total - 1) < 0.1
 
 
 # --------------------------------------------------------------------------- warmup diagnosis

@@ -21,6 +21,7 @@ from core.config import parse_config
 from core.engine.engine import Control, Engine, EngineError
 from core.io import save_series_csv
 from core.reference.wiener import wiener_posterior
+from core.run.engine_limits import unrolls
 from core.store.run_store import RunReader, stored_run_config
 from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
 
@@ -103,8 +104,12 @@ chunk_size = 200
     assert draws.std() == pytest.approx(exact.sd["A"], rel=0.1)
 
 
-def test_stop_and_resume_give_the_same_draws_as_one_run(tmp_path):
-    config, text, *_ = write_field_case(tmp_path, warmup=60, samples=90, chunk=20, shape=(8, 8, 8))
+@pytest.mark.parametrize("leapfrog", [10, 40])
+def test_stop_and_resume_give_the_same_draws_as_one_run(tmp_path, leapfrog):
+    # L = 10: the unrolled leapfrog; L = 40: the while loop (core.run.engine_limits.unrolls)
+    assert unrolls(leapfrog, 2, 8**3, 4) == (leapfrog == 10)
+    config, text, *_ = write_field_case(tmp_path, warmup=60, samples=90, chunk=20, shape=(8, 8, 8),
+                                        leapfrog=leapfrog)
     status, _ = run(config, text, tmp_path / "straight")
     assert status == "finished"
 

@@ -1,4 +1,4 @@
-"""The unrolled HMC kernel is TFP's HMC: same draws for the same seeds."""
+"""The looped and unrolled HMC kernels are TFP's HMC: same draws for the same seeds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.engine.kernels import UnrolledHamiltonianMonteCarlo
+from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 
 tfd = tfp.distributions
 
@@ -18,8 +18,13 @@ def target(x, y):
             + tf.reduce_sum(tfd.StudentT(tf.constant(4.0, tf.float64), 0.0, 1.0).log_prob(y), axis=-1))
 
 
-@pytest.mark.parametrize("jit", [False, True])
-def test_unrolled_kernel_reproduces_tfp_hmc_with_step_size_adaptation(jit):
+KERNELS = {"unrolled": UnrolledHamiltonianMonteCarlo,
+           # 5 steps: a while loop of 2 iterations of 2 steps, and one straight step
+           "loop2": lambda t, s, n: LoopedHamiltonianMonteCarlo(t, s, n, steps_per_iteration=2)}
+
+
+@pytest.mark.parametrize("jit,name", [(False, "unrolled"), (True, "unrolled"), (True, "loop2")])
+def test_kernel_reproduces_tfp_hmc_with_step_size_adaptation(jit, name):
     state = [tf.zeros([3, 3], tf.float64), tf.ones([3, 2], tf.float64)]
     step = [tf.fill([3, 1], tf.constant(0.4, tf.float64)), tf.fill([3, 1], tf.constant(0.4, tf.float64))]
 
@@ -31,7 +36,7 @@ def test_unrolled_kernel_reproduces_tfp_hmc_with_step_size_adaptation(jit):
                                          trace_fn=lambda _, r: (r.new_step_size, r.inner_results.log_accept_ratio))
         return tf.function(go, jit_compile=True)() if jit else go()
 
-    (ours, (our_steps, our_lar)) = sample(UnrolledHamiltonianMonteCarlo)
+    (ours, (our_steps, our_lar)) = sample(KERNELS[name])
     (theirs, (their_steps, their_lar)) = sample(tfp.mcmc.HamiltonianMonteCarlo)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12)
@@ -56,3 +61,7 @@ def test_unrolled_kernel_samples_a_known_posterior():
 def test_num_leapfrog_steps_must_be_a_python_int():
     with pytest.raises(ValueError, match="positive Python int"):
         UnrolledHamiltonianMonteCarlo(target, 0.1, tf.constant(3))
+    with pytest.raises(ValueError, match="num_leapfrog_steps must be a positive Python int"):
+        LoopedHamiltonianMonteCarlo(target, 0.1, 0)
+    with pytest.raises(ValueError, match="steps_per_iteration must be a positive Python int"):
+        LoopedHamiltonianMonteCarlo(target, 0.1, 4, steps_per_iteration=0)

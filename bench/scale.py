@@ -1,0 +1,190 @@
+"""Benchmark: the engine's peak memory and throughput against grid size, chains and L.
+
+Each case (grid n^3, chains C, leapfrog steps L, kernel) runs the engine in a fresh
+subprocess (a short HMC run: one warmup chunk, then ``--chunks`` sampling chunks) and
+reports
+
+  peak       the process's peak resident memory (VmHWM of /proc/self/status; Linux's
+             ru_maxrss would keep the parent's peak across fork and exec)
+  grad/s     gradient evaluations per second of the sampling chunks, all chains
+             (sum of the leapfrog steps taken / wall time; the compiling first chunk left out)
+  /FFT       time per gradient (all chains) over the FFT floor: one irfft3d(rfft3d(x)) pair
+             of the C x n^3 batch, jitted, timed in the same process (median of 15)
+  estimate   core.run.resources' estimate for the same settings (for the engine's own kernel
+             choice: an unrolled case past the unroll budget reads high), and measured / estimate
+  buffers    (peak - the estimate's runtime) / (C N b): grid-sized buffers per chain held
+             above TensorFlow's runtime (the named arrays, data and moments included)
+
+Kernels: ``looped`` (tfp.mcmc.HamiltonianMonteCarlo, its leapfrog a tf.while_loop),
+``loopK`` (core.engine.kernels.LoopedHamiltonianMonteCarlo, K straight-line steps per
+iteration of its while loop) and ``unrolled`` (core.engine.kernels.UnrolledHamiltonianMonteCarlo,
+the engine before issue #13 for L <= 64), and ``engine``: the engine's own choice (the
+unrolled kernel where it costs at most core.run.engine_limits.UNROLL_BUDGET_BYTES, else the loop). Cases alternate kernels so that both see the same machine load; with
+``--repeats`` > 1 the medians are printed. NUTS with ``--algorithm nuts`` (L ignored).
+
+Usage: python bench/scale.py [--sizes 64 96] [--leapfrog 5 10 40] [--chains 1 2]
+       [--kernels looped unrolled] [--chunks 3] [--chunk-size 5] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cases  # noqa: E402  (bench/cases.py)
+
+from core.run import resources  # noqa: E402
+
+
+def sampler_settings(chains, leapfrog, chunk, chunks, algorithm):
+    return {"algorithm": algorithm, "num_warmup": chunk, "num_samples": chunk * chunks,
+            "num_leapfrog_steps": leapfrog, "step_size": 0.05, "chains": chains, "seed": 1,
+            "thin": chunk, "chunk_size": chunk, "adapt_mass_matrix": False}
+
+
+def worker(spec: dict) -> dict:
+    """One case in this (fresh) process: the engine's run, then the FFT floor."""
+    from core.run.tensorflow_env import import_tensorflow
+
+    import_tensorflow()
+    import tensorflow as tf
+    import tensorflow_probability as tfp
+
+    from core.config import parse_config
+    from core.demo import DEMO_SPECTRUM
+    from core.engine import kernels
+    from core.engine.engine import Engine
+
+    directory = Path(spec["data_dir"])
+    s = sampler_settings(spec["chains"], spec["leapfrog"], spec["chunk"], spec["chunks"], spec["algorithm"])
+    text = cases.config_text(DEMO_SPECTRUM["index"], sampler=s,
+                             field={"parameterisation": "whitened", "dtype": "float32"})
+    config = parse_config(text, base_dir=directory)
+
+    def hmc_class(target, step_size, L):
+        if spec["kernel"] == "unrolled":
+            return kernels.UnrolledHamiltonianMonteCarlo(target, step_size, L)
+        if spec["kernel"] == "looped":
+            return tfp.mcmc.HamiltonianMonteCarlo(target, step_size, L)
+        return kernels.LoopedHamiltonianMonteCarlo(target, step_size, L,
+                                                   steps_per_iteration=int(spec["kernel"][4:]))
+
+    class CaseEngine(Engine):
+        """The engine with the case's HMC kernel for every L (NUTS: the engine's own)."""
+
+        def _make_kernel(self, step_size, scale, num_adapt):
+            if self.sampler.algorithm == "nuts" or spec["kernel"] == "engine":
+                return super()._make_kernel(step_size, scale, num_adapt)
+            target = self.model.target_log_prob_fn
+
+            def target_z(*z):
+                return target(*[si * zi for si, zi in zip(scale, z)])
+
+            inner = hmc_class(target_z, step_size, self.sampler.num_leapfrog_steps)
+            return tfp.mcmc.DualAveragingStepSizeAdaptation(
+                inner, num_adaptation_steps=num_adapt,
+                target_accept_prob=tf.constant(self.sampler.target_accept, self.dtype))
+
+    cls = CaseEngine
+    chunks = []
+    run_dir = Path(tempfile.mkdtemp(dir=spec["tmp"]))
+    cls(config, text, run_dir, emit=lambda e: chunks.append(e) if e.get("type") == "chunk" else None).start()
+    timed = chunks[1:]
+    seconds = sum(e["elapsed"] for e in timed)
+    leapfrogs = sum(int(e["stats"]["n_steps"].sum()) for e in timed)
+    per_chain = leapfrogs / spec["chains"]
+
+    n = spec["size"]
+    x = tf.random.stateless_normal([spec["chains"], n, n, n], [1, 2], dtype=tf.float32)
+    pair = tf.function(lambda v: tf.signal.irfft3d(tf.signal.rfft3d(v), fft_length=[n, n, n]), jit_compile=True)
+    pair(x).numpy()
+    times = []
+    for _ in range(15):
+        t0 = time.perf_counter()
+        pair(x).numpy()
+        times.append(time.perf_counter() - t0)
+    with open("/proc/self/status") as fh:
+        hwm = [line.split()[1] for line in fh if line.startswith("VmHWM:")]
+    return {"peak": int(hwm[0]) * 1024, "grad_per_s": leapfrogs / seconds,
+            "t_grad": seconds / per_chain, "t_fft": statistics.median(times)}
+
+
+def run_case(spec: dict) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
+                         capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise SystemExit(f"case {spec} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 96])
+    parser.add_argument("--leapfrog", type=int, nargs="+", default=[5, 10, 40])
+    parser.add_argument("--chains", type=int, nargs="+", default=[1])
+    parser.add_argument("--kernels", nargs="+", default=["looped", "unrolled"], 
+                        help="engine (the engine's own choice, core.run.engine_limits.unrolls), looped "
+                             "(TFP's HMC), unrolled, or loopK (core.engine.kernels' looped leapfrog, K "
+                             "steps per iteration)")
+    parser.add_argument("--algorithm", default="hmc", choices=["hmc", "nuts"])
+    parser.add_argument("--chunks", type=int, default=3)
+    parser.add_argument("--chunk-size", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    load = os.getloadavg()
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}; CPU cores {os.cpu_count()}; load average "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.algorithm}, float32, whitened; "
+          f"{args.chunks} sampling chunks of {args.chunk_size} steps per case; median of {args.repeats}")
+    leapfrogs = args.leapfrog if args.algorithm == "hmc" else [0]
+    print(f"{'grid':>5} {'C':>2} {'L':>3} {'kernel':>8} | {'peak MiB':>8} {'est MiB':>8} {'ratio':>5} | "
+          f"{'buffers':>7} | {'grad/s':>7} {'ms/grad':>7} {'/FFT':>5}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.sizes:
+            data_dir = Path(tmp) / f"data{n}"
+            cases.write_data(data_dir, n)
+            for chains in args.chains:
+                for L in leapfrogs:
+                    results = {k: [] for k in args.kernels}
+                    for _ in range(args.repeats):
+                        for kernel in args.kernels:        # alternating: the same load on both
+                            spec = dict(data_dir=str(data_dir), tmp=tmp, size=n, chains=chains,
+                                        leapfrog=max(L, 1), chunk=args.chunk_size, chunks=args.chunks,
+                                        algorithm=args.algorithm, kernel=kernel)
+                            results[kernel].append(run_case(spec))
+                    est = resources.estimate_run(
+                        (n,) * 3, chains=chains, dtype="float32", algorithm=args.algorithm,
+                        num_leapfrog_steps=max(L, 1), chunk_size=args.chunk_size, thin=args.chunk_size,
+                        num_warmup=args.chunk_size, num_samples=args.chunk_size * args.chunks,
+                        noise_map=False, truth=True)
+                    for kernel, rs in results.items():
+                        med = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+                        buffers = (med["peak"] - est.runtime) / (chains * n**3 * 4)
+                        print(f"{n:>4}^3 {chains:>2} {L or '-':>3} {kernel:>8} | {med['peak'] / 2**20:8.0f} "
+                              f"{est.total / 2**20:8.0f} {med['peak'] / est.total:5.2f} | {buffers:7.1f} | "
+                              f"{med['grad_per_s']:7.0f} {1e3 * med['t_grad']:7.2f} "
+                              f"{med['t_grad'] / med['t_fft']:5.1f}", flush=True)
+                    rates = {k: statistics.median(r["grad_per_s"] for r in rs) for k, rs in results.items()}
+                    last = args.kernels[-1]
+                    for k in args.kernels[:-1]:
+                        print(f"{'':>20}   throughput {k} / {last} = {rates[k] / rates[last]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
