@@ -44,9 +44,11 @@ class UserError(Exception):
 def _quiet_tensorflow() -> None:
     # TensorFlow's C++ start-up chatter (CPU feature notices; cuInit errors on a machine
     # without a GPU) is not for end users: loaded here, quietly (core.run.tensorflow_env)
-    from core.run.tensorflow_env import import_tensorflow
+    from core.run.tensorflow_env import quiet_tensorflow, start_up_notices_filtered
 
-    import_tensorflow()
+    quiet_tensorflow()
+    with start_up_notices_filtered():
+        import core.engine.engine  # noqa: F401  (loads TensorFlow and TFP)
 
 
 def _say(text: str, stream=None) -> None:
@@ -254,6 +256,9 @@ class _EngineSession:
             text = f"stopped ({name}) before the run started; nothing was written to {self.run_dir}"
         if self.claim is not None:
             self.claim.release()
+        from core.run.tensorflow_env import real_stderr_back
+
+        real_stderr_back()       # TensorFlow may be loading with fd 2 caught: say it for real
         _say(("\n" if sys.stderr.isatty() else "") + f"fieldscope: {text}")
         try:
             sys.stdout.flush()

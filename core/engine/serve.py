@@ -11,17 +11,20 @@ import time
 import traceback
 
 from core.run import messages as msgs
-from core.run.tensorflow_env import import_tensorflow
+from core.run.tensorflow_env import quiet_tensorflow, start_up_notices_filtered
 
 __all__ = ["serve"]
 
 
 def serve(conn) -> None:
     """The engine process's main loop (``core.run.engine_process`` describes its life)."""
+    quiet_tensorflow()       # before TensorFlow loads (core.run.tensorflow_env says why)
     t0 = time.perf_counter()
     try:
         # the slow part: do it before the user clicks Start (quietly: core.run.tensorflow_env)
-        import_tensorflow()
+        with start_up_notices_filtered():
+            import tensorflow  # noqa: F401
+            import tensorflow_probability  # noqa: F401
 
         from core.config import ConfigError, parse_config
         from core.engine import engine as engine_mod

@@ -9,19 +9,21 @@ a GPU that cannot be used. A value the user set is never changed, and no device 
 
 A few lines are written while TensorFlow loads, before its logging reads that level (absl's
 "All log messages before absl::InitializeLog()", the oneDNN notice, "Could not find cuda
-drivers"): ``import_tensorflow`` catches what the import writes to the process's standard
+drivers"): ``start_up_notices_filtered`` catches what the import writes to the process's standard
 error (file descriptor 2, where the C++ code writes) and passes on every line but those.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 import sys
 import tempfile
 
-__all__ = ["nvidia_device_present", "quiet_tensorflow", "import_tensorflow", "START_UP_NOISE"]
+__all__ = ["nvidia_device_present", "quiet_tensorflow", "start_up_notices_filtered", "real_stderr_back",
+           "START_UP_NOISE"]
 
 #: lines TensorFlow writes while it loads that say nothing to a user (matched anywhere in a line)
 START_UP_NOISE = re.compile(
@@ -47,32 +49,47 @@ def quiet_tensorflow(environ=None, pattern: str = NVIDIA_DEVICES) -> str:
     return environ.setdefault("TF_CPP_MIN_LOG_LEVEL", level)
 
 
-def import_tensorflow(pattern: str = NVIDIA_DEVICES) -> None:
-    """Import tensorflow and tensorflow_probability with ``quiet_tensorflow``'s level and
-    without TensorFlow's start-up notices (``START_UP_NOISE``); anything else the import
-    writes to standard error (a real warning or error) is passed on. An import that fails
-    raises as usual, after what it wrote is passed on."""
-    quiet_tensorflow(pattern=pattern)
-    if "tensorflow" in sys.modules:
-        import tensorflow_probability  # noqa: F401
-        return
+
+#: the real standard error's descriptor while ``start_up_notices_filtered`` catches fd 2
+_real_stderr: int | None = None
+
+
+def real_stderr_back() -> None:
+    """Point fd 2 at the real standard error again at once, if a filter is catching it: for a
+    process about to end while TensorFlow loads (a stop signal), so that its last words show."""
+    if _real_stderr is not None:
+        try:
+            sys.stderr.flush()
+            os.dup2(_real_stderr, 2)
+        except (OSError, ValueError):
+            pass
+
+
+@contextlib.contextmanager
+def start_up_notices_filtered():
+    """Catch what the block writes to the process's standard error (file descriptor 2, where
+    TensorFlow's C++ code writes) and pass on every line but ``START_UP_NOISE``: wrap the
+    first import of TensorFlow (``with start_up_notices_filtered(): import tensorflow``, in
+    ``core.engine``: only it imports TensorFlow). An exception in the block propagates, after
+    what it wrote is passed on."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):     # no usable fd 2: import as it is
-        import tensorflow  # noqa: F401
-        import tensorflow_probability  # noqa: F401
+    except (OSError, ValueError, AttributeError):     # no usable fd 2: nothing to filter
+        yield
         return
+    global _real_stderr
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
+        _real_stderr = saved
         try:
-            import tensorflow  # noqa: F401
-            import tensorflow_probability  # noqa: F401
+            yield
         finally:
             try:
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass
+            _real_stderr = None
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)

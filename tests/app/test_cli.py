@@ -285,7 +285,7 @@ def test_stop_signals_leave_a_stopped_resumable_run_and_a_second_run_is_refused(
     finally:
         first.kill()
     assert code == 0, "\n".join(err[-30:])
-    # and none of TensorFlow's start-up notices (core.run.tensorflow_env.import_tensorflow)
+    # and none of TensorFlow's start-up notices (core.run.tensorflow_env.start_up_notices_filtered)
     assert not any("Traceback" in line or "cuInit" in line or START_UP_NOISE.search(line) for line in err), err
     assert [line for line in err if "stopping" in line] == [
         "fieldscope: SIGTERM: stopping after the current chunk (again to stop at once; the run "
