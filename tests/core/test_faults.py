@@ -299,32 +299,33 @@ MEASURE_STEPS = textwrap.dedent("""
     from pathlib import Path
     from support.engine_cases import write_field_case, run
     import tensorflow
-    base, peaks = Path(sys.argv[1]), []
-    for steps in (2, 30):
-        folder = base / str(steps)
-        folder.mkdir()
-        config, text, *_ = write_field_case(folder, shape=(32,) * 3, chains=1, leapfrog=steps,
-                                            warmup=2, samples=2, chunk=2, mass=False)
-        assert run(config, text, folder / "run")[0] == "finished"
-        with open("/proc/self/status") as fh:
-            peaks.append(int([ln.split()[1] for ln in fh if ln.startswith("VmHWM:")][0]) * 1024)
-    print(json.dumps(peaks))
+    folder, steps = Path(sys.argv[1]), int(sys.argv[2])
+    config, text, *_ = write_field_case(folder, shape=(32,) * 3, chains=1, leapfrog=steps,
+                                        warmup=2, samples=2, chunk=2, mass=False)
+    assert run(config, text, folder / "run")[0] == "finished"
+    with open("/proc/self/status") as fh:
+        print(json.dumps(int([ln.split()[1] for ln in fh if ln.startswith("VmHWM:")][0]) * 1024))
 """)
 
 
 @pytest.mark.slow
 def test_peak_memory_does_not_grow_with_the_leapfrog_steps(tmp_path):
     """Issue #13: the leapfrog loop's buffers are reused, so a run with L = 30 needs no more
-    memory than one with L = 2 (one process, one after the other: the peak only grows).
-    The unrolled loop kept ~24 grid-sized buffers per chain and ~15 MiB of program per
-    step: some 500 MiB more here."""
+    memory than one with L = 2 (each in a fresh process: one process running both would
+    hold both compiled programs). The unrolled loop kept ~24 grid-sized buffers per chain
+    and ~15 MiB of program per step: some 500 MiB more here."""
     code = MEASURE_STEPS.format(root=str(ROOT), tests=str(ROOT / "tests"))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"}
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    short, long = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"\npeak RSS: L = 2 {short / 2**20:.0f} MiB, then L = 30 {long / 2**20:.0f} MiB")
+    peaks = {}
+    for steps in (2, 30):
+        folder = tmp_path / str(steps)
+        folder.mkdir()
+        out = subprocess.run([sys.executable, "-c", code, str(folder), str(steps)], capture_output=True,
+                             text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        peaks[steps] = json.loads(out.stdout.strip().splitlines()[-1])
+    short, long = peaks[2], peaks[30]
+    print(f"\npeak RSS: L = 2 {short / 2**20:.0f} MiB, L = 30 {long / 2**20:.0f} MiB")
     assert long - short < 100 * 2**20
     # L = 2 is small enough to unroll (core.run.engine_limits.unrolls), L = 30 is not; from
     # there on the estimate, as the engine, does not depend on L
@@ -332,7 +333,7 @@ def test_peak_memory_does_not_grow_with_the_leapfrog_steps(tmp_path):
                                           thin=5) for L in (2, 30, 300)}
     assert estimate[2].unrolled and not estimate[30].unrolled
     assert estimate[30].total == estimate[300].total
-    assert abs(long / estimate[30].total - 1) < 0.1
+    assert abs(long / estimate[30].total - 1) < 0.1      # measured 929 vs 954 MiB (0.97)
 
 
 # --------------------------------------------------------------------------- warmup diagnosis
