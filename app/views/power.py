@@ -58,7 +58,7 @@ from app.views.base import FIELD, PLOTS, RunView
 from app.views.jobs import LatestJob
 from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks
 from core.field.grid import Grid
-from core.field.power_estimator import measure_power, relative_error
+from core.field.power_estimator import masked_data_field, measure_power, relative_error
 
 __all__ = ["PowerCurves", "PowerView", "masked_data_field", "measure_curves",
            "prior_spectrum"]
@@ -74,23 +74,6 @@ BAND_FLOOR = 1e-3
 
 
 # ----------------------------------------------------------------------------- numbers
-
-
-def masked_data_field(data, mask=None) -> tuple[np.ndarray, float]:
-    """The field whose P(k) the panel shows as the data's, and the observed fraction f.
-
-    Observed voxels (mask true and the value finite) keep data - mean(observed data); the
-    others are 0. The data's P(k) is ``measure_power(field).power / f``.
-    """
-    data = np.asarray(data, np.float64)
-    observed = np.isfinite(data)
-    if mask is not None:
-        observed &= np.asarray(mask, bool)
-    fraction = float(observed.mean()) if observed.size else 0.0
-    if not observed.any():
-        return np.zeros(data.shape), 0.0
-    filled = np.where(observed, data - data[observed].mean(), 0.0)
-    return filled, fraction
 
 
 def prior_spectrum(config):

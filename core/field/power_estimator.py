@@ -53,6 +53,7 @@ import numpy as np
 from core.field.grid import Grid
 
 __all__ = [
+    "masked_data_field",
     "PowerMeasurement",
     "CrossPowerMeasurement",
     "measure_power",
@@ -237,3 +238,20 @@ def expected_shell_power(spectrum: Callable[[np.ndarray], np.ndarray], grid: Gri
                       np.sqrt(2.0 * mean_sq / np.maximum(shells.counts, 1)), np.nan)
     return ExpectedShellPower(edges=shells.edges, k=shells.k, power=mean, sd=sd,
                               counts=shells.counts)
+
+
+def masked_data_field(data, mask=None) -> tuple[np.ndarray, float]:
+    """The field whose P(k) the panel shows as the data's, and the observed fraction f.
+
+    Observed voxels (mask true and the value finite) keep data - mean(observed data); the
+    others are 0. The data's P(k) is ``measure_power(field).power / f``.
+    """
+    data = np.asarray(data, np.float64)
+    observed = np.isfinite(data)
+    if mask is not None:
+        observed &= np.asarray(mask, bool)
+    fraction = float(observed.mean()) if observed.size else 0.0
+    if not observed.any():
+        return np.zeros(data.shape), 0.0
+    filled = np.where(observed, data - data[observed].mean(), 0.0)
+    return filled, fraction

@@ -72,7 +72,7 @@ from scipy.optimize import least_squares
 
 from core.field.grid import Grid
 from core.field.observations import Observations
-from core.field.power_estimator import measure_power
+from core.field.power_estimator import masked_data_field, measure_power
 from core.field.power_spectrum import SPECTRA, PowerSpectrum, spectrum_from_config
 
 __all__ = ["FitResult", "PriorFitError", "fit_power_spectrum", "free_parameters", "mask_floor"]
@@ -175,13 +175,6 @@ class _ShellModel:
             return np.where(self.counts > 0, sums / np.maximum(self.counts, 1), np.nan)
 
 
-def _masked_field(observations: Observations) -> tuple[np.ndarray, float]:
-    mask = observations.mask
-    data = observations.data
-    fraction = float(mask.mean())
-    return np.where(mask, data - data[mask].mean(), 0.0), fraction
-
-
 def mask_floor(mask: np.ndarray, grid: Grid) -> float:
     """w / f: the flat share of the mask's window (module docstring, step 2), in [0, 1).
 
@@ -239,7 +232,7 @@ def fit_power_spectrum(observations: Observations, grid: Grid, kind: str, k_pivo
         raise PriorFitError(f"min_snr = {min_snr!r}: must be a finite number >= 0")
     edges = np.asarray(grid.shell_edges() if edges is None else edges, dtype=np.float64)
 
-    field, fraction = _masked_field(observations)
+    field, fraction = masked_data_field(observations.data, observations.mask)
     measured = measure_power(field, grid, edges)
     counts = measured.counts
     shells = _ShellModel(grid, edges, observations.smoothing_scale)
