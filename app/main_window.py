@@ -749,6 +749,7 @@ class MainWindow(QMainWindow):
         runs.engine_ready.connect(self._on_ready)
         runs.changed.connect(self._update_actions)
         runs.phase_text.connect(self.phase_label.setText)
+        runs.device.connect(self._show_device)
         runs.message.connect(self.message_label.setText)
         runs.problem.connect(self.show_message)
         runs.run_started.connect(self._on_run_started)
@@ -770,6 +771,12 @@ class MainWindow(QMainWindow):
         if self.auto_start and self.start_action.isEnabled():
             self.auto_start = False
             self.start_run()
+
+    def _show_device(self, device: str) -> None:
+        """The engine's compute device next to its state ("engine ready · CPU (2 threads)")."""
+        text = self.engine_label.text().split(" · ")[0]
+        self.engine_label.setText(f"{text} · {device}")
+        self.engine_label.setToolTip(f"the sampler computes on {device}")
 
     def restart_engine(self) -> None:
         if self.runs.restart_engine():
