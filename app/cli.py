@@ -118,6 +118,8 @@ class ProgressLine:
                             + (f" ({format_bytes(free)} free)" if free else "")
                             + f", at least {format_seconds(estimate['run_seconds'])} "
                             "(FFT bound)", final=True)
+            if event.get("device"):
+                self._write(f"device: {event['device']}", final=True)
             if status in ("loading", "compiling"):
                 self._write(f"{status}...", final=not self.interactive)
             elif status == "failed":

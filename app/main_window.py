@@ -35,6 +35,7 @@ every draw recorded and a checkpoint; a stopped or interrupted run can be contin
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import os
 import stat
@@ -58,6 +59,7 @@ from app.engine_client import EngineClient
 from app.panels import SetupPanel, make_panels
 from app.run_controller import ACTIVE, RunController
 from app.state.config_state import ConfigState
+from app.views.jobs import LatestJob
 from core.config import ConfigError
 from core.store.run_store import RunReader, RunStoreError
 from core.store.run_summary import divergence_text
@@ -243,6 +245,7 @@ class MainWindow(QMainWindow):
     run_started = Signal(str)       # the run directory
     run_finished = Signal(str)      # the final status
     closed = Signal()               # the window closed and its engine exited
+    new_config_done = Signal(bool)  # File > New from data: the config is in the panels (or not)
 
     def __init__(self, state: ConfigState | None = None, *, engine="spawn", remember_layout: bool = True,
                  parent=None):
@@ -260,6 +263,10 @@ class MainWindow(QMainWindow):
         self._divergences = {"warmup": 0, "sampling": 0}   # this session's, without a RunState
         self._dialogs: list[QMessageBox] = []
         self.box_dialog = None            # File > New from data's box-size question, when asked
+        # File > New from data reads the file and fits P(k) off the GUI thread
+        self._from_data = LatestJob(self, name="fieldscope-new-from-data")
+        self._from_data.finished.connect(self._config_for_data_made)
+        self.destroyed.connect(lambda *_, job=self._from_data: job.close())
         self._close_question: QMessageBox | None = None
 
         self.setWindowTitle("Fieldscope")
@@ -567,30 +574,52 @@ class MainWindow(QMainWindow):
 
     def new_from_data(self, path, key=None) -> bool:
         """A fresh config for the data file ``path`` (``core.config.from_data``), not saved
-        (File > Save config as… offers ``<data stem>.toml`` next to the data). When the file
-        states no box size, ``self.box_dialog`` asks for it first (non-blocking) and the
-        config follows its OK. False when the file cannot be used (a dialog says why)."""
-        from app.new_from_data import BoxSizeDialog
-        from core.config.from_data import config_for_data
-        from core.io import LoadError
+        (File > Save config as… offers ``<data stem>.toml`` next to the data).
 
+        Reading the file and fitting P(k) take seconds for a large grid (12 s at 256^3 on
+        two busy cores), so they run on a worker thread (``self._from_data``) while the
+        window stays live; ``new_config_done(ok)`` follows. When the file states no box
+        size, ``self.box_dialog`` asks for it (non-blocking) and the config follows its OK.
+        False when nothing was started (a run is in progress); a file that cannot be used
+        is a dialog saying why, then ``new_config_done(False)``."""
         if self.runs.status in ACTIVE:
             self.show_message("A run is in progress", "Stop the run before making a new config.")
             return False
         path = Path(path).expanduser().absolute()
-        try:
-            result = config_for_data(path, key)
-        except (LoadError, ConfigError) as exc:
-            self.show_message("Cannot make a config from the data", str(exc))
-            return False
-        if result.box_size is not None:
-            return self._use_new_config(path, result)
+        self._make_config_for_data(path, key)
+        return True
+
+    def _make_config_for_data(self, path: Path, key, box=None, unit: str = "") -> None:
+        from core.config.from_data import config_for_data
+
+        self.message_label.setStyleSheet("")
+        self.message_label.setText(f"reading {path.name} and fitting P(k) to it…")
+        kwargs = {} if box is None else {"box_size": box, "unit": unit}
+        self._from_data.request((path, key, box is None), functools.partial(config_for_data, **kwargs),
+                                path, key)
+
+    def _config_for_data_made(self, request, result, error) -> None:
+        from app.new_from_data import BoxSizeDialog
+        from core.io import LoadError
+
+        path, key, first = request
+        if error is not None:
+            if not isinstance(error, (LoadError, ConfigError, OSError)):
+                error = f"{type(error).__name__}: {error}"
+            self.message_label.setText("")
+            self.show_message("Cannot make a config from the data", str(error))
+            self.new_config_done.emit(False)
+            return
+        if result.box_size is not None or not first:
+            self.new_config_done.emit(self._use_new_config(path, result))
+            return
+        self.message_label.setText(f"{path.name}: what box size does the grid cover?")
         dialog = self.box_dialog = BoxSizeDialog(path.name, self._shape_of(path, result), self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.chosen.connect(lambda box, unit: self._new_with_box(path, key, box, unit))
+        dialog.chosen.connect(lambda box, unit: self._make_config_for_data(path, key, box, unit))
+        dialog.rejected.connect(lambda: self.new_config_done.emit(False))
         dialog.open()
         self._dialogs = [d for d in self._dialogs if _alive(d)] + [dialog]
-        return True
 
     @staticmethod
     def _shape_of(path: Path, result) -> tuple:
@@ -600,17 +629,6 @@ class MainWindow(QMainWindow):
             return tuple(array_info(path, result.document["data"]["key"]).shape)
         except LoadError:      # read a moment ago; gone now: the dialog just omits the shape
             return ()
-
-    def _new_with_box(self, path: Path, key, box, unit: str) -> bool:
-        from core.config.from_data import config_for_data
-        from core.io import LoadError
-
-        try:
-            result = config_for_data(path, key, box_size=box, unit=unit)
-        except (LoadError, ConfigError) as exc:
-            self.show_message("Cannot make a config from the data", str(exc))
-            return False
-        return self._use_new_config(path, result)
 
     def _use_new_config(self, path: Path, result) -> bool:
         try:
@@ -749,6 +767,7 @@ class MainWindow(QMainWindow):
         runs.engine_ready.connect(self._on_ready)
         runs.changed.connect(self._update_actions)
         runs.phase_text.connect(self.phase_label.setText)
+        runs.device.connect(self._show_device)
         runs.message.connect(self.message_label.setText)
         runs.problem.connect(self.show_message)
         runs.run_started.connect(self._on_run_started)
@@ -770,6 +789,12 @@ class MainWindow(QMainWindow):
         if self.auto_start and self.start_action.isEnabled():
             self.auto_start = False
             self.start_run()
+
+    def _show_device(self, device: str) -> None:
+        """The engine's compute device next to its state ("engine ready · CPU (2 threads)")."""
+        text = self.engine_label.text().split(" · ")[0]
+        self.engine_label.setText(f"{text} · {device}")
+        self.engine_label.setToolTip(f"the sampler computes on {device}")
 
     def restart_engine(self) -> None:
         if self.runs.restart_engine():

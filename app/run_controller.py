@@ -69,6 +69,9 @@ class RunController(QObject):
     engine_ready = Signal()
     changed = Signal()
     phase_text = Signal(str)
+    #: where the engine computes ("CPU (2 threads)", "GPU: NVIDIA H200 ..."): the
+    #: "compiling" status event's ``device``
+    device = Signal(str)
     message = Signal(str)
     problem = Signal(str, str)
     run_started = Signal(str)
@@ -319,6 +322,8 @@ class RunController(QObject):
         elif status in (*PHASES, "running") and self.status in ("starting", "paused"):
             self.status = "running"
             self.pause_pending = False
+        if event.get("device"):
+            self.device.emit(str(event["device"]))
         if self.status != "stopping" or status in FINAL_STATUSES:
             self.phase_text.emit(PHASE_TEXT.get(status, status))
         self.changed.emit()

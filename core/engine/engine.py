@@ -50,6 +50,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core import config as cfgmod
+from core.engine.devices import compute_device
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
 from core.engine.warmup import WarmupWatch
@@ -154,7 +155,8 @@ class Engine:
         self._status("loading", estimate=estimate or None)
         self.model = build_model(self.config)
         self.dtype = self.model.dtype
-        self._status("compiling")
+        self.device = compute_device()
+        self._status("compiling", device=self.device)
         self._chunk_fn = self._make_chunk_fn()
 
     def _make_kernel(self, step_size, scale, num_adapt):
@@ -447,7 +449,7 @@ class Engine:
                 model_kind=model.kind, chains=s.chains,
                 num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
                 param_names=model.param_names, observed=model.observed,
-                extra_attrs={"algorithm": s.algorithm}, **extra)
+                extra_attrs={"algorithm": s.algorithm, "device": self.device}, **extra)
         return self._run(self._fresh_state())
 
     def resume(self, num_samples: int | None = None) -> str:
@@ -489,6 +491,7 @@ class Engine:
                               "give a larger number of samples to extend it")
         with self.control.writing:
             self.store = RunStoreWriter.reopen(self.run_dir, st["progress"])
+            self.store.root.attrs["device"] = self.device     # this session's device
             if num_samples is not None:
                 self.store.root.attrs["num_samples"] = int(num_samples)
         return self._run(st)

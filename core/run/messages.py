@@ -169,6 +169,7 @@ class StatusEvent(TypedDict):
     error: NotRequired[str]              # "failed": why
     progress: NotRequired[Progress]      # "finished" / "stopped": the run's final counts
     estimate: NotRequired[Estimate]      # "loading" of a field run
+    device: NotRequired[str]             # "compiling": where the sampler runs, in words
 
 
 class ChunkEvent(TypedDict):
@@ -205,7 +206,7 @@ def ready_event(seconds: float) -> ReadyEvent:
 
 
 def status_event(status: str, *, error: str | None = None, progress: dict | None = None,
-                 estimate: Estimate | None = None) -> StatusEvent:
+                 estimate: Estimate | None = None, device: str | None = None) -> StatusEvent:
     """A "status" event; the optional fields are left out when not given."""
     event = StatusEvent(type=STATUS, status=str(status))
     if error is not None:
@@ -214,6 +215,8 @@ def status_event(status: str, *, error: str | None = None, progress: dict | None
         event["progress"] = Progress(**{key: int(progress[key]) for key in PROGRESS_KEYS})
     if estimate is not None:
         event["estimate"] = estimate
+    if device is not None:
+        event["device"] = str(device)
     return event
 
 

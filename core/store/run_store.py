@@ -485,7 +485,7 @@ class _Layout:
         for key in ("config", "status", "model_kind"):
             if not isinstance(a.get(key), str):
                 raise self._attr_error(key, a.get(key), "not a string")
-        for key in ("error", "config_dir"):
+        for key in ("error", "config_dir", "device", "algorithm"):
             if key in a and not isinstance(a[key], str):
                 raise self._attr_error(key, a[key], "not a string")
         if a["status"] not in STORE_STATUSES:

@@ -165,6 +165,7 @@ class RunSummary:
     warmup_seconds: float = float("nan")
     sampling_gradient_evaluations: int = 0  # post-warmup, all chains
     warmup_divergences: int = 0             # all chains
+    device: str = ""                        # where the last session computed ("" in older stores)
 
     @property
     def gradients_per_effective_sample(self) -> float:
@@ -227,7 +228,8 @@ class RunSummary:
             lines.append("sampling time: not recorded in this store (ESS/s is nan)")
         else:
             lines.append(f"sampling time: {self.sampling_seconds:.3g} s post-warmup, "
-                         f"{self.warmup_seconds:.3g} s warmup")
+                         f"{self.warmup_seconds:.3g} s warmup"
+                         + (f" (on {self.device})" if self.device else ""))
         if self.rows:
             lines.append("per chain and pooled (post-warmup draws; chain R-hat compares its halves):")
             lines.append(self.table_text())
@@ -312,7 +314,8 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
         gradient_evaluations=int(n_steps.sum()), ess_min=ess_min, chains=chains,
         sampling_seconds=_seconds(timing, "sampling_seconds"),
         warmup_seconds=_seconds(timing, "warmup_seconds"),
-        sampling_gradient_evaluations=int(post_steps.sum()))
+        sampling_gradient_evaluations=int(post_steps.sum()),
+        device=str(reader.attrs.get("device") or ""))
     if reader.has_field and progress.get("field_draws", 0) >= 4:
         n = progress["field_draws"]
         if field_diagnostics:

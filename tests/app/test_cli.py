@@ -21,7 +21,7 @@ import pytest
 
 from app import cli
 from core.run import run_folder
-from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
+from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress, status_event
 from core.run.tensorflow_env import START_UP_NOISE, quiet_tensorflow
 from core.store import run_lock
 from core.store.run_store import STORE_NAME, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
@@ -204,6 +204,15 @@ def test_the_progress_line_counts_on_from_the_stored_divergences(tmp_path):
                       elapsed=1.0, steps_per_second=2.0, total_elapsed=1.0,
                       progress=dict(new_progress())))
     assert fresh.divergences == 0      # a run from step 0 counts nothing stored
+
+
+def test_the_progress_line_says_where_the_engine_computes():
+    stream = io.StringIO()
+    line = cli.ProgressLine(stream)
+    line(status_event("loading"))
+    line(status_event("compiling", device="GPU: NVIDIA H200 (compute capability 9.0)"))
+    assert stream.getvalue().splitlines() == [
+        "loading...", "device: GPU: NVIDIA H200 (compute capability 9.0)", "compiling..."]
 
 
 def test_quiet_tensorflow_hides_cuinit_errors_only_without_a_gpu(tmp_path):

@@ -51,6 +51,9 @@ def test_a_run_from_start_to_finish(make_window, qtbot, tmp_path):
     assert window.view_timer.interval() == interval and not window.view_timer.isActive()
     assert len(refreshes) <= elapsed * 1000 / (0.9 * interval) + 3
     assert len([m for m in messages if m["type"] == "chunk"]) == 6
+    # where the engine computes, beside its state; the store keeps it for the summary
+    assert window.engine_label.text().startswith("engine ready") and " · " in window.engine_label.text()
+    assert window.engine_label.text().endswith(RunReader(window.run_dir).attrs["device"])
 
     run_dir = window.run_dir
     assert run_dir.parent == config.parent / "runs" and run_dir.name.startswith("tiny-")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 
 import numpy as np
+import shiboken6
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QDialogButtonBox
 
@@ -39,6 +40,10 @@ def test_new_from_data_on_a_plain_npy_asks_the_box_and_runs_in_a_folder_named_af
     assert window.state["data.mask"] == "mask" and window.state["prior.kind"] == "power_law_cutoff"
 
     assert window.new_from_data(data_dir / "mydata.npy")
+    # the file is read and P(k) fitted on a worker thread: the call returns at once
+    assert window._from_data.busy and window.box_dialog is None
+    assert "reading mydata.npy and fitting P(k)" in window.message_label.text()
+    qtbot.waitUntil(lambda: window.box_dialog is not None, timeout=30_000)
     dialog = window.box_dialog                      # no box size in a .npy: the question
     qtbot.waitUntil(dialog.isVisible)
     assert "mydata.npy (8, 8, 8) does not state" in dialog.intro.text()
@@ -48,8 +53,9 @@ def test_new_from_data_on_a_plain_npy_asks_the_box_and_runs_in_a_folder_named_af
     dialog.box_edit.setText("60")
     dialog.unit_edit.setText("Mpc")
     assert ok.isEnabled()
-    ok.click()
-    assert not dialog.isVisible()
+    with qtbot.waitSignal(window.new_config_done, timeout=30_000) as done:
+        ok.click()
+    assert done.args == [True] and not shiboken6.isValid(dialog)     # closed and deleted
 
     state = window.state
     assert state.path is None and state.base_dir == data_dir
@@ -101,3 +107,16 @@ def test_fieldscope_gui_datafile_opens_a_new_config_for_it(tmp_path, xla_cache):
     assert QImage(str(png)).width() >= 1000
     assert "Cannot" not in out.stderr and "Traceback" not in out.stderr
     assert sorted(p.name for p in data_dir.iterdir()) == ["survey.npz"]
+
+
+def test_new_from_data_on_a_file_it_cannot_use_says_why(make_window, qtbot, tmp_path):
+    bad = tmp_path / "flat.npy"
+    np.save(bad, np.zeros((8, 8)))                   # 2-D: not a field on a 3-D grid
+    window = make_window()
+    before = window.state.document()
+    with qtbot.waitSignal(window.new_config_done, timeout=30_000) as done:
+        assert window.new_from_data(bad)
+    assert done.args == [False]
+    title, text = window.last_message
+    assert title == "Cannot make a config from the data" and "flat.npy" in text
+    assert window.state.document() == before           # the config in the panels is kept

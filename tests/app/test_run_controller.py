@@ -68,8 +68,10 @@ def test_a_run_from_start_to_finished(qtbot, tmp_path):
     assert started.args == [str(tmp_path / "run")] and client.commands == [("run", str(tmp_path / "run"), False)]
     assert runs.status == "starting" and not runs.can_start and runs.run_dir == tmp_path / "run"
     client.send_status("loading")
-    client.send_status("compiling")
-    assert runs.status == "starting"
+    devices = []
+    runs.device.connect(devices.append)
+    client.send_status("compiling", device="CPU (2 threads)")
+    assert runs.status == "starting" and devices == ["CPU (2 threads)"]
     client.send_status("warmup")
     assert runs.status == "running" and state.status == "running" and state.phase == "warmup"
     events, _ = fake_run()

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from core import integral as im
 from core.config import parse_config
@@ -309,6 +310,13 @@ def test_every_event_of_a_run_is_as_core_run_messages_defines_it(tmp_path):
     statuses = [e["status"] for e in events if e["type"] == "status"]
     assert statuses[:3] == ["loading", "compiling", "warmup"] and statuses[-1] == "finished"
     assert "estimate" in events[0] and "progress" in events[-1]
+    # where it computes, in the compiling event and the store (no GPU here: the CPU's threads)
+    device = events[1]["device"]
+    assert device.startswith("GPU: ") if tf.config.list_physical_devices("GPU") else \
+        device.startswith("CPU (") and device.endswith(" threads)")
+    assert RunReader(tmp_path / "run").attrs["device"] == device
+    from core.store.run_summary import summarize_run
+    assert f"warmup (on {device})" in summarize_run(tmp_path / "run").text()
     chunks = [e for e in events if e["type"] == "chunk"]
     assert chunks[0]["stats"]["lp"].shape == (2, chunks[0]["n_steps"])
     assert chunks[-1]["latest_field"].shape == (2, 8, 8, 8)

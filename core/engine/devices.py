@@ -1,0 +1,40 @@
+"""Where the engine computes: the device TensorFlow places the sampler on, in words.
+
+TensorFlow puts every op on the first visible GPU when it sees one (float32 and float64
+FFTs run in cuFFT there; ``core.engine.fft`` projects the Hermitian planes that cuFFT
+does not ignore), else on the CPU with its thread pool. ``compute_device()`` says which,
+for the "compiling" status event: the CLI prints it, the window shows it in its status
+bar, and the run store keeps it (attribute ``device``, rewritten by each session of a
+resumed run), so that ``fieldscope summary`` says where a run's timings were measured.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+__all__ = ["compute_device"]
+
+
+def _gpu_name(device) -> str:
+    try:
+        details = tf.config.experimental.get_device_details(device)
+    except (ValueError, RuntimeError):
+        details = {}
+    name = details.get("device_name") or device.name.replace("/physical_device:", "")
+    capability = details.get("compute_capability")
+    return f"{name} (compute capability {capability[0]}.{capability[1]})" if capability else name
+
+
+def compute_device() -> str:
+    """"GPU: NVIDIA H200 (compute capability 9.0)" (and "+ n more, unused" when several are
+    visible: the engine uses the first), or "CPU (N threads)"."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        text = f"GPU: {_gpu_name(gpus[0])}"
+        if len(gpus) > 1:
+            text += f" (+ {len(gpus) - 1} more GPU{'s' if len(gpus) > 2 else ''}, unused)"
+        return text
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count() or 1
+    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
