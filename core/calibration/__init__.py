@@ -17,12 +17,12 @@ simultaneous ECDF bands of Sailynoja et al. 2022 and the p-value of uniformity),
 from __future__ import annotations
 
 from core.calibration.bands import EcdfBand, ecdf_counts, simultaneous_band, uniformity_pvalue
-from core.calibration.plan import CalibrationPlan, PlanError, fixed_voxels, make_plan, quantity_names
+from core.calibration.plan import CalibrationPlan, PlanError, fixed_voxels, make_plan, plan_for_config, quantity_names
 from core.calibration.ranks import LEVELS, coverage, expected_coverage, ranks_of
 from core.calibration.store import STORE_NAME, CalibrationReader, CalibrationStoreError, CalibrationWriter
 from core.calibration.verdict import ALPHA, Verdict, judge
 
 __all__ = ["EcdfBand", "ecdf_counts", "simultaneous_band", "uniformity_pvalue", "CalibrationPlan", "PlanError",
-           "fixed_voxels", "make_plan", "quantity_names", "LEVELS", "coverage", "expected_coverage", "ranks_of",
+           "fixed_voxels", "make_plan", "plan_for_config", "quantity_names", "LEVELS", "coverage", "expected_coverage", "ranks_of",
            "STORE_NAME", "CalibrationReader", "CalibrationStoreError", "CalibrationWriter", "ALPHA", "Verdict",
            "judge"]

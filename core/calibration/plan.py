@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PlanError", "CalibrationPlan", "make_plan", "quantity_names", "fixed_voxels",
+__all__ = ["PlanError", "CalibrationPlan", "make_plan", "plan_for_config", "quantity_names", "fixed_voxels",
            "MAX_SIMULATIONS", "MAX_DRAWS", "BATCH_ELEMENTS"]
 
 MAX_SIMULATIONS = 100_000
@@ -119,3 +119,22 @@ def quantity_names(param_names, n_shells: int = 0, voxels=()) -> list[str]:
     ``power_k00``... (one per k-shell), ``voxel_i_j_k``."""
     return ([*param_names, "loglik"] + [f"power_k{i:02d}" for i in range(n_shells)]
             + [f"voxel_{i}_{j}_{k}" for i, j, k in voxels])
+
+
+def plan_for_config(config, *, simulations: int, draws: int | None = None,
+                    batch_size: int | None = None) -> CalibrationPlan:
+    """``make_plan`` for a run config: its chains, num_samples and seed; the grid's size from
+    the data file's header (nothing is loaded; a file that cannot be read leaves the default
+    batch size to the grid-free rule, and the model's loading reports the file)."""
+    n_cells = 1
+    if config.model.kind == "field":
+        from core import io as loaders
+
+        try:
+            shape = loaders.array_info(config.data_path, config.data.key).shape
+            n_cells = int(np.prod(shape)) if shape else 1
+        except loaders.LoadError:
+            pass
+    s = config.sampler
+    return make_plan(simulations=simulations, draws=draws, chains=s.chains, num_samples=s.num_samples,
+                     seed=s.seed, n_cells=n_cells, batch_size=batch_size)

@@ -18,10 +18,15 @@ import numpy as np
 from core.calibration.bands import uniformity_pvalue
 from core.calibration.ranks import LEVELS, coverage, expected_coverage
 
-__all__ = ["ALPHA", "QuantityResult", "Verdict", "judge"]
+__all__ = ["ALPHA", "QuantityResult", "Verdict", "format_p", "judge"]
 
 #: the level of every band and of the family of quantities
 ALPHA = 0.05
+
+
+def format_p(p: float) -> str:
+    """A p-value for people: two digits, and "< 1e-15" below what float64 resolves here."""
+    return "< 1e-15" if p < 1e-15 else f"{p:.2g}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,11 @@ class QuantityResult:
     coverage: tuple[float, ...]
     outside_band: bool          # p < ALPHA: its ECDF leaves the 95 % band
     failed: bool                # Holm: not uniform, with the whole family held to ALPHA
+
+
+def _p_text(p: float) -> str:
+    text = format_p(p)
+    return text if text.startswith("<") else f"= {text}"
 
 
 @dataclass(frozen=True)
@@ -62,12 +72,12 @@ class Verdict:
             return "no simulations finished yet"
         if self.failed:
             worst = sorted((r for r in self.results if r.failed), key=lambda r: r.pvalue)
-            names = ", ".join(f"{r.name} (p = {r.pvalue:.2g})" for r in worst)
+            names = ", ".join(f"{r.name} (p {_p_text(r.pvalue)})" for r in worst)
             text = f"FAIL: {names} outside {'its' if len(worst) == 1 else 'their'} 95 % band"
         else:
             smallest = min(self.results, key=lambda r: r.pvalue)
-            text = (f"PASS: the ranks of all {q} quantities are uniform (smallest p = "
-                    f"{smallest.pvalue:.2g}, {smallest.name})")
+            text = (f"PASS: the ranks of all {q} quantities are uniform (smallest p "
+                    f"{_p_text(smallest.pvalue)}, {smallest.name})")
         if self.by_chance:
             text += (f"; outside the 95 % band but within chance for {q} quantities: "
                      + ", ".join(self.by_chance))
@@ -81,7 +91,7 @@ class Verdict:
         rows = [head]
         for r in self.results:
             mark = "  FAIL" if r.failed else ("  outside band (chance)" if r.outside_band else "")
-            rows.append(f"{r.name:<{width}}  {r.pvalue:>8.3g}  "
+            rows.append(f"{r.name:<{width}}  {format_p(r.pvalue):>8}  "
                         + "  ".join(f"{c:>9.3f}" for c in r.coverage) + mark)
         rows.append(f"{'expected':<{width}}  {'':>8}  " + "  ".join(f"{e:>9.3f}" for e in self.expected))
         return "\n".join(rows)

@@ -60,7 +60,7 @@ from core.calibration import (
     PlanError,
     fixed_voxels,
     judge,
-    make_plan,
+    plan_for_config,
     quantity_names,
     ranks_of,
 )
@@ -384,11 +384,11 @@ class _Program:
                 welford, kept)
         return keep_buf, below, div, acc
 
-    def run_batch(self, sim_model, b: int, sampler, seed: int) -> BatchResult:
-        """Batch ``b`` with ``sampler``'s num_warmup and step_size and the plan's seed
-        ``seed`` (the program's own were those of the config it was built for)."""
+    def run_batch(self, sim_model, b: int, sampler, plan: CalibrationPlan) -> BatchResult:
+        """Batch ``b`` of ``plan`` with ``sampler``'s num_warmup and step_size (the program's
+        own plan and sampler were those of the calibration it was built for; they share its
+        batch size, draws and chains)."""
         model = self.model
-        plan = dataclasses.replace(self.plan, seed=seed)
         indices = list(plan.batch(b))
         data, truth = simulate_batch(sim_model, indices, plan.seed)
         truth_q, truth_field = self.truth_quantities(sim_model, data, truth)
@@ -424,12 +424,12 @@ class _Program:
 def _program_key(config: RunConfig, plan: CalibrationPlan):
     """What a compiled program depends on: the config but for the sampler's seed, initial
     step size and number of warmup steps (only whether it adapts a mass matrix), and the plan
-    but for its seed."""
+    but for its seed and number of simulations."""
     s = config.sampler
     adapt = s.adapt_mass_matrix and s.num_warmup >= 20
     neutral = dataclasses.replace(config, sampler=dataclasses.replace(s, seed=0, step_size=0.1, num_warmup=0,
                                                                       adapt_mass_matrix=adapt))
-    return dump_config(neutral), str(config.base_dir), dataclasses.replace(plan, seed=0)
+    return dump_config(neutral), str(config.base_dir), dataclasses.replace(plan, seed=0, simulations=plan.batch_size)
 
 
 def _program(config: RunConfig, plan: CalibrationPlan, model=None) -> _Program:
@@ -463,17 +463,7 @@ class Calibrator:
         self.on_batch = on_batch or (lambda info: None)
         self.emit = emit or (lambda text: None)
         self.store = None
-        n_cells = 1
-        if config.model.kind == "field":
-            from core import io as loaders
-            try:
-                shape = loaders.array_info(config.data_path, config.data.key).shape
-                n_cells = int(np.prod(shape)) if shape else 1
-            except loaders.LoadError:
-                pass        # loading the model reports it
-        s = config.sampler
-        self.plan = make_plan(simulations=simulations, draws=draws, chains=s.chains, num_samples=s.num_samples,
-                              seed=s.seed, n_cells=n_cells, batch_size=batch_size)
+        self.plan = plan_for_config(config, simulations=simulations, draws=draws, batch_size=batch_size)
 
     def existing(self) -> CalibrationReader | None:
         """The store already in ``out_dir`` if it is this calibration (resumable); None if
@@ -528,16 +518,17 @@ class Calibrator:
                 if self.control.stop:
                     self.store.set_status("stopped")
                     return "stopped"
-                self.emit("compiling" if b == first else "sampling")
+                if b == first:
+                    self.emit("compiling")
                 t0 = time.perf_counter()
-                result = program.run_batch(sim_model, b, self.config.sampler, self.plan.seed)
+                result = program.run_batch(sim_model, b, self.config.sampler, self.plan)
                 elapsed = time.perf_counter() - t0
                 seconds += elapsed
                 with self.control.writing:
                     run_lock.verify(self.out_dir)
                     self.store.append(result.rows(list(self.plan.batch(b))[:self.plan.kept(b)]), b + 1, seconds)
                 done = self.store.progress["simulations"]
-                per_batch = seconds / max(1, b + 1 - first)
+                per_batch = elapsed        # the first batch's includes the compilation
                 self.on_batch({"batch": b + 1, "batches": self.plan.batches, "simulations_done": done,
                                "simulations": self.plan.simulations, "seconds": elapsed,
                                "eta": per_batch * (self.plan.batches - b - 1),
