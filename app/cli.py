@@ -10,6 +10,7 @@ command that never samples (``summary``, ``demo``) never loads TensorFlow.
     fieldscope run CONFIG --out RUNDIR   sample, with a progress line; Ctrl-C stops after the chunk
     fieldscope resume RUNDIR [--num-samples N]
     fieldscope summary RUNDIR [--csv FILE]
+    fieldscope calibrate CONFIG --simulations N --out DIR [--draws M] [--batch S] [--simulate-with CONFIG2]
 
 ``run`` and ``resume`` claim the run directory (``core.run.run_folder``: its writer lock, and
 what it holds) before they load TensorFlow, so a wrong folder is refused at once. The engine
@@ -19,6 +20,11 @@ status "stopped", lock released: exit status 0, as a finished run); a second sig
 once: the chunk in flight is abandoned, the store keeps every chunk before it (no write is cut
 short: ``Control.writing``), its status says "stopped", the lock is released, and the process
 exits with 128 + the signal's number. Either way the run resumes from its last checkpoint.
+
+``calibrate`` (simulation-based calibration, ``core.engine.calibrate``) runs the same way, its
+unit a batch of simulations instead of a chunk: the same command with the same settings
+resumes a stopped calibration at its first unfinished batch. It ends with the table of
+``core.calibration.verdict`` and exits 0 when every quantity passes, 1 when some fail.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "ProgressLine", "UserError", "STOP_SIGNALS"]
+__all__ = ["main", "build_parser", "ProgressLine", "CalibrationProgress", "UserError", "STOP_SIGNALS"]
 
 #: the signals that stop a run (the first after its chunk, a second at once)
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -198,6 +204,10 @@ class _EngineSession:
     this module's description says. Use as a context manager (the handlers are restored and
     the claim released when it ends)."""
 
+    #: what the engine finishes before it honours a first stop signal, and how to continue
+    unit = "chunk"
+    continue_with = "fieldscope resume {run_dir}"
+
     def __init__(self, run_dir):
         self.run_dir = Path(run_dir)
         self.claim = None            # core.run.run_folder.Claim
@@ -233,7 +243,7 @@ class _EngineSession:
             self.control.stop = True
             self.control.pause = False
             _say(("\n" if sys.stderr.isatty() else "")
-                 + f"fieldscope: {name}: stopping after the current chunk (again to stop at once; "
+                 + f"fieldscope: {name}: stopping after the current {self.unit} (again to stop at once; "
                  "the run stays resumable)")
             return
         self._end_now(signum)
@@ -251,9 +261,9 @@ class _EngineSession:
                 store.set_status("stopped")
             except Exception:            # a store that cannot be written: resume still works
                 pass
-            text = (f"stopped at once ({name}); the chunk in flight was abandoned and everything "
-                    f"before it is in {self.run_dir}. Continue with: fieldscope resume "
-                    f"{self.run_dir}")
+            text = (f"stopped at once ({name}); the {self.unit} in flight was abandoned and everything "
+                    f"before it is in {self.run_dir}. Continue with: "
+                    + self.continue_with.format(run_dir=self.run_dir))
         else:
             text = f"stopped ({name}) before the run started; nothing was written to {self.run_dir}"
         if self.claim is not None:
@@ -396,6 +406,106 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+class CalibrationProgress:
+    """The progress line of ``fieldscope calibrate``: batches, simulations, time per batch, ETA
+    and the verdict so far; rewritten in place on a terminal, one line per batch otherwise."""
+
+    def __init__(self, stream=None):
+        self.line = ProgressLine(stream)
+
+    def phase(self, text: str) -> None:
+        self.line._write(f"calibrate: {text}", final=not self.line.interactive)
+
+    def __call__(self, info: dict) -> None:
+        self.line._write(f"calibrate: batch {info['batch']}/{info['batches']}, {info['simulations_done']}/"
+                         f"{info['simulations']} simulations, {info['seconds']:.1f} s/batch, ETA "
+                         f"{_clock(info['eta'])}  {info['verdict'].split(' [')[0]}",
+                         final=not self.line.interactive or info["batch"] == info["batches"])
+
+
+class _CalibrationSession(_EngineSession):
+    unit = "batch"
+
+    def __init__(self, out_dir, command: str):
+        super().__init__(out_dir)
+        self.continue_with = command
+
+
+def _read_config(path: str):
+    from core.config import ConfigError, parse_config, read_config_text
+
+    try:
+        text = read_config_text(path)
+        return parse_config(text, base_dir=os.path.dirname(os.path.abspath(path)), source=path), text
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from core.calibration import CalibrationReader, CalibrationStoreError, PlanError, plan_for_config
+    from core.calibration.store import STORE_NAME, plan_differences
+    from core.store import run_lock
+
+    config, text = _read_config(args.config)
+    simulate, simulate_text = (None, "")
+    if args.simulate_with:
+        simulate, simulate_text = _read_config(args.simulate_with)
+    out = Path(args.out)
+    command = " ".join(["fieldscope calibrate", args.config, "--simulations", str(args.simulations), "--out",
+                        str(out)] + (["--draws", str(args.draws)] if args.draws else [])
+                       + (["--batch", str(args.batch)] if args.batch else [])
+                       + (["--simulate-with", args.simulate_with] if args.simulate_with else []))
+    # everything that can be refused is refused before TensorFlow loads
+    try:
+        plan = plan_for_config(config, simulations=args.simulations, draws=args.draws, batch_size=args.batch)
+        if (out / STORE_NAME).exists():
+            reader = CalibrationReader(out)
+            differences = plan_differences(reader.attrs, text, simulate_text, plan)
+            if differences:
+                raise UserError(f"{out / STORE_NAME}: holds another calibration (it differs in "
+                                f"{'; '.join(differences)}); choose another --out, or give the same "
+                                "settings to resume it")
+            if reader.progress["batches"] >= plan.batches:
+                return _calibration_report(out)
+            _say(f"fieldscope: resuming {out} at simulation {reader.simulations_done} of {plan.simulations}")
+    except (PlanError, CalibrationStoreError) as err:
+        raise UserError(str(err)) from None
+    progress = CalibrationProgress()
+    with _CalibrationSession(out, command) as session:
+        try:
+            session.claim = run_lock.acquire(out)
+        except (run_lock.LockHeld, OSError) as err:
+            raise UserError(str(err)) from None
+
+        def make(Engine, control):
+            from core.engine.calibrate import Calibrator
+
+            return Calibrator(config, text, out, simulations=args.simulations, draws=args.draws,
+                              batch_size=args.batch, simulate_config=simulate, simulate_text=simulate_text,
+                              control=control, on_batch=progress, emit=progress.phase)
+
+        try:
+            status = session.run(make, lambda calibrator: calibrator.run())
+        except (*_engine_errors(), PlanError, CalibrationStoreError, run_lock.LockHeld) as err:
+            raise UserError(str(err)) from None
+    if status == "stopped":
+        _say(f"stopped; the finished batches are in {out}. Continue with: {command}", sys.stdout)
+        return 0
+    return _calibration_report(out)
+
+
+def _calibration_report(out) -> int:
+    from core.calibration import CalibrationReader, CalibrationStoreError
+
+    try:
+        verdict = CalibrationReader(out).verdict()
+    except CalibrationStoreError as err:
+        raise UserError(str(err)) from None
+    print(verdict.table())
+    print(verdict.line())
+    return 0 if verdict.passed else 1
+
+
 def _cmd_install_desktop(args: argparse.Namespace) -> int:
     from app import desktop
 
@@ -451,6 +561,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rundir")
     p.add_argument("--csv", help="also write the diagnostics table (pooled and per chain) as CSV")
     p.set_defaults(func=_cmd_summary)
+    p = sub.add_parser("calibrate", help="simulation-based calibration: simulate data from the config's prior, "
+                       "sample each, check that the truths' ranks are uniform")
+    p.add_argument("config")
+    p.add_argument("--simulations", type=int, required=True, help="number of simulated data sets")
+    p.add_argument("--out", required=True, help="directory for calibration.zarr (the same command resumes it)")
+    p.add_argument("--draws", type=int, default=None,
+                   help="posterior draws per simulation, all chains (default: up to 100, thinned evenly)")
+    p.add_argument("--batch", type=int, default=None, help="simulations per compiled batch (default: about a tenth)")
+    p.add_argument("--simulate-with", default=None, metavar="CONFIG2",
+                   help="simulate the data with another config (same model and grid): tests a mis-specification")
+    p.set_defaults(func=_cmd_calibrate)
     p = sub.add_parser("install-desktop", help="add Fieldscope to this user's application menu "
                        "(launcher and icons under $XDG_DATA_HOME, default ~/.local/share)")
     p.add_argument("--uninstall", action="store_true", help="remove the launcher and icons it installed")

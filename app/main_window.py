@@ -374,6 +374,8 @@ class MainWindow(QMainWindow):
                                              lambda: self.panel["data"]._browse())
         self.open_run_action = self._action("Open &run directory…", self._open_run_dialog,
                                             tip="show a stored run, or continue a stopped one")
+        self.calibrate_action = self._action("&Calibrate…", self._calibrate_dialog,
+                                             tip="simulation-based calibration of this config")
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
         file_menu = self.menuBar().addMenu("&File")
         for action in (self.new_from_data_action, self.open_config_action, self.save_config_action, self.save_as_action):
@@ -389,6 +391,7 @@ class MainWindow(QMainWindow):
             action = demos.addAction(text)
             action.triggered.connect(lambda _c=False, n=name: self.open_demo(n))
         file_menu.addSeparator()
+        file_menu.addAction(self.calibrate_action)
         self.export_menu = file_menu.addMenu("&Export")
         self.export_menu.aboutToShow.connect(self._fill_export_menu)
         self._fill_export_menu()
@@ -652,6 +655,25 @@ class MainWindow(QMainWindow):
                                               "Fieldscope config (*.toml);;All files (*)")
         if path:
             self.open_config(path)
+
+    def _calibrate_dialog(self) -> None:
+        """File > Calibrate…: save the config, ask how many simulations, and open a Calibration
+        window on ``<config stem>-calibration`` next to it (``app.views.calibration``: a
+        ``fieldscope calibrate`` process it watches; the same folder resumes a stopped one)."""
+        if (self.state.path is None or self.state.modified()) and not self.save_config():
+            return
+        from PySide6.QtWidgets import QInputDialog
+
+        from app.views.calibration import CalibrationWindow, calibrate_command
+
+        n, ok = QInputDialog.getInt(self, "Calibrate", "Simulations (each a data set simulated from the prior "
+                                    "and sampled with this config):", 100, 1, 100000)
+        if not ok:
+            return
+        out = self.state.path.parent / f"{self.state.path.stem}-calibration"
+        self.calibration_window = CalibrationWindow(out, calibrate_command(self.state.path, n, out))
+        self.calibration_window.resize(1000, 750)
+        self.calibration_window.show()
 
     def save_config(self, path=None) -> bool:
         """Save (to ``path``, or the config's own file); refuses an invalid config."""
