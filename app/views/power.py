@@ -429,7 +429,10 @@ class PowerView(RunView):
         rel = relative_error(counts) if counts is not None else None
         if prior is not None and rel is not None and np.isfinite(prior[0]).any():
             kk, p0 = _finite(k, prior[0])
-            r = rel[np.isfinite(k) & np.isfinite(prior[0])]
+            # the same shells _finite keeps: a prior that underflows to 0 at high k (a
+            # cutoff on a 256^3 grid) is dropped there too
+            with np.errstate(invalid="ignore"):
+                r = rel[np.isfinite(k) & np.isfinite(prior[0]) & (k > 0) & (prior[0] > 0)]
             c["band_low"].setData(kk, p0 * np.maximum(1 - r, BAND_FLOOR))
             c["band_high"].setData(kk, p0 * (1 + r))
         else:
