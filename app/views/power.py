@@ -440,7 +440,7 @@ class PowerView(RunView):
             c["band_high"].setData([], [])
         for ch, curve in enumerate(self.ratio_curves):
             if latest is not None and prior is not None and ch < len(latest) and ch < len(prior):
-                with np.errstate(divide="ignore", invalid="ignore"):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # prior ~ 0: inf, dropped
                     curve.setData(*_finite(k, latest[ch] / prior[ch]))
             else:
                 curve.setData([], [])
