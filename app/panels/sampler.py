@@ -1,16 +1,29 @@
-"""The Sampler panel: algorithm, steps, warmup, chains, seed, field parameterisation and dtype."""
+"""The Sampler panel: algorithm, steps, warmup, chains, seed, field parameterisation and dtype.
+
+Next to "Keep every" (``sampler.thin``) it shows what the kept field draws cost on disk:
+bytes per kept draw (one chain, and all chains) and the whole run's store, from
+``core.run.resources.estimate_run`` (the store's own block layout,
+``core.store.run_store.field_draw_disk_bytes``), the same figure the disk check refuses a
+run with, so the two never disagree. It is an upper bound: random draws compress only to
+about 90 %. It follows every edit of the grid (the data's shape), chains, dtype,
+num_samples and thin.
+"""
 
 from __future__ import annotations
-
-import math
 
 from PySide6.QtWidgets import QCheckBox
 
 from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label, bind_check
 from app.state.config_state import SAMPLER_KEYS, ConfigState
+from core.run import resources
 
 __all__ = ["SamplerPanel"]
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 < 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
 
 class SamplerPanel(SetupPanel):
     title = "Sampler"
@@ -39,6 +52,11 @@ class SamplerPanel(SetupPanel):
         self._number("sampler.seed", "Seed", tip="sampler.seed: same seed, same draws")
         self._number("sampler.thin", "Keep every", tip="sampler.thin: keep every thin-th "
                      "field draw (scalars are kept at every draw)")
+        self.disk_cost = _info_label()
+        self.disk_cost.setStyleSheet(INFO_STYLE)
+        self.disk_cost.setToolTip("what the kept field draws take in the run store (an estimate, "
+                                  "at most: random draws compress only to about 90 %)")
+        self.form.addRow("", self.disk_cost)
         self._number("sampler.chunk_size", "Chunk size",
                      tip="sampler.chunk_size: steps per compiled call; progress, pause and "
                          "stop act between chunks")
@@ -77,10 +95,25 @@ class SamplerPanel(SetupPanel):
         text = (f"{warmup + samples} steps per chain; {samples * chains:,} draws kept in all "
                 f"(scalars at every draw)")
         shape = s.data_shape() if field else None
-        if shape is not None:
-            kept = -(-samples // thin) * chains
-            text += (f"; {kept:,} field draws stored (every {thin}th), "
-                     f"{_bytes(kept * math.prod(shape) * 4)} in the run store")
+        self.disk_cost.setText(self.disk_text(shape, warmup, samples, chains, thin))
+        self.form.setRowVisible(self.disk_cost, bool(self.disk_cost.text()))
         self.info.setText(text + ".")
+
+    def disk_text(self, shape, warmup: int, samples: int, chains: int, thin: int) -> str:
+        """The disk cost of the kept field draws (module docstring), or "" without a grid."""
+        if shape is None or len(shape) != 3 or min(shape) < 1:
+            return ""
+        s = self.state
+        est = resources.estimate_run(shape, chains=chains, thin=thin, num_warmup=warmup,
+                                     num_samples=samples, dtype=s["field.dtype"] if s["field.dtype"]
+                                     in ("float32", "float64") else "float32",
+                                     noise_map=s["data.noise"] == "map")
+        kept = -(-samples // thin)
+        per = est.field_draw_bytes
+        every = "every draw" if thin == 1 else f"every {_ordinal(thin)} draw"
+        return (f"on disk (estimate, at most): {_bytes(per)} per kept field draw of a chain, "
+                f"{_bytes(per * chains)} for all {chains}; {kept:,} kept per chain ({every}): "
+                f"{_bytes(per * chains * kept)} of field draws, the run's store "
+                f"≈ {_bytes(est.store_bytes)} in all")
 
 

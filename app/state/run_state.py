@@ -14,6 +14,7 @@ Layout of what it holds, with ``n`` the number of steps received so far:
                                         grad_norm, diverging (bool), n_steps (int32)
     param(name)           (chains, n)   each sampled hyperparameter (constrained value)
     latest_field          (chains, x, y, z)  the most recent kept field draw, latest_field_step its g
+                                        (from a store: a FieldVolume, below)
     latest_power          (chains, k)   its P(k); k_centres (k,) the shell centres
     mean, std             (x, y, z)     running posterior moments over every post-warmup draw
     observed[name]        the run store's observed_data (data with NaN where masked, mask, noise,
@@ -23,6 +24,15 @@ Layout of what it holds, with ``n`` the number of steps received so far:
 
 The arrays returned by ``steps``, ``stat``, ``param`` and ``PinnedTrace`` are views into
 buffers that grow by doubling; read them, copy them if kept, never write them.
+
+Field-shaped arrays of a stored run. Fed by events, ``latest_field``, ``mean`` and ``std``
+are numpy arrays (the engine sends them). Read from a store (``source == "store"``: a run
+opened or watched) they are ``core.store.run_store.FieldVolume`` s instead: nothing is read
+until a view indexes them, and then only the blocks it asks for (a slice view's three
+planes, the voxel under the cursor); ``np.asarray`` reads one whole (the 3D view's block
+means and the P(k) view's FFTs do, in their worker threads). So this state holds no field
+draw of a stored run, however many the run keeps, and the GUI thread never reads one
+whole; ``volume("residual")`` is a ``LazyResidual`` of the same kind.
 
 Change tracking. ``version`` increases on every change; ``trace_version`` when the
 per-step series or the pinned traces change, ``field_version`` when a field-shaped array
@@ -49,9 +59,10 @@ import numpy as np
 
 from core.run import messages as msgs
 from core.run.messages import STAT_DTYPES, STAT_NAMES
-from core.store.run_store import STORE_NAME, RunReader, RunStoreError, StoredConfig
+from core.store.run_store import STORE_NAME, FieldVolume, RunReader, RunStoreError, StoredConfig
 
-__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "DataPreview", "VOLUME_KINDS", "VOLUME_LABELS"]
+__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "DataPreview", "LazyResidual", "VOLUME_KINDS",
+           "VOLUME_LABELS"]
 
 #: What the slice views can show, in menu order (see :meth:`RunState.volume`).
 VOLUME_KINDS = ("data", "mask", "noise", "latest", "mean", "std", "residual", "truth")
@@ -148,6 +159,31 @@ class PinnedTrace:
         """Drop points at global step >= ``step`` (a resumed run repeats them)."""
         self._steps.truncate(int(np.searchsorted(self.steps, step, side="left")))
         self._values.truncate(len(self._steps))
+
+
+class LazyResidual:
+    """data - mean where the mean is a stored ``FieldVolume``: indexing reads only the mean's
+    blocks the selection covers; ``np.asarray`` computes it whole."""
+
+    def __init__(self, data: np.ndarray, mean: FieldVolume):
+        self.data, self.mean = data, mean
+        self.shape, self.ndim = tuple(data.shape), data.ndim
+        self.dtype = np.result_type(data.dtype, mean.dtype)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return self.mean.block_shape
+
+    def __getitem__(self, key):
+        return self.data[key] - self.mean[key]
+
+    def __array__(self, dtype=None, copy=None):
+        values = self.data - self.mean[...]
+        return values if dtype is None else values.astype(dtype, copy=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -595,7 +631,10 @@ class RunState:
         if kind == "latest":
             if self.latest_field is None:
                 return None
-            return self.latest_field[min(max(int(chain), 0), self.latest_field.shape[0] - 1)]
+            chain = min(max(int(chain), 0), self.latest_field.shape[0] - 1)
+            if isinstance(self.latest_field, FieldVolume):
+                return self.latest_field.chain(chain)          # read by the view, by block
+            return self.latest_field[chain]
         if kind == "mean":
             return self.mean if self.moment_count else None
         if kind == "std":
@@ -603,6 +642,8 @@ class RunState:
         if kind == "residual":
             if data is None or self.mean is None or not self.moment_count:
                 return None
+            if isinstance(self.mean, FieldVolume):
+                return LazyResidual(data, self.mean)
             return data - self.mean
         raise ValueError(f"unknown volume kind {kind!r}; one of {', '.join(VOLUME_KINDS)}")
 
@@ -699,7 +740,7 @@ class RunState:
             f0, f1 = seen["field_draws"], int(progress.get("field_draws", 0))
             if f1 > f0:
                 steps = reader.field_draw_steps(f0, f1) + self.num_warmup
-                self.latest_field = reader.field_draw(f1 - 1)
+                self.latest_field = reader.field_volume(f1 - 1)      # read when a view asks
                 self.latest_field_step = int(steps[-1])
                 self.latest_power = reader.power_draw(f1 - 1)
                 for voxel, trace in self.pins.items():
@@ -711,7 +752,8 @@ class RunState:
                 new_field = new_traces = True
             count = reader.moment_count
             if count != seen["moment_count"]:
-                self.mean, self.std, self.moment_count = reader.field_moments()
+                self.mean, self.std = reader.moment_volume("mean"), reader.moment_volume("std")
+                self.moment_count = count
                 seen["moment_count"] = count
                 new_field = True
         if new_traces or new_field or changed:

@@ -37,9 +37,11 @@ The ratio subplot shows each chain's latest draw over its own prior, with the li
 and the band 1 +- 1 / sqrt(N_ind(k)).
 
 Threading. The FFTs (one per chain, the mean, the data and the truth: about 20 ms each at
-64^3) run in a worker thread (``app.views.jobs.LatestJob``: one computation at a
-time, only the newest waiting request kept): ``refresh`` only hands the state's arrays
-over when ``field_version`` moved, and draws what the last computation returned.
+64^3), one field at a time, run in a worker thread (``app.views.jobs.LatestJob``: one
+computation at a time, only the newest waiting request kept), which also reads the latest
+draw and the mean of a stored run (``core.store.run_store.FieldVolume``) from the store:
+``refresh`` only hands the state's arrays over when ``field_version`` moved, and draws what
+the last computation returned.
 The prior (a few dozen numbers) is evaluated in the GUI thread when ``trace_version``
 moved. A result computed for an older run (``layout_version``) is dropped.
 """
@@ -119,38 +121,37 @@ def measure_curves(grid: Grid, latest=None, mean=None, data=None, mask=None, tru
     NaN or inf is skipped with a note; see ``masked_data_field`` for the data."""
     k_ref = measure_power(np.zeros((1, *grid.shape)), grid)
     out = PowerCurves(layout, field_version, k_ref.k, k_ref.counts)
-    fields, names = [], []
-    for name, value in (("latest", latest), ("mean", mean), ("truth", truth)):
+
+    def one(value) -> np.ndarray | None:
+        # one field at a time: a stored one is read here (the worker), and the float64 copy
+        # and the FFT of one grid are all this holds at once
+        value = np.asarray(value, np.float64)
+        if not np.all(np.isfinite(value)):
+            return None
+        return measure_power(value[None], grid).power[0]
+
+    if latest is not None:
+        chains = latest.shape[0]
+        rows = [one(latest.chain(c) if hasattr(latest, "chain") else latest[c]) for c in range(chains)]
+        if any(r is None for r in rows):
+            out.notes.append("the latest field has NaN or inf values: its P(k) is not shown")
+        else:
+            out.latest = np.stack(rows)
+    for name, value in (("mean", mean), ("truth", truth)):
         if value is None:
             continue
-        value = np.asarray(value)
-        arr = value if name == "latest" else value[None]
-        if not np.all(np.isfinite(arr)):
+        power = one(value)
+        if power is None:
             out.notes.append(f"the {name} field has NaN or inf values: its P(k) is not shown")
-            continue
-        fields.append(arr)
-        names.append((name, len(arr)))
+        else:
+            setattr(out, name, power)
     if data is not None:
         filled, fraction = masked_data_field(data, mask)
         out.data_fraction = fraction
         if fraction > 0:
-            fields.append(filled[None])
-            names.append(("data", 1))
+            out.data = measure_power(filled[None].astype(np.float64, copy=False), grid).power[0] / fraction
         else:
             out.notes.append("no observed data voxel: the data's P(k) is not shown")
-    if fields:
-        power = measure_power(np.concatenate([f.astype(np.float64, copy=False) for f in fields]),
-                              grid).power
-        i = 0
-        for name, n in names:
-            block = power[i:i + n]
-            i += n
-            if name == "latest":
-                out.latest = block
-            elif name == "data":
-                out.data = block[0] / out.data_fraction
-            else:
-                setattr(out, name, block[0])
     return out
 
 
@@ -428,7 +429,10 @@ class PowerView(RunView):
         rel = relative_error(counts) if counts is not None else None
         if prior is not None and rel is not None and np.isfinite(prior[0]).any():
             kk, p0 = _finite(k, prior[0])
-            r = rel[np.isfinite(k) & np.isfinite(prior[0])]
+            # the same shells _finite keeps: a prior that underflows to 0 at high k (a
+            # cutoff on a 256^3 grid) is dropped there too
+            with np.errstate(invalid="ignore"):
+                r = rel[np.isfinite(k) & np.isfinite(prior[0]) & (k > 0) & (prior[0] > 0)]
             c["band_low"].setData(kk, p0 * np.maximum(1 - r, BAND_FLOOR))
             c["band_high"].setData(kk, p0 * (1 + r))
         else:
@@ -436,7 +440,7 @@ class PowerView(RunView):
             c["band_high"].setData([], [])
         for ch, curve in enumerate(self.ratio_curves):
             if latest is not None and prior is not None and ch < len(latest) and ch < len(prior):
-                with np.errstate(divide="ignore", invalid="ignore"):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # prior ~ 0: inf, dropped
                     curve.setData(*_finite(k, latest[ch] / prior[ch]))
             else:
                 curve.setData([], [])

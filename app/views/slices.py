@@ -34,10 +34,12 @@ from pyqtgraph.Qt import QtCore, QtWidgets
 from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.style import pin_colour
+from core.store.run_store import RunStoreError
 
 __all__ = [
     "PLANES", "AXIS_NAMES", "COLOUR_MAPS", "COLOUR_MAP_LABELS", "LEVEL_GROUPS",
-    "DEFAULT_COLOUR_MAPS", "MASK_TINT", "slice_of", "mask_overlay", "robust_levels", "SliceViewState",
+    "DEFAULT_COLOUR_MAPS", "MASK_TINT", "slice_of", "level_sample", "mask_overlay", "robust_levels",
+    "SliceViewState",
     "SlicesView"
 ]
 
@@ -55,10 +57,25 @@ DEFAULT_COLOUR_MAPS = {"field": "viridis", "std": "magma", "residual": "CET-D1",
 MASK_TINT = (255, 60, 200, 120)
 
 
-def slice_of(volume: np.ndarray, plane: int, index: int) -> np.ndarray:
-    """The image a view shows: rows = the plane's vertical axis, columns = its horizontal one."""
+def slice_of(volume, plane: int, index: int) -> np.ndarray:
+    """The image a view shows: rows = the plane's vertical axis, columns = its horizontal one.
+
+    ``volume`` is a numpy array or a stored volume (``core.store.run_store.FieldVolume``,
+    ``app.state.run_state.LazyResidual``): indexed, so a stored one reads only the blocks
+    of the plane from the run store."""
     _, _, normal = PLANES[plane]
-    return np.ascontiguousarray(np.take(volume, index, axis=normal).T)
+    key = [slice(None)] * 3
+    key[normal] = int(index)
+    return np.ascontiguousarray(np.asarray(volume[tuple(key)]).T)
+
+
+def level_sample(volume, cursor) -> np.ndarray:
+    """What levels are computed from: a numpy array itself; of a stored volume (read by
+    block, never whole in the GUI thread) the three planes through ``cursor``, the voxels
+    the views show."""
+    if isinstance(volume, np.ndarray):
+        return volume
+    return np.concatenate([slice_of(volume, p, cursor[PLANES[p][2]]).ravel() for p in range(3)])
 
 
 def mask_overlay(mask_slice: np.ndarray) -> np.ndarray:
@@ -458,7 +475,12 @@ class SlicesView(RunView):
         volume = self.state.volume(kind, self.settings.chain) if kind else None
         if volume is None:
             return
-        self.settings.levels[LEVEL_GROUPS[kind]] = robust_levels(volume, LEVEL_GROUPS[kind],
+        try:
+            sample = level_sample(volume, self.settings.cursor)
+        except (RunStoreError, OSError) as err:
+            self.note_label.setText(f"cannot read the run store: {err}")
+            return
+        self.settings.levels[LEVEL_GROUPS[kind]] = robust_levels(sample, LEVEL_GROUPS[kind],
                                                                  self._level_mask(kind))
         self._draw_images()
 
@@ -500,8 +522,16 @@ class SlicesView(RunView):
         self.mask_check.setEnabled(self.state.observed_mask is not None)
 
     def _draw_images(self, force: bool = False) -> bool:
-        """Set the images whose content changed; announce changed settings (``settings_changed``)."""
-        redrew = self._draw_changed_images(force=force)
+        """Set the images whose content changed; announce changed settings (``settings_changed``).
+
+        A stored array that cannot be read (a store damaged or deleted while watched) leaves
+        the images as they were, with the reason in the note."""
+        try:
+            redrew = self._draw_changed_images(force=force)
+        except (RunStoreError, OSError) as err:
+            self._drawn = None
+            self.note_label.setText(f"cannot read the run store: {err}")
+            redrew = False
         redrew |= self._draw_overlays(force=force)
         kind = self.shown_kind()
         group = LEVEL_GROUPS[kind] if kind else None
@@ -536,7 +566,8 @@ class SlicesView(RunView):
         volume = None           # computed only when something is drawn (a residual costs a subtraction)
         if group not in settings.levels:
             volume = st.volume(kind, settings.chain)
-            settings.levels[group] = robust_levels(volume, group, self._level_mask(kind))
+            settings.levels[group] = robust_levels(level_sample(volume, settings.cursor), group,
+                                                   self._level_mask(kind))
         levels = settings.levels[group]
         cmap_name = settings.colour_maps.get(group, "viridis")
         if cmap_name != self._cmap_drawn:

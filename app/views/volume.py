@@ -29,6 +29,12 @@ twice the drawing time on software OpenGL). Visuals are created once; ``refresh`
 ``set_data`` only when what they show changed (field_version, kind, chain, levels, render
 method), and moves the planes when the cursor moved.
 
+A stored volume (a run opened or watched: ``core.store.run_store.FieldVolume``, read on
+demand) is read and reduced slab by slab along x, each slab a whole number of the store's
+blocks and of the reduction factor, so preparing it holds one slab of the draw (8 MiB at
+256^3), never the draw; its levels come from the three planes through the cursor
+(``app.views.slices.level_sample``).
+
 Threading. A volume of more than ``async_voxels`` voxels (``ASYNC_VOXELS``) is prepared
 (block means, transposition, NaN replacement: ``prepare_volume``) on a worker thread
 (``app.views.jobs.LatestJob``, one per view: one preparation at a time, only the
@@ -65,7 +71,8 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView, save_png
 from app.views.jobs import LatestJob
-from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, robust_levels
+from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, level_sample, robust_levels
+from core.store.run_store import RunStoreError
 
 __all__ = [
     "RENDER_METHODS", "VOXELS_PER_AXIS", "SAFE_TEXTURE_SIZE", "ASYNC_VOXELS", "BACKGROUND",
@@ -156,12 +163,16 @@ def prepare_volume(volume: np.ndarray, levels, max_size: int, method: str = "mip
     Returns (texture, scale) with scale (3,) the size of a texture voxel along x, y, z in
     grid voxels (n / m). Pure numpy: runs in a worker thread for big volumes.
     """
-    volume = np.asarray(volume)
-    if mask is not None and mask.shape == volume.shape and not mask.all():
-        nan = np.float32(np.nan) if volume.dtype == np.float32 else np.nan
-        volume = np.where(mask, volume, nan)
-    factors = texture_factors(volume.shape, max_size)
-    reduced = block_mean(volume, factors)
+    if isinstance(volume, np.ndarray) or not hasattr(volume, "block_shape"):
+        volume = np.asarray(volume)
+        if mask is not None and mask.shape == volume.shape and not mask.all():
+            nan = np.float32(np.nan) if volume.dtype == np.float32 else np.nan
+            volume = np.where(mask, volume, nan)
+        factors = texture_factors(volume.shape, max_size)
+        reduced = block_mean(volume, factors)
+    else:
+        factors = texture_factors(volume.shape, max_size)
+        reduced = _stored_block_mean(volume, factors, mask)
     texture = np.ascontiguousarray(reduced.transpose(2, 1, 0), dtype=np.float32)
     bad = ~np.isfinite(texture)
     if bad.any():
@@ -169,6 +180,20 @@ def prepare_volume(volume: np.ndarray, levels, max_size: int, method: str = "mip
         texture = np.where(bad, np.float32(masked_value(levels, method)), texture).astype(np.float32)
     scale = np.array([n / m for n, m in zip(volume.shape, reduced.shape)], float)
     return texture, scale
+
+
+def _stored_block_mean(volume, factors, mask=None) -> np.ndarray:
+    """``block_mean`` of a stored volume read slab by slab along x (module docstring)."""
+    step = math.lcm(int(volume.block_shape[0]), int(factors[0]))
+    parts = []
+    for x0 in range(0, volume.shape[0], step):
+        slab = np.asarray(volume[x0:x0 + step])
+        if mask is not None and mask.shape == volume.shape:
+            part = mask[x0:x0 + step]
+            if not part.all():
+                slab = np.where(part, slab, np.float32(np.nan) if slab.dtype == np.float32 else np.nan)
+        parts.append(block_mean(slab, factors))
+    return np.concatenate(parts, axis=0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -635,7 +660,12 @@ class VolumeView(RunView):
         mask = st.observed_mask if kind == "data" else None
         if group not in settings.levels:
             volume = st.volume(kind, settings.chain)
-            settings.levels[group] = robust_levels(volume, group, mask)
+            try:
+                sample = level_sample(volume, settings.cursor)
+            except (RunStoreError, OSError) as err:      # a watched store damaged or deleted
+                self.hint_label.setText(f"cannot read the run store: {err}")
+                return changed
+            settings.levels[group] = robust_levels(sample, group, mask)
         levels = tuple(float(v) for v in settings.levels[group])
         key = (st.layout_version, st.field_version, kind, settings.chain if kind == "latest" else 0,
                levels, self.method, self.max_texture_size)

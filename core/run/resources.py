@@ -62,8 +62,10 @@ estimate exceeds it, with a message that says what to change: where the chunk's 
 buffer (ceil(chunk_size / thin) + 1 draws per chain, in the model state and its copies)
 is most of the need, a smaller ``sampler.chunk_size`` or a larger ``sampler.thin``.
 
-Disk. The store (``RunEstimate.store_bytes``, uncompressed: random draws barely
-compress) holds per chain ceil(num_samples / thin) field draws of N float32 values and
+Disk. The store (``RunEstimate.store_bytes``, an upper bound: random draws barely
+compress, to about 90 %) holds per chain ceil(num_samples / thin) field draws
+(``RunEstimate.field_draw_bytes`` each: the store's own blocks of N float32 values,
+``core.store.run_store.field_draw_disk_bytes``, each block file rounded up to 4 KiB) and
 their P(k), and (num_warmup + num_samples) draws of STORE_BYTES_PER_DRAW bytes of
 statistics and 8 bytes per sampled parameter; plus the moments, the observed maps and
 the checkpoint. ``disk_problem`` refuses a new run whose store exceeds the free space
@@ -90,6 +92,7 @@ import numpy as np
 
 from core.field.grid import Grid
 from core.run.engine_limits import UNROLLED_BUFFERS_PER_STEP, UNROLLED_PROGRAM_STEP_BYTES, field_buffer_draws, unrolls
+from core.store.run_store import field_draw_disk_bytes
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
            "available_memory", "physical_memory", "memory_problem", "check_config",
@@ -170,6 +173,7 @@ class RunEstimate:
     thin: int = 5
     field_buffer: int = 0        # bytes of the chunk's field draws (in arrays), all chains
     store_bytes: int = 0         # the run store on disk when the run is done
+    field_draw_bytes: int = 0    # disk bytes of one stored field draw of one chain
     num_samples: int = 0
     unrolled: bool = False       # HMC with the unrolled leapfrog (small runs): memory grows with L
 
@@ -242,7 +246,8 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     n_fields = -(-int(num_samples) // int(thin))
     n_shells = int(math.sqrt(sum((m // 2) ** 2 for m in shape))) + 2
     steps = int(num_warmup) + int(num_samples)
-    store = (c * n_fields * (n * 4 + n_shells * 8)                # field draws and P(k)
+    draw_bytes = field_draw_disk_bytes(shape, 4)
+    store = (c * n_fields * (draw_bytes + n_shells * 8)           # field draws and P(k)
              + c * steps * (STORE_BYTES_PER_DRAW + 8 * 3)          # stats, parameters
              + (2 + maps) * n * 8                                  # moments, observed maps
              + 2 * c * n * b + 2 * n * 8)                          # checkpoint
@@ -252,7 +257,8 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=int(num_leapfrog_steps) if algorithm == "hmc" else 1,
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
-        field_buffer=field_buffer, store_bytes=store, num_samples=int(num_samples))
+        field_buffer=field_buffer, store_bytes=store, field_draw_bytes=draw_bytes,
+        num_samples=int(num_samples))
 
 
 def estimate_for_config(config, shape) -> RunEstimate:

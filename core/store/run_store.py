@@ -15,13 +15,31 @@ numpy + zarr only (the GUI process reads stores; no TensorFlow). Layout::
                                                             energy_error, diverging, n_steps,
                                                             grad_norm
         warmup_sample_stats/<stat>      (chain, draw)
-        posterior_field/field           (chain, field_draw, x, y, z)   every thin-th draw
+        posterior_field/field           (chain, field_draw, x, y, z)   every thin-th draw, in
+                                                            blocks (below)
         posterior_field/power           (chain, field_draw, k)         P(k) of each field draw
         posterior_field/field_draw      (field_draw,)       index of each field draw in `draw`
         posterior_field/k, k_count      (k,)                shell centres and mode counts
-        field_moments/mean, std         (x, y, z)           over all post-warmup draws so far
+        field_moments/mean, std         (x, y, z)           over all post-warmup draws so far,
+                                                            in blocks (below)
         observed_data/data, mask        (x, y, z)           (integral model: t, y (time,))
       checkpoint.npz                    exact state to resume the same chains
+
+Field blocks. A field draw is one chunk file per block of FIELD_BLOCK^3 voxels (an axis
+shorter than FIELD_BLOCK is one block) of one chain: ``field_chunks``. So one plane of a
+draw (xy at one z, xz at one y, yz at one x) reads the blocks it crosses, FIELD_BLOCK / n
+of the draw (1/8 at 256^3: 8 MiB of its 64 MiB), one voxel's trace one block per draw, and
+a block of the draw only its own files (``RunReader.field_slice``, ``field_block``,
+``field_volume``: a lazy array read on demand). The moments are chunked the same way. Each
+block is compressed (``FIELD_FILTERS``: Blosc LZ4 of the bit-shuffled values, then a CRC32
+of the compressed bytes; no compressor after it). Random draws compress little (a float32
+draw to about 90 % of its size: the exponent bits); the compression is lossless, so a
+resumed run's draws are still bit for bit those of one uninterrupted run. The moments are
+rewritten in place after every chunk, block by block (each block file is replaced whole): a
+read racing that write may mix blocks of two consecutive chunks' moments. Stores written
+before (one chunk per draw of one chain, one chunk per moment, the CRC32 before the
+compressor) read and resume as before: every reader takes the chunking from the array's
+metadata.
 
 Concurrency and crashes. After each chunk the writer appends every array, then updates
 the root attribute ``progress``, re-consolidates the metadata, and finally replaces
@@ -66,14 +84,15 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from numcodecs import CRC32
+from numcodecs import CRC32, Blosc
 
 from core import __version__
 from core.run.messages import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 
-__all__ = ["STORE_NAME", "CHECKPOINT_NAME", "MAX_CHAINS", "MAX_DRAWS", "MAX_ELEMENTS", "RunStoreError",
-           "StoreWriteError", "ChunkRecord", "check_progress", "RunStoreWriter", "write_checkpoint", "read_checkpoint", "RunReader", "StoredConfig",
-           "stored_run_config", "remove_run"]
+__all__ = ["STORE_NAME", "CHECKPOINT_NAME", "MAX_CHAINS", "MAX_DRAWS", "MAX_ELEMENTS", "FIELD_BLOCK",
+           "FIELD_FILTERS", "CHUNK_OVERHEAD_BYTES", "field_chunks", "field_draw_disk_bytes", "RunStoreError",
+           "StoreWriteError", "ChunkRecord", "check_progress", "RunStoreWriter", "write_checkpoint",
+           "read_checkpoint", "RunReader", "FieldVolume", "StoredConfig", "stored_run_config", "remove_run"]
 
 STORE_NAME = "run.zarr"
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -83,6 +102,47 @@ CHECKPOINT_NAME = "checkpoint.npz"
 MAX_CHAINS = 2**16
 MAX_DRAWS = 2**31
 MAX_ELEMENTS = 2**31
+
+
+#: voxels per axis of one stored block of a field draw or a moment (module docstring)
+FIELD_BLOCK = 32
+#: the codecs of a field draw's blocks and of the moments: Blosc (LZ4, bit-shuffled, which
+#: sees the values' own type) and then a CRC32 of the compressed bytes (a zarr v2 filter
+#: may be any codec; the compressor after them is None)
+FIELD_FILTERS = (Blosc(cname="lz4", clevel=5, shuffle=Blosc.BITSHUFFLE), CRC32())
+#: bytes one stored block adds to its values at most: Blosc's header (16) and, where it
+#: cannot compress, nothing else (it then stores the bytes as they are), and the CRC32 (4)
+CHUNK_OVERHEAD_BYTES = 16 + 4
+#: the allocation unit of a file on common Linux file systems (ext4, xfs): a file of b
+#: bytes takes ceil(b / 4096) of them
+_DISK_BLOCK = 4096
+
+
+def field_chunks(grid_shape) -> tuple[int, ...]:
+    """(1, 1, bx, by, bz): the chunk of ``posterior_field/field`` on a grid, blocks of
+    FIELD_BLOCK voxels per axis (the whole axis when shorter)."""
+    return (1, 1, *(min(int(n), FIELD_BLOCK) for n in grid_shape))
+
+
+def field_draw_disk_bytes(grid_shape, itemsize: int = 4) -> int:
+    """Disk bytes of one stored field draw of one chain (``field_chunks``) at most: every
+    block stored uncompressed (random draws barely compress: about 90 % is typical, see the
+    module docstring) with its ``CHUNK_OVERHEAD_BYTES``, each block file rounded up to the
+    file system's 4 KiB allocation unit. The estimate the Sampler panel shows and the
+    disk check (``core.run.resources``) uses."""
+    block = field_chunks(grid_shape)[2:]
+    total = 0
+    # blocks differ only at the far end of an axis: count each distinct block size once
+    per_axis = []
+    for n, b in zip(grid_shape, block):
+        full, rest = divmod(int(n), b)
+        per_axis.append([(b, full)] + ([(rest, 1)] if rest else []))
+    for combo in itertools.product(*per_axis):
+        values = math.prod(size for size, _ in combo)
+        count = math.prod(k for _, k in combo)
+        raw = values * int(itemsize) + CHUNK_OVERHEAD_BYTES
+        total += count * _DISK_BLOCK * math.ceil(raw / _DISK_BLOCK)
+    return total
 
 
 class RunStoreError(ValueError):
@@ -249,8 +309,8 @@ class RunStoreWriter:
             arr[...] = values
         if grid_shape is not None:
             pf = root.create_group("posterior_field")
-            writer._new_array(pf, "field", (chains, 0, *grid_shape), (1, 1, *grid_shape), "float32",
-                              ["chain", "field_draw", "x", "y", "z"])
+            writer._new_array(pf, "field", (chains, 0, *grid_shape), field_chunks(grid_shape), "float32",
+                              ["chain", "field_draw", "x", "y", "z"], filters=FIELD_FILTERS)
             nk = len(k_centres)
             writer._new_array(pf, "power", (chains, 0, nk), (chains, 256, nk), "float64",
                               ["chain", "field_draw", "k"])
@@ -261,7 +321,8 @@ class RunStoreWriter:
             c_arr[...] = np.asarray(k_counts, np.int64)
             fm = root.create_group("field_moments")
             for name in ("mean", "std"):
-                writer._new_array(fm, name, tuple(grid_shape), tuple(grid_shape), "float64", ["x", "y", "z"])
+                writer._new_array(fm, name, tuple(grid_shape), field_chunks(grid_shape)[2:], "float64",
+                                  ["x", "y", "z"], filters=FIELD_FILTERS)
             fm.attrs["count"] = 0
         _consolidate(building)
         os.replace(building, run_dir / STORE_NAME)
@@ -270,11 +331,13 @@ class RunStoreWriter:
         return writer
 
     @staticmethod
-    def _new_array(group, name, shape, chunks, dtype, dims):
+    def _new_array(group, name, shape, chunks, dtype, dims, filters=None):
         # no fill value: xarray would read values equal to it as missing (NaN)
-        # a CRC32 of every chunk: a garbled chunk fails when read instead of reading as data
+        # a CRC32 of every chunk: a garbled chunk fails when read instead of reading as data;
+        # with ``filters`` (FIELD_FILTERS: compressed, then the CRC32) no compressor follows
+        extra = {"filters": list(filters), "compressors": None} if filters else {"filters": [CRC32()]}
         arr = group.create_array(name, shape=tuple(shape), chunks=tuple(max(1, c) for c in chunks),
-                                 dtype=dtype, fill_value=None, filters=[CRC32()])
+                                 dtype=dtype, fill_value=None, **extra)
         arr.attrs["_ARRAY_DIMENSIONS"] = list(dims)
         return arr
 
@@ -772,6 +835,7 @@ class RunReader:
         self.attrs = layout.attrs
         self.progress = dict(layout.progress)
         self._grid = layout.grid
+        self._meta = layout.arrays
         return self.progress
 
     def _read(self, group: str, name: str, selection: tuple, orthogonal: bool = False) -> np.ndarray:
@@ -875,6 +939,50 @@ class RunReader:
         """(chain, x, y, z) kept field draw number ``index`` (of the published ones)."""
         return self._read("posterior_field", "field", (slice(None), self._field_index(index)))
 
+    @property
+    def field_chunk_shape(self) -> tuple[int, ...] | None:
+        """(bx, by, bz): the block of a field draw one chunk file holds (the whole grid in a
+        store written before field draws were stored in blocks), or None without a field."""
+        meta = self._meta.get(("posterior_field", "field"))
+        return None if meta is None else tuple(meta["chunks"][2:])
+
+    def field_volume(self, index: int) -> "FieldVolume":
+        """(chain, x, y, z) kept field draw number ``index`` as a ``FieldVolume``: nothing is
+        read until it is indexed (``volume[c, :, :, 7]`` reads only the blocks of that plane)."""
+        index = self._field_index(index)
+        return FieldVolume(self, "posterior_field", "field", (slice(None), index),
+                           (self.attrs["chains"], *self._grid), np.dtype(np.float32))
+
+    def field_slice(self, index: int, axis: int, position: int, chain=slice(None)) -> np.ndarray:
+        """One plane of kept field draw ``index``: the voxels at ``position`` along grid axis
+        ``axis`` (0: x, 1: y, 2: z), (chain, a, b) or (a, b) for one ``chain``. Reads only
+        the blocks the plane crosses (module docstring: field blocks)."""
+        axis, position = self._plane(axis, position)
+        key = [slice(None)] * 3
+        key[axis] = position
+        return self._read("posterior_field", "field", (chain, self._field_index(index), *key))
+
+    def field_block(self, index: int, region, chain=slice(None)) -> np.ndarray:
+        """The voxels ``region`` (three slices, or ints) of kept field draw ``index``:
+        (chain, ...) or, for one ``chain``, the region alone. Reads only the blocks it covers."""
+        region = tuple(region)
+        if len(region) != 3:
+            raise ValueError(f"a region of a field draw takes 3 axes, not {len(region)}")
+        return self._read("posterior_field", "field", (chain, self._field_index(index), *region))
+
+    def moment_volume(self, name: str) -> "FieldVolume":
+        """The field moment ``name`` (mean or std, (x, y, z) float64) as a ``FieldVolume``."""
+        if name not in ("mean", "std") or self._grid is None:
+            raise KeyError(name)
+        return FieldVolume(self, "field_moments", name, (), self._grid, np.dtype(np.float64))
+
+    def _plane(self, axis: int, position: int) -> tuple[int, int]:
+        axis, position = int(axis), int(position)
+        if self._grid is None or not 0 <= axis < 3 or not 0 <= position < self._grid[axis]:
+            raise ValueError(f"{self.store_path}: no plane {position} along axis {axis} of the grid "
+                             f"{self._grid}")
+        return axis, position
+
     def power_draw(self, index: int) -> np.ndarray:
         """(chain, k) P(k) of kept field draw number ``index``."""
         return self._read("posterior_field", "power", (slice(None), self._field_index(index)))
@@ -924,6 +1032,91 @@ class RunReader:
     def observed_data(self) -> dict[str, np.ndarray]:
         """Every array of ``observed_data`` (data, mask, noise, truth; t, y), by name."""
         return {name: self.observed(name) for group, name in self._arrays if group == "observed_data"}
+
+
+class FieldVolume:
+    """A field-shaped array of a run store (a field draw, a moment), read when indexed.
+
+    Made by ``RunReader.field_volume`` and ``moment_volume``. ``volume[key]`` (integers and
+    slices, one per axis or fewer) reads just the blocks the selection covers, through the
+    reader (so a damaged block raises RunStoreError naming its file); ``np.asarray(volume)``
+    reads it all. ``chain(c)`` is the (x, y, z) volume of one chain of a draw, still unread;
+    ``plane(axis, position)`` one plane of an (x, y, z) volume. It holds no values: what it
+    gives is read from the store each time (the moments are rewritten after every chunk,
+    so a moment volume reads the latest ones). Safe to index from a worker thread while
+    the owning thread refreshes the reader.
+    """
+
+    def __init__(self, reader: "RunReader", group: str, name: str, lead: tuple, shape, dtype):
+        self.reader = reader
+        self.group, self.name = group, name
+        self._lead = tuple(lead)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"FieldVolume({self.group}/{self.name}{list(self._lead) or ''}, shape={self.shape})"
+
+    def _key(self, key) -> tuple:
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            at = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
+        if len(key) > self.ndim or not all(isinstance(k, (slice, int, np.integer)) for k in key):
+            raise IndexError(f"{self!r}: only integers and slices index a stored volume, not {key!r}")
+        return key + (slice(None),) * (self.ndim - len(key))
+
+    def __getitem__(self, key) -> np.ndarray:
+        key = self._key(key)
+        # the chain axis of a draw comes first in the lead, then the draw index
+        if self._lead and isinstance(self._lead[0], slice):
+            selection = (key[0], self._lead[1], *key[1:])
+        else:
+            selection = (*self._lead, *key)
+        return self.reader._read(self.group, self.name, selection)
+
+    def __array__(self, dtype=None, copy=None):
+        values = self[...]
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def astype(self, dtype, copy: bool = True) -> np.ndarray:
+        return self[...].astype(dtype, copy=copy)
+
+    def chain(self, chain: int) -> "FieldVolume":
+        """The (x, y, z) volume of chain ``chain`` of a draw (nothing read)."""
+        if not (self._lead and isinstance(self._lead[0], slice)):
+            raise ValueError(f"{self!r} has no chain axis")
+        chain = int(chain)
+        if not 0 <= chain < self.shape[0]:
+            raise IndexError(f"{self!r}: no chain {chain}")
+        return FieldVolume(self.reader, self.group, self.name, (chain, self._lead[1]), self.shape[1:], self.dtype)
+
+    def plane(self, axis: int, position: int) -> np.ndarray:
+        """The plane at ``position`` along ``axis`` of an (x, y, z) volume (its blocks only)."""
+        key = [slice(None)] * self.ndim
+        key[self.ndim - 3 + int(axis)] = int(position)
+        return self[tuple(key)]
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        """The (x, y, z) extent of one stored block (what one chunk file holds)."""
+        arr = self.reader._meta.get((self.group, self.name))
+        return tuple(arr["chunks"][-3:]) if arr is not None else self.shape[-3:]
 
 
 @dataclass(frozen=True)

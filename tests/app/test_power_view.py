@@ -242,3 +242,24 @@ def test_hints_before_draws_and_without_a_field(qtbot, tmp_path):
     bview = shown(PowerView(bad), qtbot)
     bview.refresh()
     assert "nope.txt" in bview.note.text() and "prior table" in bview.note.text()
+
+
+def test_the_band_skips_shells_where_the_prior_underflows_to_zero(qtbot):
+    # a cutoff far below the grid's scales: exp(-(k c)^2) is 0 in float64 at the high shells
+    # (as the demo's cutoff is on a 256^3 grid); the band is drawn where the prior is positive
+    text = field_config_text(box_size=list(BOX), unit="Mpc", prior={
+        "kind": "power_law_cutoff", "k_pivot": 0.2, "amplitude": 3.0, "cutoff_scale": 60.0,
+        "index": {"dist": "normal", "loc": -1.5, "scale": 0.3}})
+    state, events = make_state(text)
+    feed(state, events)
+    view = shown(PowerView(state), qtbot)
+    view.refresh()
+    wait_measured(qtbot, view, state.field_version)
+    prior = view.prior_values[0]
+    k = view.measured.k
+    assert (prior == 0).any() and (prior > 0).any()           # the case this test is about
+    kk, low = view.curves["band_low"].getOriginalDataset()
+    positive = (k > 0) & (prior > 0)
+    np.testing.assert_allclose(kk, k[positive])
+    rel = relative_error(view.measured.counts)[positive]
+    np.testing.assert_allclose(low, prior[positive] * np.maximum(1 - rel, pview.BAND_FLOOR), rtol=1e-12)
