@@ -79,8 +79,9 @@ class Verdict:
             text = (f"PASS: the ranks of all {q} quantities are uniform (smallest p "
                     f"{_p_text(smallest.pvalue)}, {smallest.name})")
         if self.by_chance:
-            text += (f"; outside the 95 % band but within chance for {q} quantities: "
-                     + ", ".join(self.by_chance))
+            n = len(self.by_chance)
+            text += (f"; {', '.join(self.by_chance)} outside {'its' if n == 1 else 'their'} own 95 % "
+                     f"band, as chance allows among {q} quantities")
         return text + f" [{self.simulations} simulations, {self.draws} draws each]"
 
     def table(self) -> str:
