@@ -72,7 +72,8 @@ class CalibrationView(QtWidgets.QWidget):
         self.ecdf.setLabel("left", "F(z) - z")
         self.band_low = self.ecdf.plot(pen=pg.mkPen((200, 120, 60)))
         self.band_high = self.ecdf.plot(pen=pg.mkPen((200, 120, 60)))
-        self.ecdf_curve = self.ecdf.plot(pen=pg.mkPen((30, 30, 30), width=2), stepMode=None)
+        # the ECDF in the views' foreground blue, the band in orange (dark plot background)
+        self.ecdf_curve = self.ecdf.plot(pen=pg.mkPen((110, 180, 255), width=2), stepMode=None)
         self.coverage = pg.PlotWidget(title="coverage of the central intervals")
         self.coverage.addLegend(offset=(5, 5))
         colours = ((60, 120, 200), (200, 80, 60))
@@ -81,6 +82,9 @@ class CalibrationView(QtWidgets.QWidget):
         self.nominal_curves = [self.coverage.plot(pen=pg.mkPen(c, style=QtCore.Qt.PenStyle.DashLine))
                                for c in colours]
         self.coverage.setYRange(0, 1.05)
+        for plot in (self.histogram, self.ecdf, self.coverage):
+            for side in ("left", "bottom"):
+                plot.getAxis(side).enableAutoSIPrefix(False)   # plain numbers, no "(x0.001)"
         top = QtWidgets.QHBoxLayout()
         top.addWidget(QtWidgets.QLabel("quantity"))
         top.addWidget(self.quantity_box)
