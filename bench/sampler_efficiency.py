@@ -378,6 +378,13 @@ def density_checkpoints(config) -> dict:
     return out
 
 
+def sampler_text(sampler) -> str:
+    """The [sampler] settings a run used, less chains, seed and the run's length."""
+    skip = {"chains", "seed", "num_samples", "thin", "chunk_size"}
+    return ", ".join(f"{f.name} = {getattr(sampler, f.name)}" for f in dataclasses.fields(sampler)
+                     if f.name not in skip)
+
+
 def run_fieldscope(case: Case, folder: Path, amplitude: float, label: str, settings: dict,
                    budget: int, seed: int) -> dict:
     """One engine run of ``case`` with sampler ``settings``, stopped at the first chunk whose
@@ -413,7 +420,10 @@ def run_fieldscope(case: Case, folder: Path, amplitude: float, label: str, setti
            "warmup_grads": int(reader.stat("n_steps", warmup=True).sum()),
            "seconds": float(timing.get("sampling_seconds", math.nan)),
            "warmup_seconds": float(timing.get("warmup_seconds", math.nan)),
-           "divergences": int(reader.stat("diverging").sum())}
+           "divergences": int(reader.stat("diverging").sum()),
+           "settings": (f"{sampler_text(config.sampler)}; step size {np.round(reader.stat('step_size')[:, -1], 4).tolist()}, "
+                        f"acceptance {float(reader.stat('acceptance_rate').mean()):.2f}, "
+                        f"gradients per step {reader.stat('n_steps').mean():.1f}")}
     if "index" in reader.param_names:
         out["index_chain"] = reader.param("index")
     return out
@@ -760,8 +770,11 @@ def _print_case(case: Case, n: int, rows: list[dict], skipped: list[str], refere
             line += (f" | {r['index_per_1000']:15.2f} | {r['index_per_s']:6.2f} | "
                      f"{r['index_mean_error']:11.2f} | {r['index_std_ratio']:8.3f}")
         print(line)
+    for r in rows:
+        if r.get("settings"):
+            print(f"   {r['label']}: {r['settings']}")
     for line in skipped:
-        print(f"  skipped {line}")
+        print(f"   skipped {line}")
     if rows:
         ks = rows[0]["shell_k"]
         picks = [i for i in (0, 1, 2, 3, 5, 7, 11, 15, 23) if i < len(ks)]
