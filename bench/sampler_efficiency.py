@@ -843,6 +843,7 @@ def main(argv=None):
     with start_up_notices_filtered():
         import tensorflow as tf
         import tensorflow_probability as tfp
+    tf.get_logger().setLevel("ERROR")     # one Engine per combination: its retracing notice is expected
     print(f"TensorFlow {tf.__version__}, TFP {tfp.__version__}; CPU cores: {os.cpu_count()}; "
           f"{n}^3, {budget} post-warmup gradients per chain, {CHAINS} chains; algorithms {schema.ALGORITHMS}; "
           f"combinations: {', '.join(label for label, _ in combos)}")
