@@ -89,8 +89,8 @@ run_tests() {
   say "lint: ruff, import contracts"
   "$VENV/bin/ruff" check . || status=$?
   "$VENV/bin/lint-imports" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-  say "tests: numerical core (TensorFlow)"
-  "$py" -m pytest tests/core -p no:xvfb -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  say "tests: numerical core (TensorFlow) and the benchmarks' measures"
+  "$py" -m pytest tests/core tests/bench -p no:xvfb -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
   "$py" -m pytest tests/app -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   return "$status"

@@ -1,0 +1,896 @@
+"""Benchmark: effective samples per gradient evaluation and per second, against the exact answer.
+
+What a user pays for is independent draws of the field per unit of compute. This benchmark runs
+Fieldscope's samplers and two peers (BlackJAX NUTS and MCLMC, when the ``bench`` extra is
+installed) on the identical posterior, side by side in one run, and counts each sampler's
+effective sample size n_eff from its error against the exact posterior, per 1000 gradient
+evaluations and per second of post-warmup wall time.
+
+The posteriors (issue #12; all from one data set, ``write_cases``):
+
+    nomask  n^3 Gaussian field (n = 32), box 200, P(k) = A (k / 0.1)^-2 with A set so that the
+            field's variance is 1, uniform noise sigma 0.5, every voxel observed, P(k) fixed
+    slab    the same data with a slab of 25 % of the planes (axis 0) masked
+    index   as nomask, with the P(k) index sampled (prior normal(-2, 0.5))
+
+Float32, 2 chains, the same starting points for every sampler (the engine's
+``initial_state(chains, seed)``), and a budget of ``--budget`` post-warmup gradient evaluations per
+chain (24 000; each sampler stops at the first chunk that reaches it).
+
+Exact answers (numpy, ``core.reference``):
+
+    nomask  the Wiener filter in closed form: mean, std and the posterior variance of every
+            Fourier mode
+    slab    the Wiener mean by conjugate gradients; std per voxel and variance per mode from
+            ``--reference-draws`` exact posterior draws (perturbation sampling), whose Monte-Carlo
+            error is taken out of n_eff on average (E[1/var_hat] = var^-1 n / (n - 2) for a variance
+            from n draws; n / (n - 1) for a complex mode's) and is printed
+    index   no mask, so the likelihood of the index is diagonal in Fourier space:
+            log p(d | n) = -1/2 sum_k [|d_k|^2 / (S_k(n) + N sigma^2) + log(S_k(n) + N sigma^2)]
+            (full grid, k != 0), and the posterior of the index is a 1-D quadrature
+            (``index_reference``); the field's posterior is the mixture of the Wiener posteriors
+            over it, so its mean, per-voxel std and per-mode variance are exact too (to the
+            quadrature, whose fixed-index mean is checked against core.reference.wiener)
+
+Measures (``field_efficiency``): with e = (sample mean of the field over every post-warmup draw of
+both chains) - (exact mean),
+
+    per voxel   z = e / exact std, n_eff = 1 / mean(z^2)
+    per k-shell z_k^2 = |F(e)_k|^2 / V_k, V_k = E|F(x - m)_k|^2 the exact posterior variance of the
+                mode (numpy's unnormalised DFT), n_eff(shell) = 1 / mean over its modes of z_k^2
+    std         median over voxels of sample std / exact std (for unadjusted samplers: their bias)
+    z rms       sqrt(mean(z^2)) = 1 / sqrt(n_eff): a biased sampler's error does not shrink with
+                more draws, so its n_eff here is what its bias allows, not its autocorrelation's
+
+For the index case also the index's ESS (bulk, ``core.store.diagnostics.ess_bulk``, equal to
+ArviZ's) from the autocorrelation of its chains, and its mean and std against the quadrature.
+Per 1000 gradients = n_eff / (post-warmup gradient evaluations of all chains / 1000); per second
+= n_eff / post-warmup wall time (all chains vectorised in one program).
+
+Fieldscope side: the real engine (``core.engine.engine.Engine``, in this process) for every
+algorithm x preconditioner the config schema accepts (``core.config.schema.ALGORITHMS``, and
+``PRECONDITIONERS`` with ``[sampler] preconditioner`` where the schema has them, else
+``adapt_mass_matrix`` false / true as "identity" / "diagonal"), with the config's defaults for
+everything else, one config per combination written by ``core.config``'s writer; a combination
+the config refuses is skipped with the reason. Gradient evaluations are the store's
+``sample_stats.n_steps`` (post-warmup) and ``warmup_sample_stats.n_steps``, times its ``timing``
+attribute (warmup_seconds includes the XLA compilation).
+
+Peers (``--peers``, in a subprocess of their own: JAX and TensorFlow never share a process):
+BlackJAX NUTS with ``window_adaptation`` (diagonal mass, as many warmup steps as the engine's
+default ``num_warmup``) and BlackJAX MCLMC (``isokinetic_mclachlan``, 2 gradients per step) tuned
+by ``mclmc_find_L_and_step_size`` with diagonal preconditioning, each chain adapted on its own, on
+the whitened-latent log-density written in JAX (``_JaxDensity``) in the engine's coordinates.
+Before any peer runs, its log-density and gradient are compared with Fieldscope's at six points
+(the starting points, prior draws and a third of a prior draw); a case whose densities differ
+beyond float32 tolerance gets no peer figures, only the refusal. The peers' warmup time includes
+their compilation (the sampling loop is compiled before its clock starts, as the engine's is).
+
+Usage:
+python bench/sampler_efficiency.py [--quick] [--cases nomask slab index] [--algorithms hmc nuts/diagonal]
+       [--peers | --no-peers] [--grid 32] [--budget 24000] [--reference-draws 256] [--json out.json]
+
+``--quick``: a 16^3 grid, 4000 gradients per chain, 64 reference draws (a few minutes). The
+machine's timings are noisy when its cores are shared; the gradient counts are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+__all__ = ["CASES", "Case", "Reference", "unit_variance_amplitude", "write_cases", "case_document",
+           "fieldscope_combinations", "exact_reference", "index_reference", "index_log_likelihood",
+           "field_efficiency", "main"]
+
+BOX = 200.0
+K_PIVOT = 0.1
+INDEX = -2.0
+NOISE = 0.5
+SLAB_FRACTION = 0.25
+INDEX_PRIOR = {"dist": "normal", "loc": -2.0, "scale": 0.5}
+CHAINS = 2
+DATA_SEED = 12
+MCLMC_GRADIENTS_PER_STEP = 2        # isokinetic McLachlan: two new forces per step
+DENSITY_RTOL = 2e-5                  # float32 log-density: relative to |log p|
+GRADIENT_RTOL = 1e-4                 # float32 gradient: ||g_jax - g_tf|| / ||g_tf||
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    masked: bool
+    sampled_index: bool
+
+
+CASES = {
+    "nomask": Case("nomask", "no mask", masked=False, sampled_index=False),
+    "slab": Case("slab", "25 % slab masked", masked=True, sampled_index=False),
+    "index": Case("index", "P(k) index sampled (no mask)", masked=False, sampled_index=True),
+}
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def unit_variance_amplitude(grid) -> float:
+    """A of P(k) = A (k / K_PIVOT)^INDEX with a real-space variance (1/V) sum_{k != 0} P(k) = 1."""
+    k = grid.k_magnitude_full()
+    k = k[k > 0]
+    return float(grid.volume / np.sum((k / K_PIVOT) ** INDEX))
+
+
+def write_cases(folder: Path, n: int) -> dict:
+    """folder/nomask.npz and folder/slab.npz (one truth and one noise draw; the slab masks
+    25 % of the planes along axis 0). Returns {"amplitude": A}."""
+    from core.field.grid import Grid
+    from core.field.power_spectrum import PowerLaw
+    from core.field.synthetic import make_dataset, save_dataset
+
+    grid = Grid((n, n, n), BOX)
+    amplitude = unit_variance_amplitude(grid)
+    spectrum = PowerLaw(amplitude=amplitude, index=INDEX, k_pivot=K_PIVOT)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_dataset(folder / "nomask.npz", make_dataset(grid, spectrum, NOISE, seed=DATA_SEED))
+    save_dataset(folder / "slab.npz", make_dataset(grid, spectrum, NOISE, mask="slab",
+                                                   mask_fraction=SLAB_FRACTION, seed=DATA_SEED))
+    return {"amplitude": amplitude}
+
+
+def case_document(case: Case, amplitude: float, sampler: dict) -> dict:
+    """The config document of ``case`` with ``sampler`` settings (core.config validates it)."""
+    data = {"path": "slab.npz" if case.masked else "nomask.npz", "noise_sigma": NOISE}
+    if case.masked:
+        data["mask"] = "mask"
+    prior = {"kind": "power_law", "k_pivot": K_PIVOT, "amplitude": amplitude,
+             "index": dict(INDEX_PRIOR) if case.sampled_index else INDEX}
+    return {"model": {"kind": "field"}, "data": data, "grid": {"box_size": BOX}, "prior": prior,
+            "field": {"parameterisation": "whitened", "dtype": "float32"}, "sampler": sampler}
+
+
+def fieldscope_combinations() -> list[tuple[str, dict]]:
+    """(label "algorithm/preconditioner", sampler settings) for every algorithm x preconditioner
+    of ``core.config.schema``: ``PRECONDITIONERS`` and ``[sampler] preconditioner`` where the schema
+    has them, else ``adapt_mass_matrix`` false ("identity") and true ("diagonal")."""
+    from core.config import schema
+
+    fields = {f.name for f in dataclasses.fields(schema.SamplerSection)}
+    preconditioners = getattr(schema, "PRECONDITIONERS", None)
+    out = []
+    for algorithm in schema.ALGORITHMS:
+        if preconditioners is not None and "preconditioner" in fields:
+            for p in preconditioners:
+                out.append((f"{algorithm}/{p}", {"algorithm": algorithm, "preconditioner": p}))
+        else:
+            out.append((f"{algorithm}/identity", {"algorithm": algorithm, "adapt_mass_matrix": False}))
+            out.append((f"{algorithm}/diagonal", {"algorithm": algorithm, "adapt_mass_matrix": True}))
+    return out
+
+
+# --------------------------------------------------------------------------- exact answers
+
+
+@dataclasses.dataclass
+class Reference:
+    """The exact posterior of the stored field x.
+
+    mean, std: per voxel; mode_var: V_k = E|F(x - m)_k|^2 on the rfftn half grid (0 at k = 0);
+    voxel_bias, mode_bias: E[1 / var_hat] * var of a Monte-Carlo std / mode variance (1 when exact),
+    divided out of mean(z^2); index: (mean, std) of the sampled index, or None; text: how."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    mode_var: np.ndarray
+    voxel_bias: float
+    mode_bias: float
+    text: str
+    index: tuple[float, float] | None = None
+
+
+def _mode_variance(grid, amplitude, index) -> np.ndarray:
+    """S_k = P(|k|) N^2 / V on the half grid, 0 at k = 0."""
+    k = grid.k_magnitude_half()
+    safe = np.where(k > 0, k, 1.0)
+    return np.where(k > 0, amplitude * (safe / K_PIVOT) ** index * grid.n_cells**2 / grid.volume, 0.0)
+
+
+def exact_reference(case: Case, folder: Path, amplitude: float, draws: int) -> Reference:
+    """The exact posterior of ``case`` (see the module docstring)."""
+    from core.field.grid import Grid
+    from core.field.synthetic import load_dataset
+    from core.reference.wiener import posterior_samples, wiener_posterior
+
+    dataset = load_dataset(folder / ("slab.npz" if case.masked else "nomask.npz"))
+    grid = Grid(dataset.data.shape, BOX)
+    if case.sampled_index:
+        return index_reference(dataset.data, grid, amplitude)
+    variance = _mode_variance(grid, amplitude, INDEX)
+    if not case.masked:
+        result = wiener_posterior(dataset.data, variance, NOISE)
+        noise_var = grid.n_cells * NOISE**2
+        mode_var = variance * noise_var / (variance + noise_var)
+        return Reference(result.mean, result.std, mode_var, 1.0, 1.0, "Wiener filter, closed form")
+    t0 = time.perf_counter()
+    exact = posterior_samples(dataset.data, variance, NOISE, mask=dataset.mask, n_samples=draws, rng=1,
+                              tol=1e-10)
+    deviations = exact.samples - exact.mean
+    std = np.sqrt(np.mean(deviations**2, axis=0))
+    spectra = np.fft.rfftn(deviations, axes=(1, 2, 3))
+    mode_var = np.mean(np.abs(spectra) ** 2, axis=0)
+    mode_var[0, 0, 0] = 0.0
+    text = (f"Wiener mean by CG (residual {exact.max_residual:.0e}); std and mode variances from {draws} "
+            f"exact draws (+-{100 / math.sqrt(2 * draws):.1f} % per voxel), {time.perf_counter() - t0:.0f} s")
+    return Reference(exact.mean, std, mode_var, draws / (draws - 2.0), draws / (draws - 1.0), text)
+
+
+def index_log_likelihood(data_spectrum, grid, amplitude, index) -> np.ndarray:
+    """log p(d | index) up to a constant, for uniform noise NOISE and no mask, for each index in
+    ``index`` (1-D): -1/2 sum over the full grid (k != 0) of |d_k|^2 / v_k + log v_k, with
+    v_k = S_k(index) + N sigma^2 (the data's mode variance); the half grid counts each mode with
+    its multiplicity."""
+    k = grid.k_magnitude_half()
+    nonzero = k > 0
+    weight = grid.multiplicity_half()[nonzero]
+    power = np.abs(data_spectrum[nonzero]) ** 2
+    log_ratio = np.log(k[nonzero] / K_PIVOT)
+    norm = amplitude * grid.n_cells**2 / grid.volume
+    noise_var = grid.n_cells * NOISE**2
+    out = []
+    for n in np.atleast_1d(index):
+        v = norm * np.exp(n * log_ratio) + noise_var
+        out.append(-0.5 * np.sum(weight * (power / v + np.log(v))))
+    return np.asarray(out)
+
+
+def _index_posterior(data_spectrum, grid, amplitude, points: int = 801):
+    """(grid of index values, normalised weights) of the index's posterior: prior x likelihood on
+    a coarse grid over the prior's +-8 sd, then a fine one over the posterior's +-12 sd."""
+    loc, scale = INDEX_PRIOR["loc"], INDEX_PRIOR["scale"]
+
+    def log_post(n):
+        return index_log_likelihood(data_spectrum, grid, amplitude, n) - 0.5 * ((n - loc) / scale) ** 2
+
+    coarse = np.linspace(loc - 8 * scale, loc + 8 * scale, 4001)
+    lp = log_post(coarse)
+    w = np.exp(lp - lp.max())
+    w /= w.sum()
+    centre = float(np.sum(w * coarse))
+    spread = max(float(np.sqrt(np.sum(w * (coarse - centre) ** 2))), coarse[1] - coarse[0])
+    fine = np.linspace(centre - 12 * spread, centre + 12 * spread, points)
+    lp = log_post(fine)
+    w = np.exp(lp - lp.max())
+    return fine, w / w.sum()
+
+
+def index_reference(data, grid, amplitude) -> Reference:
+    """The exact posterior of the index case: the index by quadrature, the field as the mixture
+    of the Wiener posteriors at each index (no mask, uniform noise: closed forms per mode)."""
+    from core.reference.wiener import wiener_mean_closed_form
+
+    d_k = np.fft.rfftn(data)
+    nodes, weights = _index_posterior(d_k, grid, amplitude)
+    keep = weights > 1e-12 * weights.max()
+    nodes, weights = nodes[keep], weights[keep] / weights[keep].sum()
+    noise_var = grid.n_cells * NOISE**2
+    mean_k = np.zeros_like(d_k)
+    second_k = np.zeros(d_k.shape)
+    post_var_k = np.zeros(d_k.shape)
+    mean_x = np.zeros(grid.shape)
+    second_x = np.zeros(grid.shape)
+    for n, w in zip(nodes, weights):
+        s = _mode_variance(grid, amplitude, n)
+        m_k = s / (s + noise_var) * d_k
+        c_k = s * noise_var / (s + noise_var)
+        m_x = np.fft.irfftn(m_k, s=grid.shape, axes=(0, 1, 2))
+        var_x = np.sum(grid.multiplicity_half() * c_k) / grid.n_cells**2
+        mean_k += w * m_k
+        second_k += w * np.abs(m_k) ** 2
+        post_var_k += w * c_k
+        mean_x += w * m_x
+        second_x += w * (m_x**2 + var_x)
+    mode_var = post_var_k + second_k - np.abs(mean_k) ** 2
+    mode_var[0, 0, 0] = 0.0
+    index_mean = float(np.sum(weights * nodes))
+    index_std = float(np.sqrt(np.sum(weights * (nodes - index_mean) ** 2)))
+    # the quadrature's fixed-index field posterior is core.reference.wiener's
+    s = _mode_variance(grid, amplitude, index_mean)
+    check = wiener_mean_closed_form(data, s, NOISE).mean
+    mine = np.fft.irfftn(s / (s + noise_var) * d_k, s=grid.shape, axes=(0, 1, 2))
+    if not np.allclose(mine, check, rtol=0, atol=1e-10 * np.abs(check).max()):
+        raise RuntimeError("index reference: the fixed-index mean differs from core.reference.wiener's")
+    return Reference(mean_x, np.sqrt(np.maximum(second_x - mean_x**2, 0.0)), mode_var, 1.0, 1.0,
+                     f"index by quadrature ({len(nodes)} nodes): {index_mean:.4f} +- {index_std:.4f}; "
+                     "field: the mixture of Wiener posteriors over it",
+                     index=(index_mean, index_std))
+
+
+def field_efficiency(mean, std, reference: Reference, grid) -> dict:
+    """n_eff per voxel and per k-shell of a sample mean (module docstring), std ratio, z rms.
+
+    Returns {"n_eff", "z_rms", "std_ratio", "shell_k", "shell_n_eff"} (shells: core.field.grid's
+    default edges, width k_f)."""
+    z2 = ((np.asarray(mean, np.float64) - reference.mean) / reference.std) ** 2
+    mean_z2 = float(np.mean(z2)) / reference.voxel_bias
+    error_k = np.fft.rfftn(np.asarray(mean, np.float64) - reference.mean)
+    edges = grid.shell_edges()
+    shell = grid.shell_index_half(edges)
+    weight = grid.multiplicity_half()
+    valid = (shell >= 0) & (reference.mode_var > 0)
+    zk2 = np.zeros(error_k.shape)
+    zk2[valid] = np.abs(error_k[valid]) ** 2 / reference.mode_var[valid] / reference.mode_bias
+    n_shells = len(edges) - 1
+    sums = np.bincount(shell[valid], weights=(weight * zk2)[valid], minlength=n_shells)
+    counts = np.bincount(shell[valid], weights=weight[valid], minlength=n_shells)
+    present = counts > 0
+    return {"n_eff": 1.0 / mean_z2, "z_rms": math.sqrt(mean_z2),
+            "std_ratio": float(np.median(np.asarray(std, np.float64) / reference.std)),
+            "shell_k": (0.5 * (edges[:-1] + edges[1:]))[present].tolist(),
+            "shell_n_eff": (counts[present] / sums[present]).tolist()}
+
+
+# --------------------------------------------------------------------------- Fieldscope
+
+
+def _dump(document: dict, folder: Path):
+    from core.config import config_from_dict, dump_config, parse_config
+
+    text = dump_config(config_from_dict(document, folder))
+    return parse_config(text, base_dir=folder), text
+
+
+def density_checkpoints(config) -> dict:
+    """Fieldscope's log-density and gradient at six points (two chains each): the engine's
+    starting points, prior draws and a third of a prior draw; also the starting points."""
+    import tensorflow as tf
+
+    from core.engine.models import build_model
+
+    model = build_model(config)
+    start = [tf.convert_to_tensor(p) for p in model.initial_state(CHAINS, config.sampler.seed)]
+    prior = model.posterior.draw_prior(CHAINS, config.sampler.seed + 1)
+    out = {"start": [p.numpy() for p in start]}
+    points = [start, prior, [p / 3.0 for p in prior]]
+    values, grads = [], []
+    for parts in points:
+        parts = [tf.convert_to_tensor(p, model.dtype) for p in parts]
+        with tf.GradientTape() as tape:
+            tape.watch(parts)
+            lp = model.target_log_prob_fn(*parts)
+        values.append(lp.numpy())
+        grads.append([g.numpy() for g in tape.gradient(lp, parts)])
+    out["points"] = [[p.numpy() if hasattr(p, "numpy") else np.asarray(p) for p in parts] for parts in points]
+    out["values"], out["grads"] = values, grads
+    return out
+
+
+def sampler_text(sampler) -> str:
+    """The [sampler] settings a run used, less chains, seed and the run's length."""
+    skip = {"chains", "seed", "num_samples", "thin", "chunk_size"}
+    return ", ".join(f"{f.name} = {getattr(sampler, f.name)}" for f in dataclasses.fields(sampler)
+                     if f.name not in skip)
+
+
+def run_fieldscope(case: Case, folder: Path, amplitude: float, label: str, settings: dict,
+                   budget: int, seed: int) -> dict:
+    """One engine run of ``case`` with sampler ``settings``, stopped at the first chunk whose
+    post-warmup gradient evaluations reach ``budget`` per chain (mean over chains)."""
+    from core.config import ConfigError
+    from core.engine.engine import Control, Engine, EngineError
+    from core.store.run_store import RunReader
+
+    sampler = {**settings, "chains": CHAINS, "seed": seed, "num_samples": budget, "thin": budget}
+    try:
+        config, text = _dump(case_document(case, amplitude, sampler), folder)
+    except ConfigError as err:
+        return {"label": label, "skipped": f"the config refuses it: {err}"}
+    control = Control()
+    used = np.zeros(CHAINS)
+
+    def emit(event):
+        if event.get("type") == "chunk" and event["phase"] == "sampling":
+            used[:] += np.asarray(event["stats"]["n_steps"]).sum(axis=1)
+            if used.mean() >= budget:
+                control.stop = True
+
+    run_dir = Path(tempfile.mkdtemp(prefix=label.replace("/", "-") + "-", dir=folder))
+    try:
+        Engine(config, text, run_dir, emit=emit, control=control).start()
+    except (EngineError, ConfigError, ValueError) as err:
+        return {"label": label, "skipped": f"the engine refuses it: {err}"}
+    reader = RunReader(run_dir)
+    mean, std, count = reader.field_moments()
+    timing = reader.attrs.get("timing") or {}
+    out = {"label": label, "mean": mean, "std": std, "count": count,
+           "grads": int(reader.stat("n_steps").sum()),
+           "warmup_grads": int(reader.stat("n_steps", warmup=True).sum()),
+           "seconds": float(timing.get("sampling_seconds", math.nan)),
+           "warmup_seconds": float(timing.get("warmup_seconds", math.nan)),
+           "divergences": int(reader.stat("diverging").sum()),
+           "settings": (f"{sampler_text(config.sampler)}; step size {np.round(reader.stat('step_size')[:, -1], 4).tolist()}, "
+                        f"acceptance {float(reader.stat('acceptance_rate').mean()):.2f}, "
+                        f"gradients per step {reader.stat('n_steps').mean():.1f}")}
+    if "index" in reader.param_names:
+        out["index_chain"] = reader.param("index")
+    return out
+
+
+# --------------------------------------------------------------------------- the peers (JAX)
+
+
+def peer_inputs(case: Case, folder: Path, amplitude: float, checks: dict) -> Path:
+    """What the peer process needs for ``case``, in folder/<case>.peer.npz: the data, the noise,
+    the whitened map's constants (computed here from the case, not read from Fieldscope), the
+    starting points and Fieldscope's log-density and gradient at the check points."""
+    from core.field.grid import Grid
+    from core.field.synthetic import load_dataset
+
+    dataset = load_dataset(folder / ("slab.npz" if case.masked else "nomask.npz"))
+    grid = Grid(dataset.data.shape, BOX)
+    mask = np.asarray(dataset.mask, bool)
+    k = grid.k_magnitude_half()
+    arrays = {"data": np.where(mask, dataset.data, 0.0), "inv_sigma": np.where(mask, 1.0 / NOISE, 0.0),
+              "lik_const": np.array(-mask.sum() * (math.log(NOISE) + 0.5 * math.log(2 * math.pi))),
+              "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / K_PIVOT), "nonzero": (k > 0).astype(float),
+              "log_norm": np.array(math.log(amplitude * grid.n_cells**2 / grid.volume)),
+              "index": np.array(INDEX), "sampled": np.array(case.sampled_index),
+              "prior_loc": np.array(INDEX_PRIOR["loc"]), "prior_scale": np.array(INDEX_PRIOR["scale"])}
+    for i, part in enumerate(checks["start"]):
+        arrays[f"start_{i}"] = part
+    for j, (parts, value, grads) in enumerate(zip(checks["points"], checks["values"], checks["grads"])):
+        arrays[f"value_{j}"] = value
+        for i, (p, g) in enumerate(zip(parts, grads)):
+            arrays[f"point_{j}_{i}"], arrays[f"grad_{j}_{i}"] = p, g
+    path = folder / f"{case.name}.peer.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def run_peers(specs: list[dict], folder: Path, timeout: float) -> dict:
+    """Run ``_peer_worker`` in a fresh Python process; returns {case: {peer: result}}."""
+    spec_path = folder / "peers.json"
+    out_path = folder / "peers.npz"
+    spec_path.write_text(json.dumps({"cases": specs, "out": str(out_path)}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, __file__, "--peer-worker", str(spec_path)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
+        return {"error": f"the peer process failed (status {proc.returncode}): " + " | ".join(tail)}
+    with np.load(out_path, allow_pickle=False) as archive:
+        meta = json.loads(str(archive["meta"]))
+        arrays = {key: archive[key] for key in archive.files if key != "meta"}
+    results: dict = {}
+    for case_name, peers in meta.items():
+        results[case_name] = {}
+        for peer, info in peers.items():
+            for key in ("mean", "std", "index_chain"):
+                if f"{case_name}:{peer}:{key}" in arrays:
+                    info[key] = arrays[f"{case_name}:{peer}:{key}"]
+            results[case_name][peer] = info
+    return results
+
+
+class _JaxDensity:
+    """The engine's whitened-latent log-density in JAX (``core.engine.field_density``'s formulas,
+    written again from its docstring: X[k] = sqrt(S_k)((1 + i)/2 u[k] + (1 - i)/2 u[-k]) on the
+    half grid, x = irfftn(X), a normalised Gaussian prior and likelihood). One chain; the position
+    is (u,) or (u, eta) with eta the index."""
+
+    def __init__(self, arrays):
+        import jax.numpy as jnp
+
+        f32 = jnp.float32
+        self.data = jnp.asarray(arrays["data"], f32)
+        self.inv_sigma = jnp.asarray(arrays["inv_sigma"], f32)
+        self.lik_const = float(arrays["lik_const"])
+        self.log_k_ratio = jnp.asarray(arrays["log_k_ratio"], f32)
+        self.nonzero = jnp.asarray(arrays["nonzero"], f32)
+        self.log_norm = float(arrays["log_norm"])
+        self.sampled = bool(arrays["sampled"])
+        self.loc, self.scale = float(arrays["prior_loc"]), float(arrays["prior_scale"])
+        self.shape = tuple(self.data.shape)
+        self.fixed_sqrt_s = self.sqrt_s(float(arrays["index"]))
+
+    def sqrt_s(self, index):
+        import jax.numpy as jnp
+
+        return jnp.exp(0.5 * (self.log_norm + index * self.log_k_ratio)) * self.nonzero
+
+    def field(self, position):
+        import jax.numpy as jnp
+
+        u = position[0]
+        sqrt_s = self.sqrt_s(position[1][0]) if self.sampled else self.fixed_sqrt_s
+        m = self.shape[2] // 2 + 1
+        mirrored = jnp.roll(jnp.flip(u, axis=(0, 1, 2)), 1, axis=(0, 1, 2))[..., :m]
+        half = u[..., :m]
+        spectrum = jax_complex(0.5 * sqrt_s * (half + mirrored), 0.5 * sqrt_s * (half - mirrored))
+        return jnp.fft.irfftn(spectrum, s=self.shape)
+
+    def __call__(self, position):
+        import jax.numpy as jnp
+
+        u = position[0]
+        n = u.size
+        lp = -0.5 * jnp.sum(u * u) - 0.5 * n * math.log(2 * math.pi)
+        if self.sampled:
+            z = (position[1][0] - self.loc) / self.scale
+            lp = lp - 0.5 * z * z - math.log(self.scale) - 0.5 * math.log(2 * math.pi)
+        r = (self.data - self.field(position)) * self.inv_sigma
+        return lp - 0.5 * jnp.sum(r * r) + self.lik_const
+
+
+def jax_complex(re, im):
+    import jax.lax
+
+    return jax.lax.complex(re, im)
+
+
+def _check_density(density, arrays, n_parts) -> str | None:
+    """None when the JAX log-density and gradient equal Fieldscope's at every check point (float32
+    tolerance), else what differs."""
+    import jax
+    import jax.numpy as jnp
+
+    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(density)))
+    worst_value = worst_grad = 0.0
+    for j in range(3):
+        parts = tuple(jnp.asarray(arrays[f"point_{j}_{i}"], jnp.float32) for i in range(n_parts))
+        value, grads = value_and_grad(parts)
+        ref = arrays[f"value_{j}"].astype(np.float64)
+        worst_value = max(worst_value, float(np.max(np.abs(np.asarray(value, np.float64) - ref) / np.abs(ref))))
+        for i in range(n_parts):
+            g, g_ref = np.asarray(grads[i], np.float64), arrays[f"grad_{j}_{i}"].astype(np.float64)
+            for c in range(g.shape[0]):
+                worst_grad = max(worst_grad, float(np.linalg.norm(g[c] - g_ref[c]) / np.linalg.norm(g_ref[c])))
+    if worst_value > DENSITY_RTOL or worst_grad > GRADIENT_RTOL:
+        return (f"the JAX log-density differs from Fieldscope's: value {worst_value:.1e} relative "
+                f"(tolerance {DENSITY_RTOL:.0e}), gradient {worst_grad:.1e} (tolerance {GRADIENT_RTOL:.0e})")
+    return f"agrees: value {worst_value:.1e}, gradient {worst_grad:.1e} relative"
+
+
+def _moment_chunk(density, step_fn, n_steps, sampled):
+    """A jitted scan of ``n_steps`` steps of one chain accumulating the field's sum and sum of
+    squares (float32 within a chunk, float64 on the host), gradients, divergences, the index."""
+    import jax
+    import jax.numpy as jnp
+
+    def run(key, state, params):
+        def body(carry, key):
+            state, total, total_sq = carry
+            state, grads, diverged = step_fn(key, state, params)
+            x = density.field(state.position)
+            index = state.position[1][0] if sampled else jnp.float32(0)
+            return (state, total + x, total_sq + x * x), (grads, diverged, index)
+
+        zeros = jnp.zeros(density.shape, jnp.float32)
+        (state, total, total_sq), (grads, diverged, index) = jax.lax.scan(
+            body, (state, zeros, zeros), jax.random.split(key, n_steps))
+        return state, total, total_sq, jnp.sum(grads), jnp.sum(diverged), index
+
+    return jax.jit(jax.vmap(run))
+
+
+def _sample(density, chunk_fn, keys, state, params, budget, sampled):
+    """Chunks until the mean over chains of the gradient evaluations reaches ``budget``."""
+    import jax
+
+    total = np.zeros(density.shape)
+    total_sq = np.zeros(density.shape)
+    grads = np.zeros(keys.shape[0])
+    count, divergences, index = 0, 0, []
+    t0 = time.perf_counter()
+    while grads.mean() < budget:
+        split = jax.vmap(jax.random.split)(keys)
+        keys, chunk_keys = split[:, 0], split[:, 1]
+        state, s1, s2, g, d, idx = chunk_fn(chunk_keys, state, params)
+        total += np.asarray(s1, np.float64).sum(axis=0)
+        total_sq += np.asarray(s2, np.float64).sum(axis=0)
+        grads += np.asarray(g)
+        divergences += int(np.asarray(d).sum())
+        count += idx.shape[0] * idx.shape[1]
+        if sampled:
+            index.append(np.asarray(idx, np.float64))
+    seconds = time.perf_counter() - t0
+    mean = total / count
+    std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0) * count / (count - 1))
+    out = {"mean": mean, "std": std, "grads": int(grads.sum()), "seconds": seconds,
+           "divergences": divergences}
+    if sampled:
+        out["index_chain"] = np.concatenate(index, axis=1)
+    return out
+
+
+def _peer_nuts(density, start, num_warmup, budget, seed):
+    import blackjax
+    import jax
+
+    chains = start[0].shape[0]
+    warmup = blackjax.window_adaptation(blackjax.nuts, density)
+
+    def adapt(key, position):
+        (state, params), info = warmup.run(key, position, num_steps=num_warmup)
+        return state, params, info.info.num_integration_steps.sum()
+
+    t0 = time.perf_counter()
+    keys = jax.random.split(jax.random.PRNGKey(seed), chains + 1)
+    state, params, warm_grads = jax.jit(jax.vmap(adapt))(keys[1:], start)
+    jax.block_until_ready(state)
+    kernel = blackjax.nuts.build_kernel()
+
+    def step(key, state, params):
+        state, info = kernel(key, state, density, params["step_size"], params["inverse_mass_matrix"])
+        return state, info.num_integration_steps, info.is_divergent
+
+    chunk_fn = _moment_chunk(density, step, 25, density.sampled)
+    sample_keys = jax.random.split(keys[0], chains)
+    chunk_fn = chunk_fn.lower(sample_keys, state, params).compile()
+    warmup_seconds = time.perf_counter() - t0
+    out = _sample(density, chunk_fn, sample_keys, state, params, budget, density.sampled)
+    out.update(warmup_grads=int(np.asarray(warm_grads).sum()), warmup_seconds=warmup_seconds,
+               settings=f"window_adaptation, {num_warmup} steps, target 0.8, diagonal mass")
+    return out
+
+
+def _peer_mclmc(density, start, budget, seed):
+    import blackjax
+    import jax
+    from blackjax.mcmc.integrators import isokinetic_mclachlan
+
+    chains = start[0].shape[0]
+    num_steps = budget // MCLMC_GRADIENTS_PER_STEP
+    kernel = blackjax.mcmc.mclmc.build_kernel(integrator=isokinetic_mclachlan)
+    tuning_steps = {}
+
+    def tune(key, position):
+        init_key, tune_key = jax.random.split(key)
+        state = blackjax.mcmc.mclmc.init(position, density, init_key)
+        state, params, n_tune = blackjax.mclmc_find_L_and_step_size(
+            mclmc_kernel=kernel, num_steps=num_steps, state=state, rng_key=tune_key,
+            logdensity_fn=density, diagonal_preconditioning=True)
+        tuning_steps["n"] = int(n_tune)      # a Python int, known when traced
+        return state, params
+
+    t0 = time.perf_counter()
+    keys = jax.random.split(jax.random.PRNGKey(seed + 1), chains + 1)
+    state, params = jax.jit(jax.vmap(tune))(keys[1:], start)
+    jax.block_until_ready(state)
+
+    def step(key, state, params):
+        state, info = kernel(key, state, density, params.inverse_mass_matrix, params.L, params.step_size)
+        return state, MCLMC_GRADIENTS_PER_STEP, ~info.nonans
+
+    chunk_fn = _moment_chunk(density, step, 250, density.sampled)
+    sample_keys = jax.random.split(keys[0], chains)
+    chunk_fn = chunk_fn.lower(sample_keys, state, params).compile()
+    warmup_seconds = time.perf_counter() - t0
+    out = _sample(density, chunk_fn, sample_keys, state, params, budget, density.sampled)
+    L, eps = np.asarray(params.L), np.asarray(params.step_size)
+    out.update(warmup_grads=int(chains * tuning_steps["n"] * MCLMC_GRADIENTS_PER_STEP),
+               warmup_seconds=warmup_seconds,
+               settings=f"find_L_and_step_size (diagonal), L {np.round(L, 2).tolist()}, "
+                        f"step {np.round(eps, 3).tolist()}")
+    return out
+
+
+def _peer_worker(spec_path: str) -> None:
+    """The peer process: for each case, the density check, then BlackJAX NUTS and MCLMC."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+    import jax.numpy as jnp
+
+    spec = json.loads(Path(spec_path).read_text())
+    meta, arrays_out = {}, {}
+    for case in spec["cases"]:
+        with np.load(case["inputs"], allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+        n_parts = 2 if bool(arrays["sampled"]) else 1
+        density = _JaxDensity(arrays)
+        start = tuple(jnp.asarray(arrays[f"start_{i}"], jnp.float32) for i in range(n_parts))
+        check = _check_density(density, arrays, n_parts)
+        results = {"check": {"text": check}}
+        if not check.startswith("agrees"):
+            results["check"]["refused"] = True
+        else:
+            for peer in case["peers"]:
+                t0 = time.perf_counter()
+                if peer == "blackjax/nuts":
+                    res = _peer_nuts(density, start, case["num_warmup"], case["budget"], case["seed"])
+                else:
+                    res = _peer_mclmc(density, start, case["budget"], case["seed"])
+                res["wall"] = time.perf_counter() - t0
+                for key in ("mean", "std", "index_chain"):
+                    if key in res:
+                        arrays_out[f"{case['name']}:{peer}:{key}"] = res.pop(key)
+                results[peer] = res
+                print(f"[peers] {case['name']} {peer}: {res['wall']:.0f} s", file=sys.stderr, flush=True)
+        meta[case["name"]] = results
+    versions = f"JAX {jax.__version__}, BlackJAX {__import__('blackjax').__version__}"
+    for results in meta.values():
+        results["check"]["versions"] = versions
+    np.savez(spec["out"], meta=np.array(json.dumps(meta)), **arrays_out)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _summarise(result: dict, reference: Reference, grid, case: Case) -> dict:
+    eff = field_efficiency(result["mean"], result["std"], reference, grid)
+    per_k = 1000.0 / result["grads"]
+    row = {**{k: v for k, v in result.items() if k not in ("mean", "std", "index_chain")}, **eff}
+    row["per_1000"] = eff["n_eff"] * per_k
+    row["per_s"] = eff["n_eff"] / result["seconds"]
+    row["shell_per_1000"] = [v * per_k for v in eff["shell_n_eff"]]
+    if case.sampled_index and "index_chain" in result:
+        from core.store.diagnostics import ess_bulk
+
+        chain = np.asarray(result["index_chain"], np.float64)
+        ess = float(ess_bulk(chain))
+        exact_mean, exact_std = reference.index
+        row.update(index_ess=ess, index_per_1000=ess * per_k, index_per_s=ess / result["seconds"],
+                   index_mean_error=(float(chain.mean()) - exact_mean) / exact_std,
+                   index_std_ratio=float(chain.std(ddof=1)) / exact_std)
+    return row
+
+
+def _print_case(case: Case, n: int, rows: list[dict], skipped: list[str], reference: Reference):
+    print(f"\n== {case.name}: {case.title}; {n}^3, box {BOX:g}, P(k) ~ k^{INDEX:g} (unit variance), "
+          f"sigma {NOISE}, float32, {CHAINS} chains")
+    print(f"   exact: {reference.text}")
+    head = (f"{'sampler':<16} | {'grads':>6} | {'n_eff':>7} | {'/1000 grad':>10} | {'/s':>7} | "
+            f"{'min shell /1000 (k)':>19} | {'k1 /1000':>8} | {'std/exact':>9} | {'z rms':>6} | "
+            f"{'warmup grads':>12} | {'warmup s':>8} | {'sampling s':>10} | {'div':>4}")
+    if case.sampled_index:
+        head += f" | {'index ESS /1000':>15} | {'/s':>6} | {'mean err/sd':>11} | {'sd/exact':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        shells = r["shell_per_1000"]
+        worst = int(np.argmin(shells))
+        line = (f"{r['label']:<16} | {r['grads'] / CHAINS:6.0f} | {r['n_eff']:7.0f} | {r['per_1000']:10.1f} | "
+                f"{r['per_s']:7.1f} | {shells[worst]:10.1f} ({r['shell_k'][worst]:.3f}) | {shells[0]:8.1f} | "
+                f"{r['std_ratio']:9.3f} | {r['z_rms']:6.3f} | {r['warmup_grads'] / CHAINS:12.0f} | "
+                f"{r['warmup_seconds']:8.1f} | {r['seconds']:10.1f} | {r['divergences']:4d}")
+        if case.sampled_index and "index_ess" in r:
+            line += (f" | {r['index_per_1000']:15.2f} | {r['index_per_s']:6.2f} | "
+                     f"{r['index_mean_error']:11.2f} | {r['index_std_ratio']:8.3f}")
+        print(line)
+    for r in rows:
+        if r.get("settings"):
+            print(f"   {r['label']}: {r['settings']}")
+    for line in skipped:
+        print(f"   skipped {line}")
+    if rows:
+        ks = rows[0]["shell_k"]
+        picks = [i for i in (0, 1, 2, 3, 5, 7, 11, 15, 23) if i < len(ks)]
+        print("   n_eff per 1000 gradients by k-shell (shell centre k):")
+        print("   " + f"{'sampler':<16} | " + " | ".join(f"{ks[i]:6.3f}" for i in picks))
+        for r in rows:
+            print("   " + f"{r['label']:<16} | " + " | ".join(f"{r['shell_per_1000'][i]:6.1f}" for i in picks))
+    fs = [r for r in rows if not r["label"].startswith("blackjax")]
+    peers = [r for r in rows if r["label"].startswith("blackjax")]
+    if fs and peers:
+        for key, what in (("per_1000", "per 1000 gradients"), ("per_s", "per second")):
+            best_f = max(fs, key=lambda r: r[key])
+            best_p = max(peers, key=lambda r: r[key])
+            print(f"   best Fieldscope / best peer, n_eff {what}: {best_f['label']} {best_f[key]:.1f} / "
+                  f"{best_p['label']} {best_p[key]:.1f} = {best_f[key] / best_p[key]:.2f}")
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="16^3, 4000 gradients per chain, 64 reference draws")
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--algorithms", nargs="+", default=None,
+                        help="labels (hmc/identity) or algorithms (hmc: every preconditioner) to run")
+    parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--grid", type=int, default=None)
+    parser.add_argument("--budget", type=int, default=None, help="post-warmup gradient evaluations per chain")
+    parser.add_argument("--reference-draws", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--json", type=Path, default=None, help="write every figure here")
+    parser.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.peer_worker:
+        return _peer_worker(args.peer_worker)
+    n = args.grid or (16 if args.quick else 32)
+    budget = args.budget or (4000 if args.quick else 24000)
+    draws = args.reference_draws or (64 if args.quick else 256)
+
+    from core.config import schema
+    from core.field.grid import Grid
+    from core.run.tensorflow_env import quiet_tensorflow, start_up_notices_filtered
+
+    combos = fieldscope_combinations()
+    if args.algorithms:
+        wanted = set(args.algorithms)
+        combos = [(label, s) for label, s in combos if label in wanted or s["algorithm"] in wanted]
+    peers = []
+    if args.peers:
+        try:
+            import importlib.util
+            if importlib.util.find_spec("blackjax") is None or importlib.util.find_spec("jax") is None:
+                raise ImportError
+            peers = ["blackjax/nuts", "blackjax/mclmc"]
+        except ImportError:
+            print("peers: BlackJAX or JAX is not installed (pip install '.[bench]'); Fieldscope only")
+    quiet_tensorflow()
+    with start_up_notices_filtered():
+        import tensorflow as tf
+        import tensorflow_probability as tfp
+    tf.get_logger().setLevel("ERROR")     # one Engine per combination: its retracing notice is expected
+    print(f"TensorFlow {tf.__version__}, TFP {tfp.__version__}; CPU cores: {os.cpu_count()}; "
+          f"{n}^3, {budget} post-warmup gradients per chain, {CHAINS} chains; algorithms {schema.ALGORITHMS}; "
+          f"combinations: {', '.join(label for label, _ in combos)}")
+    grid = Grid((n, n, n), BOX)
+    report = {"grid": n, "budget": budget, "cases": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        amplitude = write_cases(folder, n)["amplitude"]
+        default_warmup = schema.SamplerSection().num_warmup
+        for name in args.cases:
+            case = CASES[name]
+            reference = exact_reference(case, folder, amplitude, draws)
+            rows, skipped = [], []
+            for label, settings in combos:
+                t0 = time.perf_counter()
+                result = run_fieldscope(case, folder, amplitude, label, settings, budget, args.seed)
+                if "skipped" in result:
+                    skipped.append(f"{label}: {result['skipped']}")
+                    print(f"[{name}] {label}: skipped ({result['skipped']})", flush=True)
+                    continue
+                rows.append(_summarise(result, reference, grid, case))
+                print(f"[{name}] {label}: {time.perf_counter() - t0:.0f} s", flush=True)
+            check_text = None
+            if peers:
+                config, _ = _dump(case_document(case, amplitude, {"chains": CHAINS, "seed": args.seed}), folder)
+                inputs = peer_inputs(case, folder, amplitude, density_checkpoints(config))
+                spec = [{"name": name, "inputs": str(inputs), "peers": peers, "budget": budget,
+                         "num_warmup": default_warmup, "seed": args.seed}]
+                results = run_peers(spec, folder, timeout=3600)
+                if "error" in results:
+                    skipped.append(f"peers: {results['error']}")
+                else:
+                    check = results[name].pop("check")
+                    check_text = f"{check['versions']}; density check: {check['text']}"
+                    if check.get("refused"):
+                        skipped.append(f"peers: refused to report, {check['text']}")
+                    for peer, res in results[name].items():
+                        res["label"] = peer
+                        rows.append(_summarise(res, reference, grid, case))
+            if check_text:
+                reference.text += f"\n   peers: {check_text}"
+            _print_case(case, n, rows, skipped, reference)
+            report["cases"][name] = {"reference": reference.text, "index": reference.index,
+                                     "rows": rows, "skipped": skipped}
+    if args.json:
+        args.json.write_text(json.dumps(_jsonable(report), indent=1))
+
+
+if __name__ == "__main__":
+    main()

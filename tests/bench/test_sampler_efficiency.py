@@ -1,0 +1,122 @@
+"""bench/sampler_efficiency.py's measures and exact references, checked without running a sampler.
+
+n_eff is fed the moments of independent exact posterior draws (core.reference.wiener), whose
+n_eff is their number; the index's likelihood is checked against the dense Gaussian density.
+numpy only: no TensorFlow, no JAX.
+"""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.config import config_from_dict
+from core.field.grid import Grid
+from core.field.synthetic import load_dataset
+from core.reference.wiener import dense_posterior, posterior_samples
+
+# loaded from its file: bench/ on sys.path would put its scripts' names (hmc, scale, ...) there
+_SPEC = importlib.util.spec_from_file_location(
+    "sampler_efficiency", Path(__file__).resolve().parents[2] / "bench" / "sampler_efficiency.py")
+se = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = se       # dataclasses look their module up
+_SPEC.loader.exec_module(se)
+
+N = 12
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cases")
+    return folder, se.write_cases(folder, N)["amplitude"]
+
+
+def _draw_moments(case_name, folder, amplitude, n_draws, seed):
+    dataset = load_dataset(folder / f"{case_name}.npz")
+    grid = Grid(dataset.data.shape, se.BOX)
+    mask = None if dataset.mask.all() else dataset.mask
+    draws = posterior_samples(dataset.data, se._mode_variance(grid, amplitude, se.INDEX), se.NOISE, mask=mask,
+                              n_samples=n_draws, rng=seed).samples
+    return draws.mean(axis=0), draws.std(axis=0, ddof=1), grid
+
+
+def test_the_signal_has_unit_variance_and_the_slab_masks_a_quarter(cases):
+    folder, amplitude = cases
+    grid = Grid((N, N, N), se.BOX)
+    k = grid.k_magnitude_full()
+    assert np.sum(amplitude * (k[k > 0] / se.K_PIVOT) ** se.INDEX) / grid.volume == pytest.approx(1.0)
+    assert 1 - load_dataset(folder / "slab.npz").mask.mean() == pytest.approx(se.SLAB_FRACTION, abs=1 / N)
+
+
+@pytest.mark.parametrize("case_name, n_draws", [("nomask", 40), ("slab", 40)])
+def test_n_eff_of_independent_exact_draws_is_their_number(cases, case_name, n_draws):
+    folder, amplitude = cases
+    reference = se.exact_reference(se.CASES[case_name], folder, amplitude, draws=100)
+    mean, std, grid = _draw_moments(case_name, folder, amplitude, n_draws, seed=7)
+    eff = se.field_efficiency(mean, std, reference, grid)
+    # mean(z^2) over ~10^3 weakly correlated voxels: a few per cent; the MC reference adds ~1 %
+    assert eff["n_eff"] == pytest.approx(n_draws, rel=0.15)
+    assert eff["z_rms"] == pytest.approx(1 / math.sqrt(eff["n_eff"]))
+    assert eff["std_ratio"] == pytest.approx(1.0, abs=0.05)
+    # every shell: 1 / mean of |F(e)_k|^2 / V_k over its modes (a chi^2 of 2 per mode pair)
+    counts = np.bincount(grid.shell_index_half(grid.shell_edges())[grid.k_magnitude_half() > 0],
+                         weights=grid.multiplicity_half()[grid.k_magnitude_half() > 0])
+    counts = counts[counts > 0]
+    for n_modes, value in zip(counts, eff["shell_n_eff"]):
+        if n_modes >= 200:
+            assert value == pytest.approx(n_draws, rel=0.3)
+    pooled = len(eff["shell_n_eff"]) / np.sum(1 / np.asarray(eff["shell_n_eff"]))
+    assert pooled == pytest.approx(n_draws, rel=0.2)
+
+
+def test_a_biased_mean_has_a_small_n_eff(cases):
+    folder, amplitude = cases
+    reference = se.exact_reference(se.CASES["nomask"], folder, amplitude, draws=200)
+    mean, std, grid = _draw_moments("nomask", folder, amplitude, 400, seed=8)
+    eff = se.field_efficiency(mean + 0.2 * reference.std, std, reference, grid)
+    assert eff["n_eff"] == pytest.approx(1 / (0.2**2 + 1 / 400), rel=0.15)
+
+
+def test_the_index_likelihood_is_the_dense_gaussian_density():
+    grid = Grid((4, 4, 4), se.BOX)
+    amplitude = se.unit_variance_amplitude(grid)
+    data = np.random.default_rng(3).standard_normal(grid.shape)
+    data -= data.mean()
+    indices = np.array([-2.5, -1.2])
+    dense = []
+    for index in indices:
+        prior = dense_posterior(data, se._mode_variance(grid, amplitude, index), se.NOISE).prior_covariance
+        cov = prior + se.NOISE**2 * np.eye(grid.n_cells)
+        sign, logdet = np.linalg.slogdet(cov)
+        d = data.reshape(-1)
+        dense.append(-0.5 * (d @ np.linalg.solve(cov, d) + logdet))
+    ours = se.index_log_likelihood(np.fft.rfftn(data), grid, amplitude, indices)
+    # equal up to a constant (the k = 0 mode and the 2 pi terms do not depend on the index)
+    assert ours[0] - ours[1] == pytest.approx(dense[0] - dense[1], rel=1e-9)
+
+
+def test_the_index_reference_is_a_proper_mixture(cases):
+    folder, amplitude = cases
+    reference = se.exact_reference(se.CASES["index"], folder, amplitude, draws=2)
+    index_mean, index_std = reference.index
+    assert abs(index_mean - se.INDEX) < 5 * index_std < 0.5      # the data were drawn at -2
+    fixed = se.exact_reference(se.CASES["nomask"], folder, amplitude, draws=2)
+    # the index is known to a few per cent: the mixture is close to the posterior at index -2
+    assert np.median(reference.std / fixed.std) == pytest.approx(1.0, abs=0.05)
+    assert np.max(np.abs(reference.mean - fixed.mean)) < 0.5 * np.min(fixed.std)
+    assert np.all(reference.mode_var[fixed.mode_var > 0] > 0)
+
+
+def test_every_combination_makes_a_valid_config(cases, tmp_path):
+    folder, amplitude = cases
+    combos = se.fieldscope_combinations()
+    labels = [label for label, _ in combos]
+    assert {"hmc/identity", "hmc/diagonal", "nuts/identity"} <= set(labels)
+    for case in se.CASES.values():
+        for label, settings in combos:
+            config = config_from_dict(se.case_document(case, amplitude, {**settings, "chains": 2}), folder)
+            assert config.sampler.algorithm == settings["algorithm"]
+            assert isinstance(config.prior.index, float) != case.sampled_index
