@@ -11,10 +11,8 @@ num_samples and thin.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox
-
 from app.panels.base import SetupPanel
-from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label, bind_check
+from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label
 from app.state.config_state import SAMPLER_KEYS, ConfigState
 from core.run import resources
 
@@ -43,11 +41,12 @@ class SamplerPanel(SetupPanel):
                      tip="sampler.step_size: adapted during warmup")
         self._number("sampler.target_accept", "Target acceptance",
                      tip="sampler.target_accept, in (0, 1)")
-        box = bind_check(state, "sampler.adapt_mass_matrix",
-                         QCheckBox("adapt a diagonal mass matrix in warmup"))
-        self.edits["sampler.adapt_mass_matrix"] = box
-        self._row("Mass matrix", box, "sampler.adapt_mass_matrix",
-                  tip="sampler.adapt_mass_matrix")
+        self._choice("sampler.preconditioner", "Mass matrix", [
+            ("identity", "identity"), ("diagonal (adapted in warmup)", "diagonal"),
+            ("fourier (from the model)", "fourier")],
+            tip="sampler.preconditioner: diagonal estimates each coordinate's variance in "
+                "warmup; fourier takes each Fourier mode's posterior scale from the prior, "
+                "noise, mask and beam (field model, whitened or raw modes)")
         self._number("sampler.chains", "Chains", tip="sampler.chains (run side by side)")
         self._number("sampler.seed", "Seed", tip="sampler.seed: same seed, same draws")
         self._number("sampler.thin", "Keep every", tip="sampler.thin: keep every thin-th "

@@ -23,7 +23,9 @@ Layout (field model; every key but ``data.path`` has a default, see ``default_co
     [field]       parameterisation = "whitened" | "white_noise" | "raw_modes",
                   dtype = "float32" | "float64"
     [sampler]     algorithm, num_warmup, num_samples, num_leapfrog_steps, step_size,
-                  target_accept, adapt_mass_matrix, chains, seed, thin, chunk_size
+                  target_accept, preconditioner = "identity" | "diagonal" | "fourier"
+                  (``adapt_mass_matrix = true`` is read as "diagonal"), chains, seed,
+                  thin, chunk_size
 
 Integral model: ``[model] kind = "integral"``, ``[data] path`` (.csv .txt .dat),
 ``[integral] refine``, and ``[prior]`` with A, c, sigma (number = fixed, or a prior
@@ -56,10 +58,12 @@ from core.config.schema import (
     ALGORITHMS,
     DTYPES,
     FIELD_DATA_EXTENSIONS,
+    FOURIER_PARAMETERISATIONS,
     INTEGRAL_DATA_EXTENSIONS,
     INTEGRAL_PARAMETERS,
     MODEL_KINDS,
     PARAMETERISATIONS,
+    PRECONDITIONERS,
     ConfigError,
     DataSection,
     FieldSection,
@@ -96,6 +100,8 @@ __all__ = [
     "PARAMETERISATIONS",
     "DTYPES",
     "ALGORITHMS",
+    "PRECONDITIONERS",
+    "FOURIER_PARAMETERISATIONS",
     "FIELD_DATA_EXTENSIONS",
     "INTEGRAL_DATA_EXTENSIONS",
     "INTEGRAL_PARAMETERS",

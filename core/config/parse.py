@@ -28,10 +28,12 @@ from core.config.schema import (
     ALGORITHMS,
     DTYPES,
     FIELD_DATA_EXTENSIONS,
+    FOURIER_PARAMETERISATIONS,
     INTEGRAL_DATA_EXTENSIONS,
     INTEGRAL_PARAMETERS,
     MODEL_KINDS,
     PARAMETERISATIONS,
+    PRECONDITIONERS,
     ConfigError,
     DataSection,
     FieldSection,
@@ -190,7 +192,7 @@ def _parse_model(raw) -> ModelSection:
 def _parse_sampler(raw) -> SamplerSection:
     t = _table("sampler", raw)
     names = [f.name for f in fields(SamplerSection)]
-    _check_keys("sampler", t, names, {})
+    _check_keys("sampler", t, names + ["adapt_mass_matrix"], {})
     d = SamplerSection()
     get = lambda name: t.get(name, getattr(d, name))   # noqa: E731
     return SamplerSection(
@@ -201,13 +203,47 @@ def _parse_sampler(raw) -> SamplerSection:
                                 MAX_LEAPFROG_STEPS, _LEAPFROG_WHY),
         step_size=_float("sampler.step_size", get("step_size"), "positive"),
         target_accept=_float("sampler.target_accept", get("target_accept"), "open_unit"),
-        adapt_mass_matrix=_bool("sampler.adapt_mass_matrix", get("adapt_mass_matrix")),
+        preconditioner=_preconditioner(t),
         chains=_int("sampler.chains", get("chains"), 1),
         seed=_int("sampler.seed", get("seed"), 0),
         thin=_int("sampler.thin", get("thin"), 1),
         chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1, MAX_DRAWS,
                         "a chunk is at most a whole run's draws"),
     )
+
+
+def _preconditioner(t) -> str:
+    """``sampler.preconditioner``, or its older spelling ``adapt_mass_matrix`` (true is
+    "diagonal", false is "identity"); both given must agree on whether the mass matrix is
+    adapted (false goes with "identity" and with "fourier")."""
+    value = _choice("sampler.preconditioner", t.get("preconditioner", "identity"), PRECONDITIONERS)
+    if "adapt_mass_matrix" not in t:
+        return value
+    adapt = _bool("sampler.adapt_mass_matrix", t["adapt_mass_matrix"])
+    if "preconditioner" not in t:
+        return "diagonal" if adapt else "identity"
+    if adapt != (value == "diagonal"):
+        raise ConfigError("sampler.preconditioner",
+                          f"{value!r} contradicts sampler.adapt_mass_matrix = {_toml_value(adapt)} "
+                          "(adapt_mass_matrix = true is the older spelling of preconditioner = "
+                          "\"diagonal\"); give only sampler.preconditioner")
+    return value
+
+
+def _check_preconditioner(sampler: SamplerSection, model_kind: str, field: FieldSection | None):
+    """The "fourier" preconditioner scales the field latent per wavevector: it needs the field
+    model and a latent indexed by wavevector."""
+    if sampler.preconditioner != "fourier":
+        return
+    if model_kind != "field":
+        raise ConfigError("sampler.preconditioner", "'fourier' applies only to model.kind = 'field' "
+                          "(it scales the field's Fourier modes; this config has model.kind = "
+                          f"{model_kind!r}): use 'identity' or 'diagonal'")
+    if field.parameterisation not in FOURIER_PARAMETERISATIONS:
+        raise ConfigError("sampler.preconditioner", "'fourier' needs field.parameterisation = "
+                          f"{' or '.join(repr(p) for p in FOURIER_PARAMETERISATIONS)}, not "
+                          f"{field.parameterisation!r}: that latent is white noise in real space, "
+                          "where a per-mode scale is not a per-element one")
 
 
 def _parse_grid(raw) -> GridSection:
@@ -415,6 +451,7 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
         data_raw = _table("data", raw)
         data = _parse_data(raw, "integral", None)
         prior, integral = _parse_integral(raw, data_raw)
+        _check_preconditioner(sampler, model.kind, None)
         return RunConfig(model=model, data=data, prior=prior, sampler=sampler,
                          integral=integral, base_dir=base)
     likelihood = _parse_likelihood(raw)
@@ -422,6 +459,7 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
     config = RunConfig(model=model, data=data, prior=_parse_field_prior(raw), sampler=sampler,
                        grid=_parse_grid(raw), likelihood=likelihood, field=_parse_field(raw),
                        base_dir=base)
+    _check_preconditioner(sampler, model.kind, config.field)
     check_dtype_range(config)
     return config
 

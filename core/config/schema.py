@@ -15,7 +15,8 @@ from core.priors import NormalPrior, SampledPrior
 __all__ = [
     "ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection",
     "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
-    "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "FIELD_DATA_EXTENSIONS",
+    "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "PRECONDITIONERS",
+    "FOURIER_PARAMETERISATIONS", "FIELD_DATA_EXTENSIONS",
     "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"
 ]
 
@@ -25,6 +26,14 @@ MODEL_KINDS = ("field", "integral")
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
 ALGORITHMS = ("hmc", "nuts")
+#: ``sampler.preconditioner``: "identity" (none), "diagonal" (a diagonal mass matrix adapted
+#: from warmup draws, ``core.engine.engine``; the older key ``adapt_mass_matrix = true``),
+#: "fourier" (the field model's own per-mode posterior scale, ``core.field.preconditioner``;
+#: field model, parameterisation whitened or raw_modes).
+PRECONDITIONERS = ("identity", "diagonal", "fourier")
+#: The parameterisations whose latent is indexed by wavevector, so that a per-mode scale is a
+#: per-element one: the "fourier" preconditioner applies to these.
+FOURIER_PARAMETERISATIONS = ("whitened", "raw_modes")
 FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts")
 INTEGRAL_DATA_EXTENSIONS = (".csv", ".txt", ".dat")
 
@@ -158,11 +167,16 @@ class SamplerSection:
     num_leapfrog_steps: int = 10
     step_size: float = 0.1            # initial; adapted during warmup
     target_accept: float = 0.75
-    adapt_mass_matrix: bool = False
+    preconditioner: str = "identity"  # PRECONDITIONERS
     chains: int = 2
     seed: int = 42
     thin: int = 5
     chunk_size: int = 25
+
+    @property
+    def adapt_mass_matrix(self) -> bool:
+        """The older spelling: a diagonal mass matrix adapted in warmup."""
+        return self.preconditioner == "diagonal"
 
 
 @dataclass(frozen=True)

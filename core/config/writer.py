@@ -17,6 +17,7 @@ from core.config.schema import (
     DTYPES,
     INTEGRAL_PARAMETERS,
     PARAMETERISATIONS,
+    PRECONDITIONERS,
     RunConfig,
     SamplerSection,
 )
@@ -89,6 +90,7 @@ _COMMENTS = {
     ("sampler", "algorithm"): " | ".join(ALGORITHMS),
     ("sampler", "step_size"): "initial; adapted during warmup",
     ("sampler", "target_accept"): "in (0, 1)",
+    ("sampler", "preconditioner"): " | ".join(PRECONDITIONERS),
     ("integral", "refine"): "trapezoid steps per data interval",
 }
 

@@ -28,12 +28,14 @@ log-density is NaN everywhere, whose step size collapses or which accepts nothin
 diagnosis naming what to check, after storing the chunk that shows it.
 
 Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps towards
-``target_accept``. With ``adapt_mass_matrix`` the variance of each state coordinate is
+``target_accept``. With ``preconditioner = "diagonal"`` the variance of each state coordinate is
 estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
 Stan); at 75 % a diagonal mass matrix M = 1/var is set and dual averaging restarts for the
 rest of warmup. The mass matrix is applied as the equivalent change of variables: the
 kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity mass in z is
 mass 1/s^2 in x), so the same HMC kernel serves both cases. Everything recorded is in x.
+``preconditioner = "fourier"`` is the model's own change of variables
+(``core.engine.field_density``): the engine sees an already preconditioned state.
 """
 
 from __future__ import annotations
@@ -142,7 +144,8 @@ class Engine:
         self.control = control or Control()
         s = config.sampler
         self.sampler = s
-        mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) if s.adapt_mass_matrix and s.num_warmup >= 20 \
+        mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) \
+            if s.preconditioner == "diagonal" and s.num_warmup >= 20 \
             else (None, None)
         self.schedule = Schedule(s.num_warmup, s.num_samples, s.chunk_size, *mass)
 

@@ -39,6 +39,26 @@ Likelihoods (``core.field.observations``): Gaussian with per-voxel noise and a m
 Poisson counts with lambda = nbar exp(x); an optional Gaussian smoothing
 exp(-(k R)^2 / 2) multiplies X before the inverse FFT (free in every parameterisation).
 
+Preconditioner "fourier" (``sampler.preconditioner``; whitened and raw_modes). In the whitened
+latent, mode k of the posterior has precision about 1 + S_k q_k, q_k = B_k^2 c / N the data's
+precision per unit of prior variance (``core.field.preconditioner``: exact for uniform noise
+and no mask, where it is 1 + S_k B_k^2 / N_k with N_k = N sigma^2; with a mask and a noise
+map c is the observed fraction times the mean 1/sigma^2, which is the exact diagonal of the
+posterior precision but for a term at twice the wavevector; Poisson counts take the rate at
+the prior mean of the field). The state the kernel sees is then v, with the latent
+
+    u = w(eta) * v,   w = (1 + S_k(eta) q_k)^-1/2     (raw_modes: w = (1/S_k + q_k)^-1/2)
+
+per element (k = 0: w = 1), so that v has about unit posterior scale in every mode, and the
+density of the state is
+
+    log p(v, eta) = log p_u(w(eta) v, eta) + sum_k log w_k(eta)
+
+(the Jacobian term matters only when hyperparameters are sampled: w follows the spectrum as
+it moves). Every public method below takes the state (v with "fourier", u without);
+``latent_of`` maps it to u. Any kernel gets the preconditioning this way, as a change of
+variables inside the model.
+
 All log-densities are normalised (they include the 2 pi and sigma terms), so they
 can be compared with dense multivariate-normal densities.
 """
@@ -52,20 +72,23 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.config import PARAMETERISATIONS
+from core.config import FOURIER_PARAMETERISATIONS, PARAMETERISATIONS
 from core.engine import fft
 from core.engine.prior_density import tf_prior
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_spectrum import PowerLaw, PowerLawCutoff, PowerSpectrum
+from core.field.preconditioner import MODE_PRECISION_METHODS, fourier_scale, likelihood_mode_precision
 from core.priors import Prior, SampledPrior
 
-__all__ = ["mirror", "hermitian_from_real", "SampledHyper", "FieldPosterior"]
+__all__ = ["mirror", "hermitian_from_real", "SampledHyper", "FieldPosterior", "MODEL_PRECONDITIONERS"]
 
 tfb = tfp.bijectors
 tfd = tfp.distributions
 
 _POSITIVE = {"amplitude", "cutoff_scale"}
+#: The preconditioners the model applies itself ("diagonal" is the engine's adapted mass matrix).
+MODEL_PRECONDITIONERS = ("identity", "fourier")
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -119,15 +142,28 @@ class FieldPosterior:
     The state is a list: ``[latent]`` or ``[latent, eta]``, with latent of shape
     (chains, n0, n1, n2) and eta of shape (chains, n_hyper). ``log_prob`` works in
     ``tf.function(jit_compile=True)`` and with TFP kernels; gradients are exact
-    (core.engine.fft). ``dtype`` is tf.float32 or tf.float64.
+    (core.engine.fft). ``dtype`` is tf.float32 or tf.float64. With ``preconditioner =
+    "fourier"`` the latent part of the state is v (module docstring); ``precision_method``
+    chooses how the mask and noise map enter it (``core.field.preconditioner``).
     """
 
     def __init__(self, grid: Grid, spectrum: PowerSpectrum, observations: Observations, *,
                  hyper_priors: dict[str, Prior] | None = None,
-                 parameterisation: str = "whitened", dtype=tf.float32):
+                 parameterisation: str = "whitened", dtype=tf.float32,
+                 preconditioner: str = "identity", precision_method: str = "mean"):
         if parameterisation not in PARAMETERISATIONS:
             raise ValueError(f"parameterisation {parameterisation!r} is not known "
                              f"(known: {', '.join(PARAMETERISATIONS)})")
+        if preconditioner not in MODEL_PRECONDITIONERS:
+            raise ValueError(f"preconditioner {preconditioner!r} is not one the model applies "
+                             f"(known: {', '.join(MODEL_PRECONDITIONERS)})")
+        if preconditioner == "fourier" and parameterisation not in FOURIER_PARAMETERISATIONS:
+            raise ValueError(f"the fourier preconditioner needs parameterisation "
+                             f"{' or '.join(FOURIER_PARAMETERISATIONS)}, not {parameterisation!r} "
+                             "(its latent is in real space: a per-mode scale is not per element)")
+        if precision_method not in MODE_PRECISION_METHODS:
+            raise ValueError(f"precision_method {precision_method!r} is not known "
+                             f"(known: {', '.join(MODE_PRECISION_METHODS)})")
         if tuple(observations.data.shape) != grid.shape:
             raise ValueError(f"data shape {observations.data.shape} does not match grid shape {grid.shape}")
         if dtype not in (tf.float32, tf.float64):
@@ -136,6 +172,8 @@ class FieldPosterior:
         self.spectrum = spectrum
         self.observations = observations
         self.parameterisation = parameterisation
+        self.preconditioner = preconditioner
+        self.precision_method = precision_method
         self.dtype = dtype
         self.cdtype = tf.complex64 if dtype == tf.float32 else tf.complex128
         self.sampled = self._sampled_hypers(spectrum, hyper_priors or {})
@@ -176,7 +214,7 @@ class FieldPosterior:
             self._k2 = tf.constant(safe_k**2, rd)
         fixed_s = self._mode_variance_numpy(k_half)
         self._fixed_sqrt_s = tf.constant(np.sqrt(fixed_s), rd) if not self.sampled else None
-        if self.parameterisation == "raw_modes":
+        if self.parameterisation == "raw_modes" or self.preconditioner == "fourier":
             k_full = g.k_magnitude_full()
             self._k_full_nonzero = tf.constant((k_full > 0).astype(np.float64), rd)
             self._dc_full = tf.constant((k_full == 0).astype(np.float64), rd)
@@ -185,6 +223,13 @@ class FieldPosterior:
             self._k2_full = tf.constant(np.where(k_full > 0, k_full, 1.0)**2, rd)
             self._fixed_s_full = tf.constant(
                 np.where(k_full > 0, self._mode_variance_numpy(k_full), 1.0), rd) if not self.sampled else None
+        if self.preconditioner == "fourier":
+            self._mode_precision = tf.constant(likelihood_mode_precision(g, obs, self.precision_method), rd)
+            if not self.sampled:
+                w = fourier_scale(g, spec, obs, parameterisation=self.parameterisation,
+                                  method=self.precision_method)
+                self._fixed_scale = tf.constant(w, rd)
+                self._fixed_log_scale_sum = tf.constant(np.sum(np.log(w)), rd)
         beam = None
         if obs.smoothing_scale is not None:
             beam = np.exp(-0.5 * (k_half * obs.smoothing_scale)**2)
@@ -248,6 +293,48 @@ class FieldPosterior:
         log_s = self._log_power_with(theta, self._log_k_ratio, self._k2) + math.log(self._norm)
         return tf.exp(0.5 * log_s) * self._dc_mask_half
 
+    def _log_mode_variance_full(self, eta):
+        """log S_k on the full grid with sampled hyperparameters; 0 at the inert k = 0 entry."""
+        theta = self.hyperparameters(eta)
+        log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full) + math.log(self._norm)
+        return log_s * self._k_full_nonzero
+
+    # -- the preconditioner ---------------------------------------------------
+
+    def _log_scale(self, eta):
+        """log w on the full grid (module docstring), (chains, n0, n1, n2) when sampled."""
+        if not self.sampled:
+            return tf.math.log(self._fixed_scale)
+        log_s = self._log_mode_variance_full(eta)
+        s_q = tf.exp(log_s) * self._k_full_nonzero * self._mode_precision
+        if self.parameterisation == "whitened":
+            return -0.5 * tf.math.log1p(s_q)
+        return (0.5 * log_s - 0.5 * tf.math.log1p(s_q)) * self._k_full_nonzero
+
+    def scale(self, eta=None) -> tf.Tensor:
+        """w: the latent is w * state (ones without the fourier preconditioner)."""
+        if self.preconditioner != "fourier":
+            return tf.ones(self.grid.shape, self.dtype)
+        return self._fixed_scale if not self.sampled else tf.exp(self._log_scale(eta))
+
+    def latent_of(self, state, eta=None) -> tf.Tensor:
+        """The latent u (the parameterisation's) of a state's field part."""
+        if self.preconditioner != "fourier":
+            return state
+        return state * self.scale(eta)
+
+    def state_of(self, latent, eta=None) -> tf.Tensor:
+        """The state's field part for a latent u: v = u / w."""
+        if self.preconditioner != "fourier":
+            return latent
+        return latent / self.scale(eta)
+
+    def _log_jacobian(self, eta):
+        """sum_k log w_k(eta): log |du/dv|."""
+        if not self.sampled:
+            return self._fixed_log_scale_sum
+        return tf.reduce_sum(self._log_scale(eta), axis=[-3, -2, -1])
+
     # -- the field ------------------------------------------------------------
 
     def _spectrum_of(self, latent, eta):
@@ -263,8 +350,8 @@ class FieldPosterior:
         return x_spec
 
     def field(self, latent, eta=None) -> tf.Tensor:
-        """The field x (without the fixed mean) for a latent state."""
-        return fft.irfft3d(self._spectrum_of(latent, eta), fft_length=self.grid.shape)
+        """The field x (without the fixed mean) for a state."""
+        return fft.irfft3d(self._spectrum_of(self.latent_of(latent, eta), eta), fft_length=self.grid.shape)
 
     def signal(self, latent, eta=None) -> tf.Tensor:
         """The noiseless model of the data: smoothed field plus the fixed mean."""
@@ -273,18 +360,21 @@ class FieldPosterior:
     # -- densities ------------------------------------------------------------
 
     def log_prior(self, latent, eta=None) -> tf.Tensor:
+        """log p(state, eta): the latent's prior (with the preconditioner's Jacobian) and the
+        hyperparameters'."""
         n = self.grid.n_cells
+        state, latent = latent, self.latent_of(latent, eta)
         if self.parameterisation in ("whitened", "white_noise"):
             lp = -0.5 * tf.reduce_sum(latent**2, axis=[-3, -2, -1]) - 0.5 * n * _LOG_2PI
         else:
             if self.sampled:
-                theta = self.hyperparameters(eta)
-                log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full) + math.log(self._norm)
-                log_s = log_s * self._k_full_nonzero  # log 1 = 0 for the inert DC entry
+                log_s = self._log_mode_variance_full(eta)  # log 1 = 0 for the inert DC entry
             else:
                 log_s = tf.math.log(self._fixed_s_full)
             lp = tf.reduce_sum(-0.5 * latent**2 * tf.exp(-log_s) - 0.5 * log_s, axis=[-3, -2, -1]) \
                 - 0.5 * n * _LOG_2PI
+        if self.preconditioner == "fourier":
+            lp += tf.broadcast_to(self._log_jacobian(eta), tf.shape(state)[:-3])
         if self.sampled:
             lp += self._hyper_log_prior(eta)
         return lp
@@ -311,6 +401,13 @@ class FieldPosterior:
 
     def draw_prior(self, chains: int, seed) -> list[tf.Tensor]:
         """State parts drawn from the prior (hyperparameters too), stateless-seeded."""
+        parts = self._draw_prior_latent(chains, seed)
+        if self.preconditioner != "fourier":
+            return parts
+        return [self.state_of(*parts), *parts[1:]]
+
+    def _draw_prior_latent(self, chains: int, seed) -> list[tf.Tensor]:
+        """[u] or [u, eta] drawn from the prior: the latent u, not the state."""
         seeds = tf.random.split(tf.convert_to_tensor(seed, tf.int32) if not isinstance(seed, int)
                                 else tf.constant([seed, 0], tf.int32), 2)
         eta = None
@@ -325,20 +422,20 @@ class FieldPosterior:
         latent = tf.random.stateless_normal(shape, seed=seeds[0], dtype=self.dtype)
         if self.parameterisation == "raw_modes":
             if self.sampled:
-                theta = self.hyperparameters(eta)
-                log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full) + math.log(self._norm)
-                log_s = log_s * self._k_full_nonzero
-                latent = latent * tf.exp(0.5 * log_s)
+                latent = latent * tf.exp(0.5 * self._log_mode_variance_full(eta))
             else:
                 latent = latent * tf.sqrt(self._fixed_s_full)
         return [latent] if eta is None else [latent, eta]
 
     def initial_state(self, chains: int, seed, jitter: float = 0.1) -> list[tf.Tensor]:
-        """A starting point near the prior's centre: small random latents, central hyperparameters."""
-        parts = self.draw_prior(chains, seed)
+        """A starting point near the prior's centre: small random latents, central hyperparameters.
+
+        With the fourier preconditioner the latent u is the same as without, and the state is
+        v = u / w at the starting eta: a seed starts every preconditioner at the same field."""
+        parts = self._draw_prior_latent(chains, seed)
         latent = parts[0] * jitter
         if not self.sampled:
-            return [latent]
+            return [self.state_of(latent)]
         centre = tf.constant([h.initial_unconstrained() for h in self.sampled], self.dtype)
         eta = centre + jitter * (parts[1] - tf.reduce_mean(parts[1], axis=0))
-        return [latent, eta]
+        return [self.state_of(latent, eta), eta]

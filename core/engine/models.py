@@ -3,7 +3,10 @@
 TensorFlow is imported here (the engine process only). A model adapter gives the engine
 everything it needs in one shape:
 
-    initial_state(chains, seed)  list of state parts, each (chains, ...)
+    initial_state(chains, seed)  list of state parts, each (chains, ...); with
+                                 ``sampler.preconditioner = "fourier"`` the field part is the
+                                 preconditioned v (``core.engine.field_density``), mapped
+                                 back by ``field`` and ``params``
     target_log_prob_fn           f(*parts) -> (chains,)
     param_names                  names of the scalar parameters recorded every draw
     params(parts)                (chains, n_params) constrained values (TF)
@@ -67,8 +70,12 @@ class FieldModel:
         spectrum = prior_spectrum(prior, load_prior_table(config), values)
         self.spectrum = spectrum
         self.dtype = _DTYPES[config.field.dtype]
+        # "fourier" is a change of variables inside the density (every kernel gets it);
+        # "diagonal" is the engine's mass matrix, adapted from warmup draws on top of "identity"
+        model_preconditioner = "fourier" if config.sampler.preconditioner == "fourier" else "identity"
         self.posterior = FieldPosterior(self.grid, spectrum, self.observations, hyper_priors=hyper,
-                                        parameterisation=config.field.parameterisation, dtype=self.dtype)
+                                        parameterisation=config.field.parameterisation, dtype=self.dtype,
+                                        preconditioner=model_preconditioner)
         self.param_names = self.posterior.hyper_names
         self.has_field = True
         self._build_power_estimator()

@@ -339,7 +339,7 @@ def distributions(finite, positive):
 distribution = distributions(finite, positive)
 
 
-def samplers(positive):
+def samplers(positive, preconditioners=("identity", "diagonal")):
     return st.fixed_dictionaries({}, optional={
         "algorithm": st.sampled_from(C.ALGORITHMS),
         "num_warmup": st.integers(0, 10**7),
@@ -347,7 +347,7 @@ def samplers(positive):
         "num_leapfrog_steps": st.integers(1, 2048),
         "step_size": positive,
         "target_accept": st.floats(1e-9, 1 - 1e-9),
-        "adapt_mass_matrix": st.booleans(),
+        "preconditioner": st.sampled_from(preconditioners),
         "chains": st.integers(1, 64),
         "seed": st.integers(0, 2**63 - 1),
         "thin": st.integers(1, 100),
@@ -388,12 +388,14 @@ def field_documents(draw):
     if draw(st.booleans()):
         data["mask"] = draw(text)
     box = draw(st.one_of(positive_, st.lists(positive_, min_size=3, max_size=3)))
+    parameterisation = draw(st.sampled_from(C.PARAMETERISATIONS))
+    preconditioners = ("identity", "diagonal") + (
+        ("fourier",) if parameterisation in C.FOURIER_PARAMETERISATIONS else ())
     return {"model": {"kind": "field"}, "data": data,
             "grid": {"box_size": box, "unit": draw(st.text(max_size=10))},
             "prior": prior, "likelihood": likelihood,
-            "field": {"parameterisation": draw(st.sampled_from(C.PARAMETERISATIONS)),
-                      "dtype": dtype},
-            "sampler": draw(samplers(positive_))}
+            "field": {"parameterisation": parameterisation, "dtype": dtype},
+            "sampler": draw(samplers(positive_, preconditioners))}
 
 
 integral_prior = st.one_of(

@@ -1,0 +1,26 @@
+"""The Sampler panel's mass-matrix row: a choice of sampler.preconditioner, saved as the key the
+CLI reads, and its refusal with the white-noise parameterisation shown next to it."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QComboBox
+
+from core.config import load_config
+from support.gui import message_of, tiny_case
+
+
+def test_the_preconditioner_choice_is_saved_and_checked(make_window, tmp_path):
+    window = make_window(tiny_case(tmp_path), engine=None)
+    box = window.findChild(QComboBox, "sampler.preconditioner")
+    assert [box.itemData(i) for i in range(box.count())] == ["identity", "diagonal", "fourier"]
+    assert box.currentData() == "identity"
+    box.setCurrentIndex(box.findData("fourier"))
+    assert window.state["sampler.preconditioner"] == "fourier" and window.errors == {}
+    out = tmp_path / "saved.toml"
+    assert window.save_config(out)
+    assert load_config(out).sampler.preconditioner == "fourier"
+    latent = window.findChild(QComboBox, "field.parameterisation")
+    latent.setCurrentIndex(latent.findData("white_noise"))
+    assert "needs field.parameterisation" in message_of(window, "sampler.preconditioner")
+    latent.setCurrentIndex(latent.findData("whitened"))
+    assert message_of(window, "sampler.preconditioner") == "" and window.errors == {}
