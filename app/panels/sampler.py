@@ -38,7 +38,9 @@ class SamplerPanel(SetupPanel):
         self.leapfrog = self._number("sampler.num_leapfrog_steps", "Leapfrog steps",
                                      tip="sampler.num_leapfrog_steps (HMC)")
         self._number("sampler.step_size", "Initial step size",
-                     tip="sampler.step_size: adapted during warmup")
+                     tip="sampler.step_size: the first guess of the initial step-size search "
+                         "(doubled or halved at the start until a trajectory's acceptance "
+                         "crosses the target), then adapted during warmup")
         self._number("sampler.target_accept", "Target acceptance",
                      tip="sampler.target_accept, in (0, 1)")
         self._choice("sampler.preconditioner", "Mass matrix", [

@@ -165,7 +165,7 @@ class SamplerSection:
     num_warmup: int = 200
     num_samples: int = 500
     num_leapfrog_steps: int = 10
-    step_size: float = 0.1            # initial; adapted during warmup
+    step_size: float = 0.1            # first guess of the initial step-size search; then adapted in warmup
     target_accept: float = 0.75
     preconditioner: str = "identity"  # PRECONDITIONERS
     chains: int = 2

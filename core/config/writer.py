@@ -88,7 +88,7 @@ _COMMENTS = {
     ("field", "parameterisation"): " | ".join(PARAMETERISATIONS),
     ("field", "dtype"): " | ".join(DTYPES),
     ("sampler", "algorithm"): " | ".join(ALGORITHMS),
-    ("sampler", "step_size"): "initial; adapted during warmup",
+    ("sampler", "step_size"): "first guess of the initial step-size search; adapted during warmup",
     ("sampler", "target_accept"): "in (0, 1)",
     ("sampler", "preconditioner"): " | ".join(PRECONDITIONERS),
     ("integral", "refine"): "trapezoid steps per data interval",

@@ -28,10 +28,15 @@ log-density is NaN everywhere, whose step size collapses or which accepts nothin
 diagnosis naming what to check, after storing the chunk that shows it.
 
 Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps towards
-``target_accept``. With ``preconditioner = "diagonal"`` the variance of each state coordinate is
+``target_accept``, from the step size ``core.engine.step_search`` finds for that chain at its
+fresh state (``sampler.step_size`` is the search's first guess; its momenta come from
+fold_in((seed, 104729), step), so the search is reproducible; a resumed run restores the step
+sizes from its checkpoint and never searches again), with the shrinkage target
+mu = log(10 eps0) as Stan. With ``preconditioner = "diagonal"`` the variance of each state coordinate is
 estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
-Stan); at 75 % a diagonal mass matrix M = 1/var is set and dual averaging restarts for the
-rest of warmup. The mass matrix is applied as the equivalent change of variables: the
+Stan); at 75 % a diagonal mass matrix M = 1/var is set, the step size is searched again in the
+new coordinates (as Stan does after each metric update) and dual averaging restarts from it
+for the rest of warmup. The mass matrix is applied as the equivalent change of variables: the
 kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity mass in z is
 mass 1/s^2 in x), so the same HMC kernel serves both cases. Everything recorded is in x.
 ``preconditioner = "fourier"`` is the model's own change of variables
@@ -55,6 +60,7 @@ from core import config as cfgmod
 from core.engine.devices import compute_device
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
+from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
 from core.engine.warmup import WarmupWatch
 from core.run import run_folder
 from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, unrolls
@@ -161,6 +167,7 @@ class Engine:
         self.device = compute_device()
         self._status("compiling", device=self.device)
         self._chunk_fn = self._make_chunk_fn()
+        self._search_fn = None
 
     def _make_kernel(self, step_size, scale, num_adapt):
         """DA(HMC or NUTS) on z, with x = scale * z (scale = 1 before mass adaptation)."""
@@ -324,9 +331,11 @@ class Engine:
         tlp, grads = lp_and_grad(*parts)
         if not np.all(np.isfinite(tlp.numpy())):
             raise EngineError(nonfinite_report(model, parts))   # names the term, its value
-        step = [tf.fill([s.chains] + [1] * (len(p.shape) - 1), tf.constant(s.step_size, self.dtype)) for p in parts]
-        da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
         scale = [tf.ones_like(p) for p in parts]
+        # dual averaging starts from a step size searched at this state (sampler.step_size is
+        # the search's first guess); a resumed run restores it from the checkpoint instead
+        step = self._searched_step(parts, tlp, grads, scale, tf.constant(s.step_size, self.dtype), 0)
+        da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
         mass_acc = (tf.constant(0.0, self.dtype), [tf.zeros_like(p[0]) for p in parts],
                     [tf.zeros_like(p[0]) for p in parts])
         if model.has_field:
@@ -335,7 +344,37 @@ class Engine:
         else:
             moments = (tf.constant(0.0, tf.float64), tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
-                    moments=moments, step=0, progress=dict(new_progress()))
+                    moments=moments, step=0, progress=dict(new_progress()),
+                    watch_step=self._watch_reference(step))
+
+    def _searched_step(self, state, tlp, grads, scale, first_guess, g):
+        """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
+        z, with x = scale * z), its momenta seeded by fold_in((seed, 104729), g): HMC searches
+        with its own trajectory and ``target_accept``, NUTS with one leapfrog step (Stan's way)."""
+        s = self.sampler
+        if self._search_fn is None:
+            target = self.model.target_log_prob_fn
+            nuts = self._is_nuts()
+
+            def search(state, tlp, grads, scale, first_guess, seed):
+                def target_z(*z):
+                    return target(*[si * zi for si, zi in zip(scale, z)])
+                return find_initial_step_size(
+                    target_z, state, tlp, grads, first_guess, seed,
+                    num_leapfrog_steps=1 if nuts else s.num_leapfrog_steps,
+                    threshold=NUTS_SEARCH_ACCEPT if nuts else s.target_accept)[0]
+
+            self._search_fn = tf.function(search, jit_compile=True)
+        seed = tf.random.experimental.stateless_fold_in(tf.constant([s.seed, 104729], tf.int32), g)
+        eps = self._search_fn(list(state), tlp, list(grads), list(scale), first_guess, seed)
+        return [tf.reshape(eps, [s.chains] + [1] * (len(p.shape) - 1)) for p in state]
+
+    def _watch_reference(self, step) -> np.ndarray:
+        """The step size per chain that ``WarmupWatch`` measures a collapse against: the larger
+        of ``sampler.step_size`` and the searched one (a search that went down by more than
+        STEP_COLLAPSE is a collapse too: the posterior is far narrower than the sampler moves)."""
+        searched = np.asarray(step[0]).reshape(self.sampler.chains)
+        return np.maximum(searched, self.sampler.step_size)
 
     def _first_adapt_steps(self) -> int:
         sched = self.schedule
@@ -369,6 +408,7 @@ class Engine:
         put("mass_mean", st["mass_acc"][1])
         put("mass_m2", st["mass_acc"][2])
         arrays["mom_count"], arrays["mom_sum"], arrays["mom_sumsq"] = (np.asarray(m) for m in st["moments"])
+        arrays["watch_step"] = np.asarray(st["watch_step"])
         meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
                 "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
         write_checkpoint(self.run_dir, arrays, meta)
@@ -395,7 +435,10 @@ class Engine:
                   mass_acc=(tf.constant(arrays["mass_count"]), get("mass_mean"), get("mass_m2")),
                   moments=(tf.constant(arrays["mom_count"]), tf.constant(arrays["mom_sum"]),
                            tf.constant(arrays["mom_sumsq"])),
-                  step=int(meta["step"]), progress=dict(meta["progress"]))
+                  step=int(meta["step"]), progress=dict(meta["progress"]),
+                  # checkpoints from before the step-size search: the config's step size
+                  watch_step=np.asarray(arrays["watch_step"]) if "watch_step" in arrays
+                  else np.full(self.sampler.chains, self.sampler.step_size))
         st["da"] = {key: get(f"da_{key}") for key in ("step_size", "error_sum", "log_avg", "shrink")}
         st["da"]["da_step"] = tf.constant(arrays["da_step"])
         st["da"]["num_adapt"] = tf.constant(arrays["da_num_adapt"])
@@ -500,7 +543,7 @@ class Engine:
         return self._run(st)
 
     def _run(self, st) -> str:
-        sched, s = self.schedule, self.sampler
+        sched = self.schedule
         with self.control.writing:
             self.store.set_status("running")
         started = time.perf_counter()
@@ -509,7 +552,7 @@ class Engine:
         stored = self.store.root.attrs.get("timing") or {}
         timing = {key: float(stored.get(key, 0.0)) for key in ("warmup_seconds", "sampling_seconds")}
         steps_done_here = 0
-        watch = WarmupWatch(s.step_size)
+        watch = WarmupWatch(st["watch_step"])
         published = st["progress"]["chunks"]     # chunks readers can see in the store
         try:
             for first, n in sched.boundaries(st["step"]):
@@ -612,7 +655,9 @@ class Engine:
         st["state"] = [z * so / sn for z, so, sn in zip(st["state"], old_scale, new_scale)]
         st["grads"] = [g * sn / so for g, so, sn in zip(st["grads"], old_scale, new_scale)]
         st["scale"] = new_scale
-        step = st["da"]["step_size"]
+        # the metric changed: search again from the adapted step, as Stan does after each window
+        chains_step = tf.reshape(st["da"]["step_size"][0], [chains])
+        step = self._searched_step(st["state"], st["tlp"], st["grads"], new_scale, chains_step, sched.mass_end)
         st["da"] = self._da_state(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
 
     def _record(self, first, n, traces, params, field_buf, power_buf, n_fields, st):

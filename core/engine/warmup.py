@@ -36,7 +36,10 @@ class WarmupWatch:
       error not finite), for STALL_CHUNKS chunks in a row;
     * a chain's step size fell below STEP_COLLAPSE x the initial step size (dual
       averaging shrinks the step without bound when no proposal is ever accepted; with
-      NUTS a tiny step makes each draw take the maximum 1023 leapfrog steps);
+      NUTS a tiny step makes each draw take the maximum 1023 leapfrog steps); the engine
+      gives the initial step per chain as the larger of ``sampler.step_size`` and the step
+      its initial search (``core.engine.step_search``) found, so a search that had to go
+      down that far is a collapse as well;
     * every chain's acceptance stayed below ACCEPT_FLOOR for STALL_CHUNKS chunks in a row
       and at least STALL_MIN_STEPS steps.
 
@@ -45,8 +48,10 @@ class WarmupWatch:
     the posterior is too narrow. Messages name what to check: priors, data scale, start.
     """
 
-    def __init__(self, initial_step_size: float):
-        self.initial = float(initial_step_size)
+    def __init__(self, initial_step_size):
+        # a number, or one per chain (the engine: the larger of sampler.step_size and the step
+        # its initial search found, so that a search gone down by STEP_COLLAPSE counts too)
+        self.initial = np.asarray(initial_step_size, float)
         self.nan_chunks = 0
         self.stuck_chunks = 0
         self.stuck_steps = 0
@@ -75,12 +80,14 @@ class WarmupWatch:
         else:
             self.nan_chunks = 0
         finite_step = np.where(np.isfinite(step), step, 0.0)
-        smallest = float(finite_step.min())
-        if smallest < STEP_COLLAPSE * self.initial:
-            chain, index = np.unravel_index(int(np.argmin(finite_step)), finite_step.shape)
-            where = (f"chain {int(chain)}'s step size fell to {smallest:.3g} at step "
+        initial = np.broadcast_to(self.initial.reshape(-1, 1) if self.initial.ndim else self.initial,
+                                  finite_step.shape)
+        relative = finite_step / initial
+        if relative.min() < STEP_COLLAPSE:
+            chain, index = np.unravel_index(int(np.argmin(relative)), finite_step.shape)
+            where = (f"chain {int(chain)}'s step size fell to {finite_step[chain, index]:.3g} at step "
                      f"{first_step + int(index)}, below {STEP_COLLAPSE:g} x the initial "
-                     f"{self.initial:g}")
+                     f"{initial[chain, index]:g}")
             if nan_share >= NAN_DOMINATED:
                 return (f"warmup stopped: the log-density was NaN or infinite at "
                         f"{100 * nan_share:.0f}% of the proposals, and {where} trying to avoid "

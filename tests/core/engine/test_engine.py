@@ -168,16 +168,23 @@ def test_seed_reproducibility(tmp_path):
 
 
 def test_divergences_are_recorded_and_rejected(tmp_path):
-    """A huge initial step size makes the first trajectories blow up: recorded, rejected, no crash."""
+    """A low target acceptance drives dual averaging to steps beyond the leapfrog's stability
+    limit, where trajectories blow up (from a huge first guess, which the initial search brings
+    down first): recorded, rejected, no crash."""
     config, text, *_ = write_field_case(tmp_path, warmup=30, samples=20, shape=(8, 8, 8), mass=False)
-    text = text.replace("step_size = 0.1", "step_size = 80.0")
+    text = text.replace("step_size = 0.1", "step_size = 80.0").replace("target_accept = 0.75",
+                                                                       "target_accept = 0.05")
+    assert "target_accept = 0.05" in text
     config = parse_config(text, base_dir=tmp_path)
     status, _ = run(config, text, tmp_path / "run")
     assert status == "finished"
     reader = RunReader(tmp_path / "run")
     diverging = reader.stat("diverging", warmup=True)
-    assert diverging[:, 0].all()
-    assert np.isfinite(reader.stat("lp", warmup=True)).all()   # the chain stayed where it was
+    assert diverging[:, 1:].any(axis=1).all()
+    lp = reader.stat("lp", warmup=True)
+    assert np.isfinite(lp).all()
+    stayed = lp[:, 1:] == lp[:, :-1]                          # the chain stayed where it was
+    assert stayed[diverging[:, 1:]].all()
     assert (reader.stat("acceptance_rate", warmup=True)[diverging] == 0).all()
 
 
