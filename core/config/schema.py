@@ -24,7 +24,9 @@ MODEL_KINDS = ("field", "integral")
 #: imports this tuple and accepts exactly these).
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
-ALGORITHMS = ("hmc", "nuts")
+#: hmc and nuts: TFP's kernels; mclmc (unadjusted microcanonical Langevin) and mams (its
+#: Metropolis-adjusted form): core.engine.microcanonical
+ALGORITHMS = ("hmc", "nuts", "mclmc", "mams")
 FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts")
 INTEGRAL_DATA_EXTENSIONS = (".csv", ".txt", ".dat")
 
