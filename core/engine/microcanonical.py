@@ -364,7 +364,10 @@ class MclmcSampler(_Microcanonical):
 
         tune = tf.cond(in_stage3, record, lambda: dict(tune))
         diverging = tf.logical_or(~ok, tf.abs(energy) > self.divergence_threshold)
-        stats = {"acceptance_rate": tf.cast(ok, self.dtype), "energy_error": tf.cast(energy, self.dtype),
+        # recorded: NaN for a step undone (its energy was not finite; the tuning takes 0, as the
+        # reference), so that the warmup watch tells a broken density from a narrow one
+        recorded = tf.where(ok, energy, tf.fill(tf.shape(energy), tf.constant(np.nan, energy.dtype)))
+        stats = {"acceptance_rate": tf.cast(ok, self.dtype), "energy_error": tf.cast(recorded, self.dtype),
                  "diverging": diverging, "n_steps": tf.fill([self.chains], tf.constant(2, tf.int32)),
                  "step_size": tf.cast(step, self.dtype), "trajectory_length": tf.cast(L, self.dtype)}
         return x2, lp2, g2, tune, stats

@@ -128,7 +128,7 @@ def _drive(sampler, target, parts, warmup, samples, seed=5):
     tune = sampler.fresh(parts, seed)
     base = tf.constant([seed, 11], tf.int32)
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=False)   # a graph without XLA: compiles in a fraction of the time
     def steps(x, lp, g, tune, first, n):
         def body(t, x, lp, g, tune, draws):
             i = first + t
@@ -168,3 +168,106 @@ def test_mclmc_recovers_a_correlated_gaussian():
     np.testing.assert_allclose(per_chain.std(axis=(0, 1)), sd, rtol=4.5 / np.sqrt(2 * ess.min()) + 0.02)
     np.testing.assert_allclose(np.cov(per_chain.reshape(-1, 7).T), cov, atol=0.15 * sd.max() ** 2)
     assert np.all(np.isfinite(tune["L"].numpy())) and np.all(tune["step_size"].numpy() > 0)
+
+
+@pytest.mark.parametrize("algorithm, mass", [("mclmc", True), ("mams", False)])
+def test_engine_run_matches_the_wiener_posterior_and_resumes_bit_identically(tmp_path, algorithm, mass):
+    """A tiny field posterior (8^3, hyperparameters fixed) against its exact Wiener answer, and a
+    run stopped mid-warmup (in the middle of a tuning stage) and resumed against the straight run."""
+    from core.engine.engine import Control, Engine
+    from core.reference.wiener import wiener_posterior
+    from core.store.diagnostics import field_ess_summary
+    from core.store.run_store import RunReader, stored_run_config
+    from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
+
+    config, text, data, grid, spectrum = write_field_case(
+        tmp_path, shape=(8, 8, 8), warmup=150, samples=400, chunk=40, algorithm=algorithm, mass=mass, thin=2)
+    status, _ = run(config, text, tmp_path / "straight")
+    assert status == "finished"
+    reader = RunReader(tmp_path / "straight")
+    n_steps = reader.stat("n_steps")
+    if algorithm == "mclmc":
+        assert (n_steps == 2).all() and (reader.stat("acceptance_rate") == 1).all()
+    else:   # 2 gradients per integration step, about L / eps = 2 of them a step
+        assert set(np.unique(n_steps)) <= {2, 4, 6} and 3.5 < n_steps.mean() < 4.5
+        assert 0.6 < reader.stat("acceptance_rate").mean() < 0.98
+    assert not reader.stat("diverging").any()
+    length, step = reader.stat("trajectory_length"), reader.stat("step_size")
+    assert np.isfinite(length).all() and (length > 0).all() and (step > 0).all()
+    assert (step == step[:, :1]).all() and (np.std(reader.stat("step_size", warmup=True), axis=1) > 0).all()
+
+    # the summary's ESS per gradient evaluation counts n_steps: 2 a step for MCLMC, 2 n for MAMS
+    from core.store.run_summary import summarize_run
+    summary = summarize_run(tmp_path / "straight", field_diagnostics=False)
+    assert summary.sampling_gradient_evaluations == n_steps.sum()
+    lp_row = next(r for r in summary.table() if r.scope == "pooled" and r.quantity == "lp")
+    assert lp_row.ess_bulk_per_gradient == pytest.approx(lp_row.ess_bulk / n_steps.sum())
+
+    mean, std, count = reader.field_moments()
+    assert count == 2 * 400
+    exact = wiener_posterior(data.data, prior_mode_variance(grid, spectrum), 0.5)
+    z = (mean - exact.mean) / exact.std
+    # z's RMS over the voxels is about 1 / sqrt(n_eff) (its relative spread over 512 voxels
+    # ~6 %); the ESS of the stored draws (every 2nd) is at most the n_eff of all the draws
+    ess = field_ess_summary(reader.field_draws())["ess_bulk_median"]
+    assert np.sqrt(np.mean(z**2)) < 1.5 / np.sqrt(ess), (np.sqrt(np.mean(z**2)), ess)
+    assert abs(float(np.median(std / exact.std)) - 1.0) < 0.025   # MCLMC's bias included
+
+    control = Control()
+
+    def stop_mid_warmup(event):
+        if event.get("type") == "chunk" and event["progress"]["warmup_draws"] >= 110:
+            control.stop = True
+
+    assert Engine(config, text, tmp_path / "resumed", emit=stop_mid_warmup, control=control).start() == "stopped"
+    assert 110 <= RunReader(tmp_path / "resumed").progress["warmup_draws"] < 150
+    config2, text2 = stored_run_config(tmp_path / "resumed")
+    assert Engine(config2, text2, tmp_path / "resumed").resume() == "finished"
+    assert_same_run(tmp_path / "straight", tmp_path / "resumed")
+    resumed = RunReader(tmp_path / "resumed")
+    for name in ("energy_error", "trajectory_length", "n_steps"):
+        for warmup in (True, False):
+            np.testing.assert_array_equal(reader.stat(name, warmup), resumed.stat(name, warmup))
+
+
+def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_the_start(tmp_path, monkeypatch):
+    """Every MCLMC step is undone (NaN energy recorded, nothing taken): the watch ends the run
+    with the NaN diagnosis, as it does for HMC (tests/core/test_faults.py)."""
+    from core.engine import engine as engine_mod
+    from core.engine.engine import Engine, EngineError
+    from core.engine.warmup import STALL_CHUNKS
+    from core.store.run_store import RunReader
+    from support.engine_cases import write_field_case
+
+    config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=500, samples=10, chunk=20,
+                                        mass=False, algorithm="mclmc")
+    real = engine_mod.build_model
+
+    def nan_away_from_start(c):
+        model = real(c)
+        x0 = tf.constant(np.asarray(model.initial_state(c.sampler.chains, c.sampler.seed)[0]), model.dtype)
+        f = model.target_log_prob_fn
+
+        class Wrapped:
+            def __getattr__(self, name):
+                return getattr(model, name)
+
+            @property
+            def target_log_prob_fn(self):
+                def target(*parts):
+                    lp = f(*parts)
+                    same = tf.reduce_all(tf.reshape(tf.equal(parts[0], x0), [tf.shape(parts[0])[0], -1]), axis=1)
+                    return tf.where(same, lp, tf.constant(np.nan, lp.dtype))
+                return target
+        return Wrapped()
+
+    monkeypatch.setattr(engine_mod, "build_model", nan_away_from_start)
+    with pytest.raises(EngineError) as info:
+        Engine(config, text, tmp_path / "run").start()
+    message = str(info.value)
+    assert "NaN or infinite" in message and "broken" in message and "step_size" in message
+    reader = RunReader(tmp_path / "run")
+    assert reader.status == "failed" and reader.progress["draws"] == 0
+    assert reader.progress["chunks"] == STALL_CHUNKS        # ended as soon as it could be told
+    assert (reader.stat("acceptance_rate", warmup=True) == 0).all()
+    assert np.isnan(reader.stat("energy_error", warmup=True)).all()
