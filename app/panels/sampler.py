@@ -30,8 +30,11 @@ class SamplerPanel(SetupPanel):
     def __init__(self, state: ConfigState, parent=None):
         super().__init__(state, parent)
         self._choice("sampler.algorithm", "Algorithm", [
-            ("HMC (fixed leapfrog steps)", "hmc"), ("NUTS (no-U-turn)", "nuts")],
-            tip="sampler.algorithm")
+            ("HMC (fixed leapfrog steps)", "hmc"), ("NUTS (no-U-turn)", "nuts"),
+            ("MCLMC (microcanonical Langevin, unadjusted)", "mclmc"),
+            ("MAMS (microcanonical, Metropolis-adjusted)", "mams")],
+            tip="sampler.algorithm: MCLMC and MAMS tune their step size and trajectory length "
+                "in warmup (core.engine.microcanonical)")
         self._number("sampler.num_warmup", "Warmup steps",
                      tip="sampler.num_warmup: steps adapting the step size (not kept as draws)")
         self._number("sampler.num_samples", "Draws", tip="sampler.num_samples: post-warmup draws")
@@ -40,9 +43,13 @@ class SamplerPanel(SetupPanel):
         self._number("sampler.step_size", "Initial step size",
                      tip="sampler.step_size: the first guess of the initial step-size search "
                          "(doubled or halved at the start until a trajectory's acceptance "
-                         "crosses the target), then adapted during warmup")
-        self._number("sampler.target_accept", "Target acceptance",
-                     tip="sampler.target_accept, in (0, 1)")
+                         "crosses the target), then adapted during warmup (MCLMC / MAMS: no "
+                         "search; a move per coordinate, their step is this x sqrt(dimensions))")
+        self.target_accept = self._number(
+            "sampler.target_accept", "Target acceptance",
+            tip="sampler.target_accept, in (0, 1): dual averaging's target (HMC, NUTS, MAMS; "
+                "0.9 is MAMS's recommended value); MCLMC accepts every step and tunes its step "
+                "from the energy error instead")
         self._choice("sampler.preconditioner", "Mass matrix", [
             ("identity", "identity"), ("diagonal (adapted in warmup)", "diagonal"),
             ("fourier (from the model)", "fourier")],
@@ -80,9 +87,12 @@ class SamplerPanel(SetupPanel):
 
     def refresh(self) -> None:
         s = self.state
-        hmc = s["sampler.algorithm"] == "hmc"
-        self.form.setRowVisible(self.leapfrog, hmc)
-        self.leapfrog.setHidden(not hmc)
+        algorithm = s["sampler.algorithm"]
+        # settings that do not apply to the algorithm are hidden (their values are kept)
+        for edit, shown in ((self.leapfrog, algorithm == "hmc"),
+                            (self.target_accept, algorithm != "mclmc")):
+            self.form.setRowVisible(edit, shown)
+            edit.setHidden(not shown)
         field = s["model.kind"] == "field"
         for key in ("field.parameterisation", "field.dtype"):
             self.form.setRowVisible(self.edits[key], field)

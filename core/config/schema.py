@@ -25,7 +25,9 @@ MODEL_KINDS = ("field", "integral")
 #: imports this tuple and accepts exactly these).
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
-ALGORITHMS = ("hmc", "nuts")
+#: hmc and nuts: TFP's kernels; mclmc (unadjusted microcanonical Langevin) and mams (its
+#: Metropolis-adjusted form): core.engine.microcanonical
+ALGORITHMS = ("hmc", "nuts", "mclmc", "mams")
 #: ``sampler.preconditioner``: "identity" (none), "diagonal" (a diagonal mass matrix adapted
 #: from warmup draws, ``core.engine.engine``; the older key ``adapt_mass_matrix = true``),
 #: "fourier" (the field model's own per-mode posterior scale, ``core.field.preconditioner``;

@@ -426,9 +426,10 @@ def _program_key(config: RunConfig, plan: CalibrationPlan):
     step size and number of warmup steps (only whether it adapts a mass matrix), and the plan
     but for its seed and number of simulations."""
     s = config.sampler
-    adapt = s.adapt_mass_matrix and s.num_warmup >= 20
+    adapt = s.preconditioner == "diagonal" and s.num_warmup >= 20
+    precondition = "diagonal" if adapt else ("identity" if s.preconditioner == "diagonal" else s.preconditioner)
     neutral = dataclasses.replace(config, sampler=dataclasses.replace(s, seed=0, step_size=0.1, num_warmup=0,
-                                                                      adapt_mass_matrix=adapt))
+                                                                      preconditioner=precondition))
     return dump_config(neutral), str(config.base_dir), dataclasses.replace(plan, seed=0, simulations=plan.batch_size)
 
 

@@ -5,7 +5,10 @@ One run = one config + one run directory. The engine
 * builds the model (``core.engine.models``) and a TFP kernel: HamiltonianMonteCarlo (its leapfrog
   a while loop whose buffers XLA reuses; unrolled where that costs little memory,
   ``core.run.engine_limits.unrolls``) or NoUTurnSampler, wrapped in
-  DualAveragingStepSizeAdaptation with one step size per chain;
+  DualAveragingStepSizeAdaptation with one step size per chain; or MCLMC / MAMS
+  (``core.engine.microcanonical``: the microcanonical samplers and their own warmup tuning,
+  each chain its own step size and L, their tuning state carried through the chunks and the
+  checkpoint like dual averaging's);
 * runs ``chunk_size`` steps per call of one ``tf.function(jit_compile=True)``, all chains
   vectorised; the number of steps is a tensor, so one compiled function serves every chunk;
 * records every step's log-density, gradient norm, acceptance probability, step size,
@@ -41,6 +44,9 @@ kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity m
 mass 1/s^2 in x), so the same HMC kernel serves both cases. Everything recorded is in x.
 ``preconditioner = "fourier"`` is the model's own change of variables
 (``core.engine.field_density``): the engine sees an already preconditioned state.
+For MCLMC / MAMS the window is their tuning's variance stage and their step size goes on
+from its value (``core.engine.microcanonical``); their stage ends also end chunks
+(``Schedule.tune_stops``), where their stage transitions run between chunks.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core import config as cfgmod
+from core.engine import microcanonical
 from core.engine.devices import compute_device
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
@@ -116,6 +123,7 @@ class Schedule:
     chunk_size: int
     mass_start: int | None = None
     mass_end: int | None = None
+    tune_stops: tuple[int, ...] = ()      # further steps where a chunk ends (MCLMC / MAMS stages)
 
     @property
     def total(self) -> int:
@@ -123,7 +131,7 @@ class Schedule:
 
     def boundaries(self, start: int) -> list[tuple[int, int]]:
         """Chunks (first step, n steps) from ``start`` to the end; adaptation points end chunks."""
-        stops = {self.num_warmup, self.total}
+        stops = {self.num_warmup, self.total, *self.tune_stops}
         if self.mass_end is not None:
             stops.add(self.mass_end)
         out, g = [], start
@@ -150,10 +158,15 @@ class Engine:
         self.control = control or Control()
         s = config.sampler
         self.sampler = s
-        mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) \
-            if s.preconditioner == "diagonal" and s.num_warmup >= 20 \
-            else (None, None)
-        self.schedule = Schedule(s.num_warmup, s.num_samples, s.chunk_size, *mass)
+        diagonal = s.preconditioner == "diagonal" and s.num_warmup >= 20
+        stops = ()
+        if self._is_microcanonical():
+            # the diagonal's window is the tuning's variance stage (core.engine.microcanonical)
+            window, stops = microcanonical.schedule_points(s.algorithm, s.num_warmup, diagonal)
+            mass = window or (None, None)
+        else:
+            mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) if diagonal else (None, None)
+        self.schedule = Schedule(s.num_warmup, s.num_samples, s.chunk_size, *mass, tune_stops=stops)
 
     # -- set-up -------------------------------------------------------------------
 
@@ -164,6 +177,8 @@ class Engine:
         self._status("loading", estimate=estimate or None)
         self.model = build_model(self.config)
         self.dtype = self.model.dtype
+        if self._is_microcanonical():
+            self._tuner = self._microcanonical(self.model.target_log_prob_fn)
         self.device = compute_device()
         self._status("compiling", device=self.device)
         self._chunk_fn = self._make_chunk_fn()
@@ -194,6 +209,23 @@ class Engine:
     def _is_nuts(self) -> bool:
         return self.sampler.algorithm == "nuts"
 
+    def _is_microcanonical(self) -> bool:
+        return self.sampler.algorithm in microcanonical.SAMPLERS
+
+    def _microcanonical(self, target):
+        """The MCLMC / MAMS sampler of this run on ``target`` (``core.engine.microcanonical``)."""
+        s = self.sampler
+        parts = [tf.zeros([s.chains, *p.shape[1:]], self.dtype)
+                 for p in self.model.initial_state(s.chains, s.seed)]
+        extra = {"target_accept": s.target_accept} if s.algorithm == "mams" else {}
+        try:
+            return microcanonical.SAMPLERS[s.algorithm](
+                target, parts, s.chains, self.dtype, s.num_warmup, self.schedule.mass_end is not None,
+                s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD, **extra)
+        except ValueError as err:
+            raise EngineError(f"sampler.algorithm = {s.algorithm!r}: {err}; this model has "
+                              f"{microcanonical.n_dims(parts)}: use \"hmc\" or \"nuts\"") from None
+
     def _make_chunk_fn(self):
         model, s, sched = self.model, self.sampler, self.schedule
         dtype = self.dtype
@@ -205,21 +237,15 @@ class Engine:
         adapt_mass = sched.mass_end is not None
 
         def chunk(state, tlp, grads, da, scale, mass_acc, moments, step0, n_steps):
-            # da: step_size, error_sum, log_avg (lists per part), da_step, num_adapt, shrink (list)
-            kernel = self._make_kernel(da["step_size"], scale, da["num_adapt"])
-
+            # da, HMC / NUTS: step_size, error_sum, log_avg (lists per part), da_step, num_adapt,
+            # shrink (list); MCLMC / MAMS: their tuning state (core.engine.microcanonical)
             def x_of(z):
                 return [si * zi for si, zi in zip(scale, z)]
-            results = kernel.bootstrap_results(state)
-            inner = results.inner_results
-            if self._is_nuts():
-                inner = inner._replace(target_log_prob=tlp, grads_target_log_prob=grads)
+
+            if self._is_microcanonical():
+                results, kernel_step = (tlp, list(grads), da), self._microcanonical_step(scale)
             else:
-                inner = inner._replace(accepted_results=inner.accepted_results._replace(
-                    target_log_prob=tlp, grads_target_log_prob=grads))
-            results = results._replace(
-                inner_results=inner, new_step_size=da["step_size"], error_sum=da["error_sum"],
-                log_averaging_step=da["log_avg"], step=da["da_step"], log_shrinkage_target=da["shrink"])
+                results, kernel_step = self._tfp_step(state, tlp, grads, da, scale)
 
             def ta(dt, size=s.chunk_size):
                 return tf.TensorArray(dt, size=size, element_shape=None)
@@ -235,31 +261,12 @@ class Engine:
             def body(t, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc):
                 g = step0 + t
                 seed = tf.random.experimental.stateless_fold_in(base_seed, g)
-                used_step = results.new_step_size[0]
-                state, results = kernel.one_step(state, results, seed=seed)
-                inner = results.inner_results
-                if self._is_nuts():
-                    lp, grads_now, lar = inner.target_log_prob, inner.grads_target_log_prob, inner.log_accept_ratio
-                    n_leap = tf.cast(inner.leapfrogs_taken, tf.int32)
-                    diverging = inner.has_divergence
-                else:
-                    lp = inner.accepted_results.target_log_prob
-                    grads_now = inner.accepted_results.grads_target_log_prob
-                    lar = inner.log_accept_ratio
-                    n_leap = tf.fill([chains], tf.constant(s.num_leapfrog_steps, tf.int32))
-                    diverging = tf.logical_or(~tf.math.is_finite(lar), -lar > DIVERGENCE_THRESHOLD)
+                state, results, stats, grads_now = kernel_step(state, results, seed, g)
                 # the gradient with respect to x: d/dx = (d/dz) / scale
                 grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gp / si, [chains, -1])**2, axis=1)
                                     for gp, si in zip(grads_now, scale)])
-                accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
-                traces = dict(traces)
-                traces["lp"] = traces["lp"].write(t, lp)
-                traces["acceptance_rate"] = traces["acceptance_rate"].write(t, accept)
-                traces["step_size"] = traces["step_size"].write(t, tf.reshape(used_step, [chains]))
-                traces["energy_error"] = traces["energy_error"].write(t, -lar)
-                traces["grad_norm"] = traces["grad_norm"].write(t, tf.sqrt(grad_sq))
-                traces["diverging"] = traces["diverging"].write(t, diverging)
-                traces["n_steps"] = traces["n_steps"].write(t, n_leap)
+                stats = {**stats, "grad_norm": tf.sqrt(grad_sq)}
+                traces = {name: traces[name].write(t, stats[name]) for name in STAT_NAMES}
                 x_parts = x_of(state)
                 params_ta = params_ta.write(t, tf.reshape(model.params(x_parts), [chains, n_params]))
                 if adapt_mass:
@@ -305,20 +312,72 @@ class Engine:
             (_, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments,
              mass_acc) = tf.while_loop(lambda t, *rest: t < n_steps, body, loop_vars,
                                        maximum_iterations=s.chunk_size)
-            inner = results.inner_results
-            if self._is_nuts():
-                tlp_out, grads_out = inner.target_log_prob, inner.grads_target_log_prob
+            if self._is_microcanonical():
+                tlp_out, grads_out, da_out = results
             else:
-                tlp_out = inner.accepted_results.target_log_prob
-                grads_out = inner.accepted_results.grads_target_log_prob
-            da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
-                      "log_avg": list(results.log_averaging_step), "da_step": results.step,
-                      "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
+                inner = results.inner_results
+                if self._is_nuts():
+                    tlp_out, grads_out = inner.target_log_prob, inner.grads_target_log_prob
+                else:
+                    tlp_out = inner.accepted_results.target_log_prob
+                    grads_out = inner.accepted_results.grads_target_log_prob
+                da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
+                          "log_avg": list(results.log_averaging_step), "da_step": results.step,
+                          "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
             stacked = {name: arr.stack() for name, arr in traces.items()}
             return (list(state), tlp_out, list(grads_out), da_out, mass_acc, moments, stacked,
                     params_ta.stack(), field_buf, power_buf, n_fields)
 
         return tf.function(chunk, jit_compile=True)
+
+    def _tfp_step(self, state, tlp, grads, da, scale):
+        """DA(HMC or NUTS) in the chunk: its kernel results, bootstrapped from the chunk's
+        start values, and one step -> (state, results, statistics, gradient)."""
+        s, chains = self.sampler, self.sampler.chains
+        kernel = self._make_kernel(da["step_size"], scale, da["num_adapt"])
+        results = kernel.bootstrap_results(state)
+        inner = results.inner_results
+        if self._is_nuts():
+            inner = inner._replace(target_log_prob=tlp, grads_target_log_prob=grads)
+        else:
+            inner = inner._replace(accepted_results=inner.accepted_results._replace(
+                target_log_prob=tlp, grads_target_log_prob=grads))
+        results = results._replace(
+            inner_results=inner, new_step_size=da["step_size"], error_sum=da["error_sum"],
+            log_averaging_step=da["log_avg"], step=da["da_step"], log_shrinkage_target=da["shrink"])
+
+        def step(state, results, seed, g):
+            used_step = tf.reshape(results.new_step_size[0], [chains])
+            state, results = kernel.one_step(state, results, seed=seed)
+            inner = results.inner_results
+            if self._is_nuts():
+                lp, grads_now, lar = inner.target_log_prob, inner.grads_target_log_prob, inner.log_accept_ratio
+                n_leap = tf.cast(inner.leapfrogs_taken, tf.int32)
+                diverging = inner.has_divergence
+            else:
+                lp = inner.accepted_results.target_log_prob
+                grads_now = inner.accepted_results.grads_target_log_prob
+                lar = inner.log_accept_ratio
+                n_leap = tf.fill([chains], tf.constant(s.num_leapfrog_steps, tf.int32))
+                diverging = tf.logical_or(~tf.math.is_finite(lar), -lar > DIVERGENCE_THRESHOLD)
+            accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
+            stats = {"lp": lp, "acceptance_rate": accept, "step_size": used_step, "energy_error": -lar,
+                     "diverging": diverging, "n_steps": n_leap,
+                     "trajectory_length": used_step * tf.cast(n_leap, used_step.dtype)}
+            return state, results, stats, grads_now
+        return results, step
+
+    def _microcanonical_step(self, scale):
+        """MCLMC or MAMS in the chunk, on z with x = scale * z: one step ->
+        (state, (lp, gradient, tuning), statistics, gradient)."""
+        target = self.model.target_log_prob_fn
+        sampler = self._microcanonical(lambda *z: target(*[si * zi for si, zi in zip(scale, z)]))
+
+        def step(state, results, seed, g):
+            lp, grads, tune = results
+            state, lp, grads, tune, stats = sampler.one_step(list(state), lp, grads, tune, seed, g)
+            return state, (lp, grads, tune), {**stats, "lp": lp}, grads
+        return step
 
     # -- state: fresh, checkpointed, restored -----------------------------------------
 
@@ -332,10 +391,16 @@ class Engine:
         if not np.all(np.isfinite(tlp.numpy())):
             raise EngineError(nonfinite_report(model, parts))   # names the term, its value
         scale = [tf.ones_like(p) for p in parts]
-        # dual averaging starts from a step size searched at this state (sampler.step_size is
-        # the search's first guess); a resumed run restores it from the checkpoint instead
-        step = self._searched_step(parts, tlp, grads, scale, tf.constant(s.step_size, self.dtype), 0)
-        da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
+        if self._is_microcanonical():
+            # their own tuning sets the step (core.engine.microcanonical); no search
+            da = self._tuner.fresh(parts, s.seed)
+            watch_step = np.full(s.chains, self._tuner.initial_step)
+        else:
+            # dual averaging starts from a step size searched at this state (sampler.step_size
+            # is the search's first guess); a resumed run restores it from the checkpoint instead
+            step = self._searched_step(parts, tlp, grads, scale, tf.constant(s.step_size, self.dtype), 0)
+            da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
+            watch_step = self._watch_reference(step)
         mass_acc = (tf.constant(0.0, self.dtype), [tf.zeros_like(p[0]) for p in parts],
                     [tf.zeros_like(p[0]) for p in parts])
         if model.has_field:
@@ -345,7 +410,7 @@ class Engine:
             moments = (tf.constant(0.0, tf.float64), tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
                     moments=moments, step=0, progress=dict(new_progress()),
-                    watch_step=self._watch_reference(step))
+                    watch_step=watch_step)
 
     def _searched_step(self, state, tlp, grads, scale, first_guess, g):
         """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
@@ -399,10 +464,20 @@ class Engine:
         put("state", st["state"])
         put("grads", st["grads"])
         arrays["tlp"] = np.asarray(st["tlp"])
-        for key in ("step_size", "error_sum", "log_avg", "shrink"):
-            put(f"da_{key}", st["da"][key])
-        arrays["da_step"] = np.asarray(st["da"]["da_step"])
-        arrays["da_num_adapt"] = np.asarray(st["da"]["num_adapt"])
+        tune_parts = {}
+        if self._is_microcanonical():
+            # the tuning state as it is: a tensor, or a list of tensors (one per state part)
+            for key, value in st["da"].items():
+                if isinstance(value, (list, tuple)):
+                    tune_parts[key] = len(value)
+                    put(f"tune_{key}", value)
+                else:
+                    arrays[f"tune_{key}"] = np.asarray(value)
+        else:
+            for key in ("step_size", "error_sum", "log_avg", "shrink"):
+                put(f"da_{key}", st["da"][key])
+            arrays["da_step"] = np.asarray(st["da"]["da_step"])
+            arrays["da_num_adapt"] = np.asarray(st["da"]["num_adapt"])
         put("scale", st["scale"])
         arrays["mass_count"] = np.asarray(st["mass_acc"][0])
         put("mass_mean", st["mass_acc"][1])
@@ -411,6 +486,9 @@ class Engine:
         arrays["watch_step"] = np.asarray(st["watch_step"])
         meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
                 "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
+        if self._is_microcanonical():
+            meta["tuning"] = {"algorithm": self.sampler.algorithm,
+                              "keys": sorted(st["da"]), "parts": tune_parts}
         write_checkpoint(self.run_dir, arrays, meta)
 
     def _restore(self):
@@ -439,6 +517,14 @@ class Engine:
                   # checkpoints from before the step-size search: the config's step size
                   watch_step=np.asarray(arrays["watch_step"]) if "watch_step" in arrays
                   else np.full(self.sampler.chains, self.sampler.step_size))
+        if self._is_microcanonical():
+            tuning = meta["tuning"]
+            if tuning["algorithm"] != self.sampler.algorithm:
+                raise ValueError(f"a {tuning['algorithm']} checkpoint")
+            st["da"] = {key: ([tf.constant(arrays[f"tune_{key}_{i}"]) for i in range(tuning["parts"][key])]
+                              if key in tuning["parts"] else tf.constant(arrays[f"tune_{key}"]))
+                        for key in tuning["keys"]}
+            return st, meta
         st["da"] = {key: get(f"da_{key}") for key in ("step_size", "error_sum", "log_avg", "shrink")}
         st["da"]["da_step"] = tf.constant(arrays["da_step"])
         st["da"]["num_adapt"] = tf.constant(arrays["da_num_adapt"])
@@ -635,7 +721,13 @@ class Engine:
         return status
 
     def _adapt_at_boundary(self, st):
-        """At the end of the mass-matrix window: rescale z to the new x = s z, restart dual averaging."""
+        """At the end of the mass-matrix window: rescale z to the new x = s z, restart dual
+        averaging; MCLMC / MAMS: then their own stage transitions (``at_boundary``)."""
+        self._rescale_at_mass_end(st)
+        if self._is_microcanonical() and st["step"] in self.schedule.tune_stops:
+            st["da"] = self._tuner.at_boundary(st["step"], st["da"])
+
+    def _rescale_at_mass_end(self, st):
         sched = self.schedule
         if sched.mass_end is None or st["step"] != sched.mass_end:
             return
@@ -655,6 +747,8 @@ class Engine:
         st["state"] = [z * so / sn for z, so, sn in zip(st["state"], old_scale, new_scale)]
         st["grads"] = [g * sn / so for g, so, sn in zip(st["grads"], old_scale, new_scale)]
         st["scale"] = new_scale
+        if self._is_microcanonical():
+            return       # their step size goes on from its value (core.engine.microcanonical)
         # the metric changed: search again from the adapted step, as Stan does after each window
         chains_step = tf.reshape(st["da"]["step_size"][0], [chains])
         step = self._searched_step(st["state"], st["tlp"], st["grads"], new_scale, chains_step, sched.mass_end)

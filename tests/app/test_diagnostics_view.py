@@ -54,7 +54,8 @@ class SyntheticRun:
                       "energy_error": rng.normal(size=(chains, total)),
                       "diverging": np.zeros((chains, total), bool),
                       "n_steps": rng.integers(3, 20, (chains, total)).astype(np.int32),
-                      "grad_norm": rng.uniform(1, 2, (chains, total))}
+                      "grad_norm": rng.uniform(1, 2, (chains, total)),
+                      "trajectory_length": rng.uniform(1, 3, (chains, total))}
         self.stats["diverging"][min(1, chains - 1), num_warmup + np.array([3, 50])] = True
         self.grid = Grid(GRID, 24.0)
         ref = measure_power(np.zeros(GRID), self.grid)

@@ -47,6 +47,22 @@ def test_typed_values_are_saved_as_the_toml_the_cli_runs(make_window, qtbot, tmp
     assert not window.windowTitle().endswith("*")
 
 
+def test_the_microcanonical_samplers_are_offered_and_hide_what_does_not_apply(make_window, qtbot, tmp_path):
+    window = make_window(tiny_case(tmp_path), engine=None)
+    box = window.findChild(QComboBox, "sampler.algorithm")
+    leapfrog, target = edit_of(window, "sampler.num_leapfrog_steps"), edit_of(window, "sampler.target_accept")
+    shown = {}
+    for algorithm in ("mclmc", "mams", "nuts", "hmc"):
+        box.setCurrentIndex(box.findData(algorithm))
+        assert window.state["sampler.algorithm"] == algorithm
+        shown[algorithm] = (not leapfrog.isHidden(), not target.isHidden())
+        if algorithm == "mams":
+            out = tmp_path / "mams.toml"
+            assert window.save_config(out) and load_config(out).sampler.algorithm == "mams"
+    assert shown == {"mclmc": (False, False), "mams": (False, True), "nuts": (False, True),
+                     "hmc": (True, True)}
+
+
 def test_invalid_values_get_an_inline_message_naming_the_key(make_window, qtbot, tmp_path):
     window = make_window(tiny_case(tmp_path), engine=None)
     type_into(qtbot, edit_of(window, "sampler.num_warmup"), "-3")

@@ -32,7 +32,8 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
         stop = min([s for s in (num_warmup, total) if s > g] + [g + chunk_size])
         first, n = g, stop - g
         traces = {name: rng.normal(size=(chunk_size, chains)).astype(dtype)
-                  for name in ("lp", "acceptance_rate", "step_size", "energy_error", "grad_norm")}
+                  for name in ("lp", "acceptance_rate", "step_size", "energy_error", "grad_norm",
+                               "trajectory_length")}
         traces["grad_norm"] = np.abs(traces["grad_norm"]) + 1
         traces["acceptance_rate"] = rng.uniform(size=(chunk_size, chains)).astype(dtype)
         traces["diverging"] = rng.uniform(size=(chunk_size, chains)) < 0.1

@@ -46,7 +46,8 @@ def synthetic_run(seed=0):
               "energy_error": rng.normal(size=(CHAINS, total)),
               "diverging": np.zeros((CHAINS, total), bool),
               "n_steps": rng.integers(3, 30, (CHAINS, total)).astype(np.int32),
-              "grad_norm": rng.uniform(1, 2, (CHAINS, total))}
+              "grad_norm": rng.uniform(1, 2, (CHAINS, total)),
+              "trajectory_length": rng.uniform(1, 3, (CHAINS, total))}
     stats_["diverging"][1, [WARMUP + 5, WARMUP + 40, WARMUP + 99]] = True
     stats_["diverging"][0, 2] = True                  # a warmup divergence: not counted
     params = {"index": x, "amplitude": np.exp(rng.normal(size=(CHAINS, total)))}

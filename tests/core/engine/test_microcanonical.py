@@ -1,0 +1,273 @@
+"""MCLMC and MAMS (core.engine.microcanonical) against BlackJAX and against exact answers.
+
+References: BlackJAX's isokinetic McLachlan integrator and MCLMC kernel on the same inputs and the
+same noise (float64, a correlated Gaussian in two state parts); a Gaussian's exact mean and std
+(tolerances from the measured ESS); the engine's runs against the exact Wiener posterior of a
+tiny field, and against an uninterrupted run (resume).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from core.engine import microcanonical as mc
+
+SHAPES = [(3,), (2, 2)]      # two state parts, 7 coordinates per chain
+
+
+def _precision(seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(7, 7))
+    return a @ a.T / 7 + np.diag(np.linspace(0.5, 4.0, 7))
+
+
+def _tf_target(precision):
+    p = tf.constant(precision, tf.float64)
+
+    def target(a, b):
+        x = tf.concat([tf.reshape(a, [tf.shape(a)[0], -1]), tf.reshape(b, [tf.shape(b)[0], -1])], axis=1)
+        return -0.5 * tf.einsum("ci,ij,cj->c", x, p, x)
+    return target
+
+
+def _value_and_grad(target):
+    import tensorflow_probability as tfp
+
+    def f(x):
+        lp, g = tfp.math.value_and_gradient(lambda *q: target(*q), list(x))
+        return lp, list(g)
+    return f
+
+
+def _split(flat):
+    return [flat[:3].reshape(3), flat[3:].reshape(2, 2)]
+
+
+def test_one_integrator_step_and_one_mclmc_step_equal_blackjax():
+    pytest.importorskip("blackjax")
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from blackjax.mcmc import integrators, mclmc
+    from jax.flatten_util import ravel_pytree
+
+    precision = _precision()
+    pj = jnp.asarray(precision)
+
+    def logdensity(position):
+        x, _ = ravel_pytree(position)
+        return -0.5 * x @ pj @ x
+
+    rng = np.random.default_rng(1)
+    x0 = rng.normal(size=7)
+    u0 = rng.normal(size=7)
+    u0 /= np.linalg.norm(u0)
+    position = [jnp.asarray(p) for p in _split(x0)]
+    state = integrators.IntegratorState(position, [jnp.asarray(p) for p in _split(u0)],
+                                        *jax.value_and_grad(logdensity)(position))
+    step, L = 0.7, 2.3
+
+    target = _tf_target(precision)
+    vg = _value_and_grad(target)
+    x_tf = [tf.constant(p[None]) for p in _split(x0)]
+    u_tf = [tf.constant(p[None]) for p in _split(u0)]
+    lp_tf, g_tf = vg(x_tf)
+    eps = tf.constant([step], tf.float64)
+
+    # the deterministic integrator step
+    bj_state, bj_kinetic = integrators.isokinetic_mclachlan(logdensity)(state, step)
+    x1, u1, lp1, g1, kinetic = mc.isokinetic_mclachlan(vg, x_tf, u_tf, g_tf, eps, 7)
+    for ours, theirs in ((x1, bj_state.position), (u1, bj_state.momentum), (g1, bj_state.logdensity_grad)):
+        for o, t in zip(ours, theirs):
+            np.testing.assert_allclose(o.numpy()[0], np.asarray(t), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lp1.numpy()[0], float(bj_state.logdensity), rtol=1e-12)
+    np.testing.assert_allclose(kinetic.numpy()[0], float(bj_kinetic), rtol=1e-10, atol=1e-12)
+
+    # a whole MCLMC step with BlackJAX's noise: its key splits, as mclmc.build_kernel draws them
+    key = jax.random.key(3)
+    kernel_key, _, _ = jax.random.split(key, 3)
+    key1, key2 = jax.random.split(kernel_key)
+    noise = [[tf.constant(p[None]) for p in _split(np.asarray(jax.random.normal(k, (7,), jnp.float64)))]
+             for k in (key1, key2)]
+    bj_next, bj_info = mclmc.build_kernel()(key, state, logdensity, 1.0, L, step)
+    x2, u2, lp2, g2, energy, ok = mc.mclmc_transition(
+        vg, x_tf, u_tf, lp_tf, g_tf, eps, tf.constant([L], tf.float64), noise[0], noise[1], noise[0])
+    assert bool(ok.numpy()[0]) and bool(bj_info.nonans)
+    for ours, theirs in ((x2, bj_next.position), (u2, bj_next.momentum)):
+        for o, t in zip(ours, theirs):
+            np.testing.assert_allclose(o.numpy()[0], np.asarray(t), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(energy.numpy()[0], float(bj_info.energy_change), rtol=1e-9, atol=1e-12)
+
+
+def test_a_non_finite_step_is_undone_with_a_fresh_velocity():
+    def target(a, b):   # log-density -inf beyond |x| > 1.5 for the first coordinate
+        x0 = a[:, 0]
+        return tf.where(tf.abs(x0) < 1.5, -0.5 * tf.reduce_sum(a * a, 1) - 0.5 * tf.reduce_sum(b * b, [1, 2]),
+                        tf.constant(-np.inf, tf.float64))
+    vg = _value_and_grad(target)
+    x = [tf.constant([[1.4, 0.0, 0.0], [0.0, 0.0, 0.0]], tf.float64), tf.zeros([2, 2, 2], tf.float64)]
+    u = [tf.constant([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], tf.float64), tf.zeros([2, 2, 2], tf.float64)]
+    lp, g = vg(x)
+    zero = [tf.zeros_like(p) for p in x]
+    reset = [tf.ones_like(p) for p in x]
+    x2, u2, lp2, g2, energy, ok = mc.mclmc_transition(vg, x, u, lp, g, tf.constant([1.0, 1.0], tf.float64),
+                                                       tf.constant([np.inf, np.inf], tf.float64), zero, zero, reset)
+    assert ok.numpy().tolist() == [False, True]
+    np.testing.assert_array_equal(x2[0].numpy()[0], x[0].numpy()[0])          # chain 0 stayed
+    assert energy.numpy()[0] == 0.0 and np.isfinite(lp2.numpy()).all()
+    np.testing.assert_allclose(u2[0].numpy()[0], np.full(3, 1 / np.sqrt(7)))   # the fresh velocity
+    assert x2[0].numpy()[1, 0] == pytest.approx(1.0)                          # chain 1 moved by eps
+
+
+def _drive(sampler, target, parts, warmup, samples, seed=5):
+    """The engine's loop in miniature: steps, the stage transitions between them, the draws."""
+    vg = _value_and_grad(target)
+    lp, g = vg(parts)
+    tune = sampler.fresh(parts, seed)
+    base = tf.constant([seed, 11], tf.int32)
+
+    @tf.function(jit_compile=False)   # a graph without XLA: compiles in a fraction of the time
+    def steps(x, lp, g, tune, first, n):
+        def body(t, x, lp, g, tune, draws):
+            i = first + t
+            x, lp, g, tune, _ = sampler.one_step(x, lp, g, tune, tf.random.experimental.stateless_fold_in(base, i), i)
+            return t + 1, x, lp, g, tune, draws.write(t, tf.concat([tf.reshape(p, [sampler.chains, -1]) for p in x], 1))
+        out = tf.while_loop(lambda t, *_: t < n, body,
+                            (0, list(x), lp, list(g), tune, tf.TensorArray(tf.float64, size=n)))
+        return out[1], out[2], out[3], out[4], out[5].stack()
+
+    stops = sorted(set(sampler.stops()) | {warmup + samples})
+    x, g0, kept, start = list(parts), g, [], 0
+    for stop in stops:
+        x, lp, g0, tune, draws = steps(x, lp, g0, tune, tf.constant(start), tf.constant(stop - start))
+        if stop > warmup:
+            kept.append(draws.numpy()[max(0, warmup - start):])
+        tune = sampler.at_boundary(stop, tune)
+        start = stop
+    return np.concatenate(kept, axis=0), tune
+
+
+def test_mclmc_recovers_a_correlated_gaussian():
+    from core.store.diagnostics import ess_mean
+
+    precision = _precision()
+    cov = np.linalg.inv(precision)
+    chains = 4
+    parts = [tf.constant(np.random.default_rng(2).normal(size=(chains, *s))) for s in SHAPES]
+    sampler = mc.MclmcSampler(_tf_target(precision), parts, chains, tf.float64, 300, False, 0.25)
+    draws, tune = _drive(sampler, _tf_target(precision), parts, 300, 2000)   # (n, C, 7)
+    per_chain = draws.transpose(1, 0, 2)
+    ess = np.asarray(ess_mean(per_chain))
+    assert ess.min() > 200, ess
+    sd = np.sqrt(np.diag(cov))
+    z = per_chain.mean(axis=(0, 1)) / (sd / np.sqrt(ess))
+    assert np.all(np.abs(z) < 4.5), z
+    # the std: its Monte Carlo error is about sd / sqrt(2 ess); MCLMC's bias at 5e-4 is ~1 %
+    np.testing.assert_allclose(per_chain.std(axis=(0, 1)), sd, rtol=4.5 / np.sqrt(2 * ess.min()) + 0.02)
+    np.testing.assert_allclose(np.cov(per_chain.reshape(-1, 7).T), cov, atol=0.15 * sd.max() ** 2)
+    assert np.all(np.isfinite(tune["L"].numpy())) and np.all(tune["step_size"].numpy() > 0)
+
+
+@pytest.mark.parametrize("algorithm, mass", [("mclmc", True), ("mams", False)])
+def test_engine_run_matches_the_wiener_posterior_and_resumes_bit_identically(tmp_path, algorithm, mass):
+    """A tiny field posterior (8^3, hyperparameters fixed) against its exact Wiener answer, and a
+    run stopped mid-warmup (in the middle of a tuning stage) and resumed against the straight run."""
+    from core.engine.engine import Control, Engine
+    from core.reference.wiener import wiener_posterior
+    from core.store.diagnostics import field_ess_summary
+    from core.store.run_store import RunReader, stored_run_config
+    from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
+
+    config, text, data, grid, spectrum = write_field_case(
+        tmp_path, shape=(8, 8, 8), warmup=150, samples=400, chunk=40, algorithm=algorithm, mass=mass, thin=2)
+    status, _ = run(config, text, tmp_path / "straight")
+    assert status == "finished"
+    reader = RunReader(tmp_path / "straight")
+    n_steps = reader.stat("n_steps")
+    if algorithm == "mclmc":
+        assert (n_steps == 2).all() and (reader.stat("acceptance_rate") == 1).all()
+    else:   # 2 gradients per integration step, about L / eps = 2 of them a step
+        assert set(np.unique(n_steps)) <= {2, 4, 6} and 3.5 < n_steps.mean() < 4.5
+        assert 0.6 < reader.stat("acceptance_rate").mean() < 0.98
+    assert not reader.stat("diverging").any()
+    length, step = reader.stat("trajectory_length"), reader.stat("step_size")
+    assert np.isfinite(length).all() and (length > 0).all() and (step > 0).all()
+    assert (step == step[:, :1]).all() and (np.std(reader.stat("step_size", warmup=True), axis=1) > 0).all()
+
+    # the summary's ESS per gradient evaluation counts n_steps: 2 a step for MCLMC, 2 n for MAMS
+    from core.store.run_summary import summarize_run
+    summary = summarize_run(tmp_path / "straight", field_diagnostics=False)
+    assert summary.sampling_gradient_evaluations == n_steps.sum()
+    lp_row = next(r for r in summary.table() if r.scope == "pooled" and r.quantity == "lp")
+    assert lp_row.ess_bulk_per_gradient == pytest.approx(lp_row.ess_bulk / n_steps.sum())
+
+    mean, std, count = reader.field_moments()
+    assert count == 2 * 400
+    exact = wiener_posterior(data.data, prior_mode_variance(grid, spectrum), 0.5)
+    z = (mean - exact.mean) / exact.std
+    # z's RMS over the voxels is about 1 / sqrt(n_eff) (its relative spread over 512 voxels
+    # ~6 %); the ESS of the stored draws (every 2nd) is at most the n_eff of all the draws
+    ess = field_ess_summary(reader.field_draws())["ess_bulk_median"]
+    assert np.sqrt(np.mean(z**2)) < 1.5 / np.sqrt(ess), (np.sqrt(np.mean(z**2)), ess)
+    assert abs(float(np.median(std / exact.std)) - 1.0) < 0.025   # MCLMC's bias included
+
+    control = Control()
+
+    def stop_mid_warmup(event):
+        if event.get("type") == "chunk" and event["progress"]["warmup_draws"] >= 110:
+            control.stop = True
+
+    assert Engine(config, text, tmp_path / "resumed", emit=stop_mid_warmup, control=control).start() == "stopped"
+    assert 110 <= RunReader(tmp_path / "resumed").progress["warmup_draws"] < 150
+    config2, text2 = stored_run_config(tmp_path / "resumed")
+    assert Engine(config2, text2, tmp_path / "resumed").resume() == "finished"
+    assert_same_run(tmp_path / "straight", tmp_path / "resumed")
+    resumed = RunReader(tmp_path / "resumed")
+    for name in ("energy_error", "trajectory_length", "n_steps"):
+        for warmup in (True, False):
+            np.testing.assert_array_equal(reader.stat(name, warmup), resumed.stat(name, warmup))
+
+
+def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_the_start(tmp_path, monkeypatch):
+    """Every MCLMC step is undone (NaN energy recorded, nothing taken): the watch ends the run
+    with the NaN diagnosis, as it does for HMC (tests/core/test_faults.py)."""
+    from core.engine import engine as engine_mod
+    from core.engine.engine import Engine, EngineError
+    from core.engine.warmup import STALL_CHUNKS
+    from core.store.run_store import RunReader
+    from support.engine_cases import write_field_case
+
+    config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=500, samples=10, chunk=20,
+                                        mass=False, algorithm="mclmc")
+    real = engine_mod.build_model
+
+    def nan_away_from_start(c):
+        model = real(c)
+        x0 = tf.constant(np.asarray(model.initial_state(c.sampler.chains, c.sampler.seed)[0]), model.dtype)
+        f = model.target_log_prob_fn
+
+        class Wrapped:
+            def __getattr__(self, name):
+                return getattr(model, name)
+
+            @property
+            def target_log_prob_fn(self):
+                def target(*parts):
+                    lp = f(*parts)
+                    same = tf.reduce_all(tf.reshape(tf.equal(parts[0], x0), [tf.shape(parts[0])[0], -1]), axis=1)
+                    return tf.where(same, lp, tf.constant(np.nan, lp.dtype))
+                return target
+        return Wrapped()
+
+    monkeypatch.setattr(engine_mod, "build_model", nan_away_from_start)
+    with pytest.raises(EngineError) as info:
+        Engine(config, text, tmp_path / "run").start()
+    message = str(info.value)
+    assert "NaN or infinite" in message and "broken" in message and "step_size" in message
+    reader = RunReader(tmp_path / "run")
+    assert reader.status == "failed" and reader.progress["draws"] == 0
+    assert reader.progress["chunks"] == STALL_CHUNKS        # ended as soon as it could be told
+    assert (reader.stat("acceptance_rate", warmup=True) == 0).all()
+    assert np.isnan(reader.stat("energy_error", warmup=True)).all()
