@@ -89,6 +89,11 @@ from numcodecs import CRC32, Blosc
 from core import __version__
 from core.run.messages import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 
+#: statistics added to STAT_NAMES after stores were first written: a store without one (written
+#: before it existed) is not damaged; its reader gives NaN for it, and resume adds the array
+#: (NaN for the draws before) so the run goes on
+LATER_STATS = ("trajectory_length",)
+
 __all__ = ["STORE_NAME", "CHECKPOINT_NAME", "MAX_CHAINS", "MAX_DRAWS", "MAX_ELEMENTS", "FIELD_BLOCK",
            "FIELD_FILTERS", "CHUNK_OVERHEAD_BYTES", "field_chunks", "field_draw_disk_bytes", "RunStoreError",
            "StoreWriteError", "ChunkRecord", "check_progress", "RunStoreWriter", "write_checkpoint",
@@ -356,11 +361,23 @@ class RunStoreWriter:
         writer = cls(run_dir, root)
         try:
             with zarr.config.set(_WRITE_EVERY_CHUNK):
+                writer._add_later_stats(layout.resume_progress)
                 writer._truncate(layout.resume_progress)
         except OSError as err:
             raise _write_error(run_dir, "truncating the run store to its checkpoint", err) \
                 from None
         return writer
+
+    def _add_later_stats(self, progress: dict) -> None:
+        """The LATER_STATS a store from before them lacks, NaN for the draws it holds."""
+        chains = int(self.root.attrs["chains"])
+        for group, n in (("sample_stats", progress["draws"]), ("warmup_sample_stats", progress["warmup_draws"])):
+            g = self.root[group]
+            for name in LATER_STATS:
+                if name not in g:
+                    arr = self._new_array(g, name, (chains, n), (chains, 1024), "float64", ["chain", "draw"])
+                    if n:
+                        arr[...] = np.nan
 
     def _truncate(self, progress: dict) -> None:
         # progress first: a reader never sees it count draws the arrays no longer hold
@@ -607,6 +624,8 @@ class _Layout:
         for group, count, bound in (("sample_stats", p["draws"], a["num_samples"]),
                                     ("warmup_sample_stats", p["warmup_draws"], a["num_warmup"])):
             for name in STAT_NAMES:
+                if name in LATER_STATS and not (self.path / group / name).is_dir():
+                    continue           # a store from before it existed (NaN when read)
                 specs.append(_ArraySpec(group, name, ("chain", "draw"), STAT_DTYPES.get(name, f64),
                                         (chains, None), 1, count, bound))
         return specs
@@ -841,6 +860,11 @@ class RunReader:
     def _read(self, group: str, name: str, selection: tuple, orthogonal: bool = False) -> np.ndarray:
         """``selection`` of one array; a chunk that cannot be decoded (truncated, garbled:
         its CRC32 differs) raises RunStoreError naming the array and the chunk file."""
+        if (group, name) not in self._arrays and name in LATER_STATS:
+            # a store written before this statistic existed: (chain, draw) of NaN
+            n = self.progress["warmup_draws" if group.startswith("warmup") else "draws"]
+            full = np.full((self.attrs["chains"], n), np.nan)
+            return full[selection[0]][..., selection[1]] if orthogonal else full[selection]
         arr = self._arrays[group, name]
         if arr is None:
             arr = self._arrays[group, name] = _open_array(self.store_path, group, name)
