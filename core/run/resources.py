@@ -24,7 +24,9 @@ L = 5 to 40; docs/benchmarks.md): the peak is the same for L = 5 and L = 40 (wit
 1 %), it grows by 16 grid-sized buffers per chain, fewer than the ~18 named arrays per
 chain (the checkpoint's and the store's copies are not live while XLA runs: W = 0), and
 by S = 19 more once per run (XLA's copies of the data, mask and the model's constant
-maps); the estimate is within 5 % of each HMC measurement.
+maps); the estimate is within 5 % of each HMC measurement. MCLMC and MAMS
+(``core.engine.microcanonical``) integrate in while loops too and are counted as looped HMC
+(W = 0), with two gradients a step (MAMS: at least two).
 
 Small HMC runs keep the unrolled leapfrog, which is faster on CPU
 (``core.run.engine_limits.unrolls``: while it costs at most UNROLL_BUDGET_BYTES more).
@@ -167,7 +169,7 @@ class RunEstimate:
     program: int = 0             # XLA's compiled program and runtime
     engine_import: int = ENGINE_IMPORT_BYTES
     gradient_seconds: float = 0.0
-    gradients_per_step: int = 1  # HMC: L; NUTS: at least 1
+    gradients_per_step: int = 1  # HMC: L; NUTS: at least 1; MCLMC: 2; MAMS: at least 2
     total_steps: int = 0
     chunk_size: int = 25
     thin: int = 5
@@ -202,7 +204,9 @@ class RunEstimate:
         """One line: memory, its parts, and the time bounds."""
         parts = ", ".join(f"{name.replace('_', ' ')} {format_bytes(v)}"
                           for name, v in self.arrays.items())
-        bound = "≥" if self.algorithm == "hmc" else "≥ (NUTS: at least one gradient a step)"
+        bound = {"hmc": "≥", "mclmc": "≥ (MCLMC: two gradients a step)",
+                 "mams": "≥ (MAMS: at least two gradients a step)"}.get(
+            self.algorithm, "≥ (NUTS: at least one gradient a step)")
         return (f"memory ≈ {format_bytes(self.total)} (TensorFlow and XLA "
                 f"{format_bytes(self.runtime)}, XLA buffers "
                 f"{format_bytes(self.xla_working_set)}, {parts}); time {bound} "
@@ -255,7 +259,8 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         shape=shape, chains=c, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
         arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
-        gradients_per_step=int(num_leapfrog_steps) if algorithm == "hmc" else 1,
+        gradients_per_step=(int(num_leapfrog_steps) if algorithm == "hmc"
+                            else 2 if algorithm in ("mclmc", "mams") else 1),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
         field_buffer=field_buffer, store_bytes=store, field_draw_bytes=draw_bytes,
         num_samples=int(num_samples))
@@ -329,7 +334,7 @@ def memory_problem(estimate: RunEstimate, available: int | None = None, *,
     remedy = (", ".join(hints[:-1]) + " or " if len(hints) > 1 else "") + hints[-1]
     return (f"the run needs about {format_bytes(need)} ({shape} grid, {estimate.chains} "
             f"chain{'s' if estimate.chains != 1 else ''}, {estimate.dtype}, "
-            f"{f'{estimate.leapfrog_steps} leapfrog steps' if estimate.algorithm == 'hmc' else 'NUTS'}) "
+            f"{f'{estimate.leapfrog_steps} leapfrog steps' if estimate.algorithm == 'hmc' else estimate.algorithm.upper()}) "
             f"but this machine has "
             f"{format_bytes(available)} free; use {remedy}")
 
