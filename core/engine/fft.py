@@ -59,8 +59,8 @@ Vectorised derivatives. ``GradientTape.jacobian``/``batch_jacobian`` (with their
 ``experimental_use_pfor=True``) and ``tf.vectorized_map`` rewrite every op for an added
 leading batch axis. Everything here works on the trailing (or explicitly listed) axes
 with sizes taken from the unbatched shapes, which that rewrite preserves; the one op
-whose rewrite is wrong for negative axes, ``tf.roll``, is not used (``mirror_modes``
-builds the index -k instead). So vectorised Jacobians and Hessians equal the
+whose rewrite is wrong for negative axes, ``tf.roll``, is only given non-negative ones
+(``mirror_modes``, the index -k). So vectorised Jacobians and Hessians equal the
 unvectorised ones, eagerly, in ``tf.function`` and under XLA.
 """
 
@@ -111,24 +111,24 @@ def half_spectrum_weights(n_last: int) -> np.ndarray:
 def mirror_modes(t: tf.Tensor, axes: Sequence[int]) -> tf.Tensor:
     """``t`` at the negated wavevector: t[-k] (index -k mod n) along each axis in ``axes``.
 
-    Along an axis of length n the entries k = 0, 1, ..., n-1 become 0, n-1, ..., 1: the
-    first is kept and the rest reversed, which is what this does (split, reverse,
-    concatenate). It is not written as ``tf.roll(tf.reverse(t), 1)``: TensorFlow's
+    Along an axis of length n the entries k = 0, 1, ..., n-1 become 0, n-1, ..., 1:
+    reversed, then rolled by one. ``axes`` may be negative; they are made non-negative
+    against the static rank before they reach ``tf.roll``, because TensorFlow's
     vectorisation (pfor, behind ``tf.vectorized_map`` and the default
-    ``GradientTape.jacobian``/``batch_jacobian``) turns ``tf.roll(t, shift, axis)`` into a
-    roll over ``axis + 1`` of the batched tensor, which for a negative axis is the axis
-    after the intended one (reverse, split and concat shift only non-negative axes). A
-    Hessian built by ``tape.jacobian`` through such a roll was wrong (entries off by up
-    to 0.56 for the whitened field posterior at 6x4x5, whose diagonal is about -1.3)
-    while the unvectorised one was right. ``axes`` may be negative; their sizes need not
-    be static.
+    ``GradientTape.jacobian``/``batch_jacobian``) rewrites ``tf.roll(t, shift, axis)`` as a
+    roll over ``axis + 1`` of the batched tensor: right for a non-negative axis, the axis
+    after the intended one for a negative axis (its rewrites of reverse, split, concat
+    and gather do check the sign). A Hessian built by ``tape.jacobian`` through such a
+    roll was wrong (entries off by up to 0.56 for the whitened field posterior at
+    6x4x5, whose diagonal is about -1.3) while the unvectorised one was right.
     """
-    for axis in axes:
-        if t.shape.rank is not None and t.shape[axis] == 1:
-            continue  # -0 = 0: nothing to do (and no empty slices for XLA)
-        first, rest = tf.split(t, [1, -1], axis=axis)
-        t = tf.concat([first, tf.reverse(rest, axis=[axis])], axis=axis)
-    return t
+    rank = t.shape.rank
+    if rank is None:
+        raise ValueError("mirror_modes: the rank of the input must be known when the graph is built")
+    axes = [a % rank for a in axes]
+    if not axes:
+        return t
+    return tf.roll(tf.reverse(t, axis=axes), shift=[1] * len(axes), axis=axes)
 
 
 def _hermitian_part_on_planes(spectrum: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
