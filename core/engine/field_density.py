@@ -94,7 +94,7 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 def mirror(u: tf.Tensor) -> tf.Tensor:
     """u[-k] over the trailing three axes (indices taken modulo the axis lengths)."""
-    return fft.mirror_modes(u, [-3, -2, -1])  # not tf.roll: vectorised (pfor) Hessians need this
+    return fft.mirror_modes(u, [-3, -2, -1])  # not tf.roll on negative axes: wrong under pfor
 
 
 def _half_and_mirrored_half(u: tf.Tensor, m: int):
