@@ -12,6 +12,7 @@ of the completion).
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = ["hermitian_completion", "composite_irfft3d", "composite_rfft3d"]
@@ -28,7 +29,11 @@ def hermitian_completion(spectrum: tf.Tensor, n_last: int) -> tf.Tensor:
         return spectrum
     # kz = m .. n_last-1 come from n_last - kz = n_last-m .. 1, i.e. X[..., 1:missing+1] reversed
     twins = tf.reverse(spectrum[..., 1:missing + 1], axis=[-1])
-    twins = tf.roll(tf.reverse(twins, axis=[-3, -2]), shift=[1, 1], axis=[-3, -2])
+    # k0, k1 -> -k0, -k1 (mod n) as gathers of index arrays, not tf.roll: TensorFlow's
+    # vectorisation (pfor) rolls the wrong axis for a negative one (core.engine.fft.mirror_modes)
+    for axis in (-3, -2):
+        n = twins.shape[axis]
+        twins = tf.gather(twins, (-np.arange(n)) % n, axis=axis)
     return tf.concat([spectrum, tf.math.conj(twins)], axis=-1)
 
 

@@ -94,8 +94,7 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 def mirror(u: tf.Tensor) -> tf.Tensor:
     """u[-k] over the trailing three axes (indices taken modulo the axis lengths)."""
-    axes = [-3, -2, -1]
-    return tf.roll(tf.reverse(u, axis=axes), shift=[1, 1, 1], axis=axes)
+    return fft.mirror_modes(u, [-3, -2, -1])  # not tf.roll on negative axes: wrong under pfor
 
 
 def _half_and_mirrored_half(u: tf.Tensor, m: int):
@@ -103,7 +102,7 @@ def _half_and_mirrored_half(u: tf.Tensor, m: int):
     n2 = u.shape[-1]
     neg_last = tf.concat([u[..., 0:1], tf.reverse(u[..., n2 - m + 1:], axis=[-1])], axis=-1) \
         if m > 1 else u[..., 0:1]
-    neg = tf.roll(tf.reverse(neg_last, axis=[-3, -2]), shift=[1, 1], axis=[-3, -2])
+    neg = fft.mirror_modes(neg_last, [-3, -2])
     return u[..., :m], neg
 
 
