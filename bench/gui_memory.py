@@ -24,7 +24,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +86,40 @@ def create(folder: Path, n: int, draws: int) -> Path:
     return run_dir
 
 
+class StallReporter:
+    """Prints the GUI thread's stack when it has not ticked for ``after`` s (a sampling
+    thread: py-spy in a few lines). ``ticks`` is the heartbeat's list; ``armed`` is set
+    while the window catches up (not while this process waits for the writer). A stall
+    is sampled at 1, 2, 4, 8 ... s, so a long one shows where its time went."""
+
+    def __init__(self, ticks: list, after: float = 1.0):
+        self.ticks, self.after = ticks, after
+        self.armed = threading.Event()
+        self.stalls: list[float] = []
+        self._main = threading.main_thread().ident
+        threading.Thread(target=self._watch, daemon=True, name="stall-reporter").start()
+
+    def _watch(self) -> None:
+        reported_at, next_sample = None, self.after
+        while True:
+            time.sleep(0.05)
+            if not self.armed.is_set() or not self.ticks:
+                reported_at, next_sample = None, self.after
+                continue
+            last = self.ticks[-1]
+            held = time.perf_counter() - last
+            if held < self.after:
+                if reported_at is not None:
+                    self.stalls.append(reported_at)
+                reported_at, next_sample = None, self.after
+                continue
+            if held >= next_sample:
+                frame = sys._current_frames().get(self._main)
+                stack = "".join(traceback.format_stack(frame)[-14:]) if frame is not None else "?"
+                print(f"--- GUI thread held {held:.1f} s; its stack:\n{stack}", file=sys.stderr, flush=True)
+                reported_at, next_sample = held, next_sample * 2
+
+
 def status_mib(key: str) -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -130,6 +166,7 @@ def main() -> None:
             heartbeat = QTimer()
             heartbeat.setInterval(10)
             heartbeat.timeout.connect(lambda: ticks.append(time.perf_counter()))
+            stalls = StallReporter(ticks)
             rss0 = status_mib("VmRSS")
             window = MainWindow()
             window.resize(1500, 950)
@@ -150,6 +187,7 @@ def main() -> None:
             def settle(seen_field_draws: int, timeout: float = 600.0) -> None:
                 # the heartbeat counts from here: the writer process ran while this thread waited
                 ticks.clear()
+                stalls.armed.set()
                 deadline = time.monotonic() + timeout
                 st = window.run_state
                 for tab in ("Slices", "3D volume"):
@@ -164,6 +202,7 @@ def main() -> None:
                 for _ in range(50):
                     app.processEvents()
                     time.sleep(0.01)
+                stalls.armed.clear()
                 latencies.extend(np.maximum(0.0, np.diff(ticks) - 0.010))
 
             print(f"{n}^3, {CHAINS} chains, one field draw = {draw_mib:.0f} MiB; process RSS before the window "
