@@ -14,7 +14,10 @@ run in worker threads, the GUI thread reads three planes per refresh.
 
 Prints RSS per round and the growth per kept draw (MiB), against the size of one draw.
 Needs a display (uses $DISPLAY, else Xvfb through pyvirtualdisplay). Linux only (/proc).
-Usage: python bench/gui_memory.py [--size 256] [--first 5] [--more 20] [--step 5]
+The window process sets glibc's mmap threshold as ``fieldscope gui`` does (``--allocator
+default``: leave glibc's dynamic threshold, to compare); a thread prints the GUI thread's
+stack whenever it is held for more than 1 s (to attribute a stall).
+Usage: python bench/gui_memory.py [--size 256] [--first 5] [--more 20] [--step 5] [--allocator app|default]
 """
 
 from __future__ import annotations
@@ -134,12 +137,20 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=5)
     parser.add_argument("--more", type=int, default=20)
     parser.add_argument("--step", type=int, default=5)
+    parser.add_argument("--allocator", choices=("app", "default"), default="app",
+                        help="app: glibc's mmap threshold as fieldscope gui sets it "
+                             "(app.gui.limit_heap_retention); default: glibc's own")
     parser.add_argument("--append", nargs=3, metavar=("RUNDIR", "FIRST", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = args.size
     if args.append:
         append(Path(args.append[0]), int(args.append[1]), int(args.append[2]), n)
         return
+    if args.allocator == "app":
+        from app.gui import limit_heap_retention
+
+        if not limit_heap_retention():
+            print("(not glibc: the allocator's defaults)", flush=True)
     display = None
     if not os.environ.get("DISPLAY"):
         from pyvirtualdisplay import Display
@@ -195,7 +206,9 @@ def main() -> None:
                     while time.monotonic() < deadline:
                         app.processEvents()
                         time.sleep(0.01)
-                        busy = volume.prepare_job.busy or power.job.busy
+                        busy = volume.prepare_job.busy or power.job.busy or any(
+                            job.busy for job in (getattr(slices, "plane_job", None),
+                                                 getattr(window.runs, "_store_job", None)) if job is not None)
                         if st.progress.get("field_draws", 0) >= seen_field_draws and not busy \
                                 and (tab == "Slices" or volume._pending_key is None):
                             break
