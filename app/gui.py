@@ -18,6 +18,14 @@
 
 The window appears at once: TensorFlow loads only in the engine process, which starts
 with the window. Qt is imported inside ``main``, so ``fieldscope --help`` stays instant.
+
+Memory. A window that watches a long run reads and lets go of many buffers of a few MiB
+in its worker threads (planes, blocks, a draw for P(k)). glibc serves an allocation from
+a heap once its mmap threshold has risen past it (the threshold follows the largest
+buffer freed, up to 32 MiB) and keeps the freed heap memory it cannot trim, so the
+window's RSS crept by ~5 MiB per watched 256^3 draw (bench/gui_memory.py).
+``limit_heap_retention`` fixes the threshold at ``MMAP_THRESHOLD``: every buffer of
+1 MiB or more is mapped on its own and returned to the system when freed.
 """
 
 from __future__ import annotations
@@ -29,8 +37,13 @@ import time
 from pathlib import Path
 
 __all__ = [
-    "main", "add_arguments", "demo_config", "display_available", "application_icon", "ICON_PATH"
+    "main", "add_arguments", "demo_config", "display_available", "application_icon", "ICON_PATH",
+    "limit_heap_retention", "MMAP_THRESHOLD"
 ]
+
+#: bytes from which glibc maps each allocation on its own (``mallopt(M_MMAP_THRESHOLD)``)
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3          # glibc's malloc.h
 
 DEMO_CONFIG = "field.toml"
 
@@ -86,6 +99,24 @@ def application_icon():
         return None
     icon = QIcon(str(ICON_PATH))
     return None if icon.isNull() else icon
+
+
+def limit_heap_retention(threshold: int = MMAP_THRESHOLD) -> bool:
+    """On glibc, fix malloc's mmap threshold at ``threshold`` bytes (see the module
+    docstring: the window's memory must not grow with the run it watches). Returns whether
+    it was set (False elsewhere: musl, macOS, Windows keep their allocators' defaults)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version        # glibc only (musl's mallopt does nothing)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(titles())}", file=sys.stderr)
         return 2
 
+    limit_heap_retention()
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 

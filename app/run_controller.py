@@ -43,6 +43,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.state.run_state import read_store_update
+from app.views.jobs import LatestJob
 from core.run.messages import FINAL_STATUSES, LIVE_STATUSES, PHASES, status_event
 from core.store import run_lock
 from core.store.run_store import CHECKPOINT_NAME, RunReader, RunStoreError
@@ -98,6 +100,10 @@ class RunController(QObject):
         self.watch_timer.setInterval(WATCH_INTERVAL_MS)
         self.watch_timer.timeout.connect(self._watch_tick)
         self._watch_last_change = 0.0
+        # each poll reads the store in a worker thread (the layout check lists the chunk
+        # files, growing with the run, and zarr's reads queue behind the views' workers')
+        self._store_job = LatestJob(self, name="fieldscope-store-watch")
+        self._store_job.finished.connect(self._watch_read)
 
     # -- the engine ----------------------------------------------------------------------------
 
@@ -275,8 +281,21 @@ class RunController(QObject):
         if self.watching is None or st is None:
             self.watch_timer.stop()
             return
+        if self._store_job.busy:        # the last poll still reads: this one is skipped
+            return
+        look = st.store_look()
+        if look is not None:
+            self._store_job.request((self.watching, look), read_store_update, look)
+
+    def _watch_read(self, key, update, error) -> None:
+        """A poll's read of the store is in (``_watch_tick``): take it and redraw."""
+        st = self.run_state
+        if self.watching is None or st is None or key[0] != self.watching:
+            return
         try:
-            changed = st.refresh_from_store()
+            if error is not None:
+                raise error
+            changed = st.take_store_update(update)
         except Exception as exc:       # a store deleted or damaged while watched
             self.stop_watching()
             self.message.emit(f"stopped watching {self.run_dir}: {exc}")

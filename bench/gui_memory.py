@@ -14,7 +14,10 @@ run in worker threads, the GUI thread reads three planes per refresh.
 
 Prints RSS per round and the growth per kept draw (MiB), against the size of one draw.
 Needs a display (uses $DISPLAY, else Xvfb through pyvirtualdisplay). Linux only (/proc).
-Usage: python bench/gui_memory.py [--size 256] [--first 5] [--more 20] [--step 5]
+The window process sets glibc's mmap threshold as ``fieldscope gui`` does (``--allocator
+default``: leave glibc's dynamic threshold, to compare); a thread prints the GUI thread's
+stack whenever it is held for more than 1 s (to attribute a stall).
+Usage: python bench/gui_memory.py [--size 256] [--first 5] [--more 20] [--step 5] [--allocator app|default]
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +89,40 @@ def create(folder: Path, n: int, draws: int) -> Path:
     return run_dir
 
 
+class StallReporter:
+    """Prints the GUI thread's stack when it has not ticked for ``after`` s (a sampling
+    thread: py-spy in a few lines). ``ticks`` is the heartbeat's list; ``armed`` is set
+    while the window catches up (not while this process waits for the writer). A stall
+    is sampled at 1, 2, 4, 8 ... s, so a long one shows where its time went."""
+
+    def __init__(self, ticks: list, after: float = 1.0):
+        self.ticks, self.after = ticks, after
+        self.armed = threading.Event()
+        self.stalls: list[float] = []
+        self._main = threading.main_thread().ident
+        threading.Thread(target=self._watch, daemon=True, name="stall-reporter").start()
+
+    def _watch(self) -> None:
+        reported_at, next_sample = None, self.after
+        while True:
+            time.sleep(0.05)
+            if not self.armed.is_set() or not self.ticks:
+                reported_at, next_sample = None, self.after
+                continue
+            last = self.ticks[-1]
+            held = time.perf_counter() - last
+            if held < self.after:
+                if reported_at is not None:
+                    self.stalls.append(reported_at)
+                reported_at, next_sample = None, self.after
+                continue
+            if held >= next_sample:
+                frame = sys._current_frames().get(self._main)
+                stack = "".join(traceback.format_stack(frame)[-14:]) if frame is not None else "?"
+                print(f"--- GUI thread held {held:.1f} s; its stack:\n{stack}", file=sys.stderr, flush=True)
+                reported_at, next_sample = held, next_sample * 2
+
+
 def status_mib(key: str) -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -98,12 +137,20 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=5)
     parser.add_argument("--more", type=int, default=20)
     parser.add_argument("--step", type=int, default=5)
+    parser.add_argument("--allocator", choices=("app", "default"), default="app",
+                        help="app: glibc's mmap threshold as fieldscope gui sets it "
+                             "(app.gui.limit_heap_retention); default: glibc's own")
     parser.add_argument("--append", nargs=3, metavar=("RUNDIR", "FIRST", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = args.size
     if args.append:
         append(Path(args.append[0]), int(args.append[1]), int(args.append[2]), n)
         return
+    if args.allocator == "app":
+        from app.gui import limit_heap_retention
+
+        if not limit_heap_retention():
+            print("(not glibc: the allocator's defaults)", flush=True)
     display = None
     if not os.environ.get("DISPLAY"):
         from pyvirtualdisplay import Display
@@ -130,6 +177,7 @@ def main() -> None:
             heartbeat = QTimer()
             heartbeat.setInterval(10)
             heartbeat.timeout.connect(lambda: ticks.append(time.perf_counter()))
+            stalls = StallReporter(ticks)
             rss0 = status_mib("VmRSS")
             window = MainWindow()
             window.resize(1500, 950)
@@ -150,6 +198,7 @@ def main() -> None:
             def settle(seen_field_draws: int, timeout: float = 600.0) -> None:
                 # the heartbeat counts from here: the writer process ran while this thread waited
                 ticks.clear()
+                stalls.armed.set()
                 deadline = time.monotonic() + timeout
                 st = window.run_state
                 for tab in ("Slices", "3D volume"):
@@ -157,13 +206,16 @@ def main() -> None:
                     while time.monotonic() < deadline:
                         app.processEvents()
                         time.sleep(0.01)
-                        busy = volume.prepare_job.busy or power.job.busy
+                        busy = volume.prepare_job.busy or power.job.busy or any(
+                            job.busy for job in (getattr(slices, "plane_job", None),
+                                                 getattr(window.runs, "_store_job", None)) if job is not None)
                         if st.progress.get("field_draws", 0) >= seen_field_draws and not busy \
                                 and (tab == "Slices" or volume._pending_key is None):
                             break
                 for _ in range(50):
                     app.processEvents()
                     time.sleep(0.01)
+                stalls.armed.clear()
                 latencies.extend(np.maximum(0.0, np.diff(ticks) - 0.010))
 
             print(f"{n}^3, {CHAINS} chains, one field draw = {draw_mib:.0f} MiB; process RSS before the window "

@@ -61,8 +61,8 @@ from core.run import messages as msgs
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 from core.store.run_store import STORE_NAME, FieldVolume, RunReader, RunStoreError, StoredConfig
 
-__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "DataPreview", "LazyResidual", "VOLUME_KINDS",
-           "VOLUME_LABELS"]
+__all__ = ["RunState", "GrowingBuffer", "PinnedTrace", "DataPreview", "LazyResidual", "StoreLook",
+           "StoreUpdate", "read_store_update", "VOLUME_KINDS", "VOLUME_LABELS"]
 
 #: What the slice views can show, in menu order (see :meth:`RunState.volume`).
 VOLUME_KINDS = ("data", "mask", "noise", "latest", "mean", "std", "residual", "truth")
@@ -184,6 +184,89 @@ class LazyResidual:
     def __array__(self, dtype=None, copy=None):
         values = self.data - self.mean[...]
         return values if dtype is None else values.astype(dtype, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class StoreLook:
+    """What ``read_store_update`` needs of a ``RunState`` (``RunState.store_look``): its
+    store, its reader (the identity a later update is checked against), the counts it has
+    seen, its chains, the statistics and parameters it keeps and its pinned voxels."""
+
+    run_dir: Path
+    reader: RunReader
+    seen: dict
+    chains: int | None
+    stat_names: tuple
+    param_names: tuple
+    pins: tuple
+    num_warmup: int
+
+
+@dataclass(frozen=True, eq=False)
+class StoreUpdate:
+    """What a look at the store found (``read_store_update``), for ``RunState.take_store_update``.
+
+    ``reader`` is a new ``RunReader`` of the store (nothing else holds it, so the thread
+    that read it never shares one being refreshed); ``series`` is, per new range of steps,
+    (steps, stats, params), or None when the state's chains are unknown; ``field`` is (f0,
+    f1, steps of the new kept field draws, the newest as a FieldVolume, its P(k), {pinned
+    voxel: (chains, f1 - f0) values}) or None; ``moments`` is (mean, std, count) when the
+    count moved; ``error`` a store that could not be read (its RunStoreError's text)."""
+
+    look: StoreLook
+    reader: RunReader | None = None
+    error: str = ""
+    status: str = ""
+    error_attr: str = ""
+    num_samples: int = 0
+    progress: dict | None = None
+    series: list | None = None
+    warmup_draws: int = 0
+    draws: int = 0
+    field: tuple | None = None
+    moments: tuple | None = None
+
+
+def read_store_update(look: StoreLook) -> StoreUpdate:
+    """Read what the store gained since ``look.seen`` (any thread: it touches no state).
+
+    Everything the store holds per step (statistics, parameters, pinned voxels, P(k)) of
+    the new steps is read here; field draws and moments are not read, only described
+    (``FieldVolume`` s: the views read them by block, the P(k) and 3D workers whole). The
+    store's layout check (``RunReader``) lists the chunk files of the published draws, so
+    its cost grows with the run: one reason this runs off the GUI thread."""
+    try:
+        reader = RunReader(look.run_dir)
+        progress = reader.progress
+        a = reader.attrs
+        header = dict(status=a.get("status", ""), error_attr=a.get("error", ""),
+                      num_samples=int(a.get("num_samples", 0)), progress=dict(progress))
+        seen = look.seen
+        w1, d1 = int(progress.get("warmup_draws", 0)), int(progress.get("draws", 0))
+        if look.chains is None:
+            return StoreUpdate(look, reader, warmup_draws=seen["warmup_draws"], draws=seen["draws"], **header)
+        series = []
+        for warmup, a0, a1, offset in ((True, seen["warmup_draws"], w1, 0),
+                                       (False, seen["draws"], d1, look.num_warmup)):
+            if a1 <= a0:
+                continue
+            series.append((np.arange(a0, a1, dtype=np.int64) + offset,
+                           {name: reader.stat(name, warmup, a0, a1) for name in look.stat_names},
+                           {name: reader.param(name, warmup, a0, a1) for name in look.param_names}))
+        field = moments = None
+        if reader.has_field:
+            f0, f1 = seen["field_draws"], int(progress.get("field_draws", 0))
+            if f1 > f0:
+                steps = reader.field_draw_steps(f0, f1) + look.num_warmup
+                traces = {voxel: reader.voxel_trace(voxel, f0, f1) for voxel in look.pins}
+                field = (f0, f1, steps, reader.field_volume(f1 - 1), reader.power_draw(f1 - 1), traces)
+            count = reader.moment_count
+            if count != seen["moment_count"]:
+                moments = (reader.moment_volume("mean"), reader.moment_volume("std"), count)
+        return StoreUpdate(look, reader, series=series, warmup_draws=w1, draws=d1, field=field,
+                           moments=moments, **header)
+    except (RunStoreError, KeyError, OSError) as err:
+        return StoreUpdate(look, error=str(err) or type(err).__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -690,73 +773,80 @@ class RunState:
         self.refresh_from_store()
 
     def refresh_from_store(self) -> bool:
-        """Append what the store gained since the last look. Returns whether anything changed."""
-        if not self._try_attach_store():
-            return False
-        reader = self._reader
-        try:
-            progress = reader.refresh()
-            changed = self._read_store(reader, progress)
-        except (RunStoreError, KeyError, OSError) as err:
-            self.error = str(err)
-            return False
-        if changed:
-            self.source = "store"
-        return changed
+        """Append what the store gained since the last look. Returns whether anything changed.
 
-    def _read_store(self, reader: RunReader, progress: dict) -> bool:
-        a = reader.attrs
-        seen = self._store_seen
+        The three steps below in one call, in this thread; a window that watches a store
+        runs the read off its GUI thread instead (``app.run_controller``)."""
+        look = self.store_look()
+        if look is None:
+            return False
+        return self.take_store_update(read_store_update(look))
+
+    def store_look(self) -> "StoreLook | None":
+        """What a look at the store needs to know of this state (a copy: the look may run in
+        another thread while this state changes), or None before the store exists."""
+        if not self._try_attach_store():
+            return None
+        return StoreLook(self._reader.run_dir, self._reader, dict(self._store_seen), self.chains,
+                         tuple(self._stats), tuple(self._params), tuple(self.pins), self.num_warmup)
+
+    def take_store_update(self, update: "StoreUpdate") -> bool:
+        """Take what ``read_store_update`` found (in the thread that owns this state; cheap:
+        no store read but the stored draws of a voxel pinned while the look ran). An update
+        from before a ``reset`` or one that events overtook is dropped. Returns whether
+        anything changed."""
+        look = update.look
+        if look.reader is not self._reader or look.seen != self._store_seen:
+            return False
+        if update.error:
+            self.error = update.error
+            return False
+        self._reader = update.reader          # the look's fresh reader: what the views index
         changed = False
-        if a.get("status", self.status) != self.status or a.get("error", "") != self.error:
-            self.status, self.error = a.get("status", self.status), a.get("error", "")
+        if update.status != self.status or update.error_attr != self.error:
+            self.status, self.error = update.status, update.error_attr
             changed = True
-        num_samples = int(a.get("num_samples", self.num_samples))
-        if num_samples != self.num_samples:      # a resume asked for more draws
-            self.num_samples = num_samples
-            self.steps_total = self.num_warmup + num_samples
+        if update.num_samples != self.num_samples:      # a resume asked for more draws
+            self.num_samples = update.num_samples
+            self.steps_total = self.num_warmup + update.num_samples
             changed = True
-        self.progress = dict(progress)
-        if self.chains is None:
+        self.progress = dict(update.progress)
+        if self.chains is None or update.series is None:
             return changed
-        w0, w1 = seen["warmup_draws"], int(progress.get("warmup_draws", 0))
-        d0, d1 = seen["draws"], int(progress.get("draws", 0))
+        seen = self._store_seen
         new_traces = False
-        for warmup, a0, a1, offset in ((True, w0, w1, 0), (False, d0, d1, self.num_warmup)):
-            if a1 <= a0:
-                continue
-            steps = np.arange(a0, a1, dtype=np.int64) + offset
+        for steps, stats, params in update.series:
             if self.n_steps and self.steps[-1] >= steps[0]:
                 self._truncate_from(int(steps[0]))
             self._steps.append(steps)
             for name, buf in self._stats.items():
-                buf.append(reader.stat(name, warmup, a0, a1))
+                buf.append(stats[name])
             for name, buf in self._params.items():
-                buf.append(reader.param(name, warmup, a0, a1))
+                buf.append(params[name])
             new_traces = True
-        seen["warmup_draws"], seen["draws"] = w1, d1
+        seen["warmup_draws"], seen["draws"] = update.warmup_draws, update.draws
         new_field = False
-        if reader.has_field:
-            f0, f1 = seen["field_draws"], int(progress.get("field_draws", 0))
-            if f1 > f0:
-                steps = reader.field_draw_steps(f0, f1) + self.num_warmup
-                self.latest_field = reader.field_volume(f1 - 1)      # read when a view asks
-                self.latest_field_step = int(steps[-1])
-                self.latest_power = reader.power_draw(f1 - 1)
-                for voxel, trace in self.pins.items():
-                    if len(trace) and trace.steps[-1] >= steps[0]:
-                        trace.truncate_from(int(steps[0]))
-                    values = reader.voxel_trace(voxel, f0, f1)
-                    trace.append(steps, np.asarray(values, np.float64))
-                seen["field_draws"] = f1
-                new_field = new_traces = True
-            count = reader.moment_count
-            if count != seen["moment_count"]:
-                self.mean, self.std = reader.moment_volume("mean"), reader.moment_volume("std")
-                self.moment_count = count
-                seen["moment_count"] = count
-                new_field = True
+        if update.field is not None:
+            f0, f1, steps, latest, power, traces = update.field
+            self.latest_field, self.latest_field_step, self.latest_power = latest, int(steps[-1]), power
+            for voxel, trace in self.pins.items():
+                if len(trace) and trace.steps[-1] >= steps[0]:
+                    trace.truncate_from(int(steps[0]))
+                values = traces.get(voxel)
+                if values is None:         # pinned while the look ran
+                    try:
+                        values = update.reader.voxel_trace(voxel, f0, f1)
+                    except (RunStoreError, KeyError, OSError, ValueError):
+                        continue
+                trace.append(steps, np.asarray(values, np.float64))
+            seen["field_draws"] = f1
+            new_field = new_traces = True
+        if update.moments is not None:
+            self.mean, self.std, self.moment_count = update.moments
+            seen["moment_count"] = self.moment_count
+            new_field = True
         if new_traces or new_field or changed:
+            self.source = "store"
             self._changed(traces=new_traces, field=new_field)
             return True
         return False

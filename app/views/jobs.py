@@ -2,7 +2,11 @@
 
 Both run plain Python functions on daemon ``threading.Thread`` s (a computation never
 delays the application's exit) and hand the results to the GUI thread through a queued
-Qt signal. The worker holds no Qt state and touches no widget; results come out as
+Qt signal. A ``LatestJob`` keeps one worker thread for its stream of requests (it ends
+after ``IDLE_EXIT_S`` without one, or at ``close``) instead of a new thread per request:
+glibc gives each new thread that finds no free malloc arena one of its own, and a view
+that asks again every second through a long run would otherwise spread its buffers over
+many of them. The worker holds no Qt state and touches no widget; results come out as
 signals (superqt's pattern). Neither decides whether a result is stale: the view that
 asked tags each request (a key, or the job object itself) and drops results that no
 longer match what it shows.
@@ -33,7 +37,10 @@ from typing import Callable
 
 from pyqtgraph.Qt import QtCore
 
-__all__ = ["Abandoned", "CancellableJob", "LatestJob", "WorkerRelay"]
+__all__ = ["Abandoned", "CancellableJob", "LatestJob", "WorkerRelay", "IDLE_EXIT_S"]
+
+#: seconds a LatestJob's worker thread waits for the next request before it ends
+IDLE_EXIT_S = 30.0
 
 
 # --------------------------------------------------------------------------- latest wins
@@ -42,8 +49,9 @@ __all__ = ["Abandoned", "CancellableJob", "LatestJob", "WorkerRelay"]
 class LatestJob(QtCore.QObject):
     """Runs one function at a time on a worker thread; only the newest waiting request is kept.
 
-    ``request(key, fn, *args)`` starts ``fn(*args)`` on a new daemon thread (named
-    ``name``) when nothing runs; while a computation runs it stores the request as the
+    ``request(key, fn, *args)`` starts ``fn(*args)`` on the job's worker thread (a daemon
+    named ``name``, started on the first request and ended after ``IDLE_EXIT_S`` idle
+    seconds or by ``close``) when nothing runs; while a computation runs it stores the request as the
     one that waits, replacing (and so dropping) any request that waited before. When a
     computation ends, the waiting request (if any) starts, then
     ``finished(key, result, error)`` is emitted in the thread that owns this object (the
@@ -71,6 +79,9 @@ class LatestJob(QtCore.QObject):
         self._running = False
         self._pending = None
         self._closed = False
+        self._task = None               # the request handed to the worker thread, not yet taken
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Condition(self._lock)
         self._delivered.connect(self._on_delivered, QtCore.Qt.ConnectionType.QueuedConnection)
 
     @property
@@ -100,12 +111,47 @@ class LatestJob(QtCore.QObject):
         with self._lock:
             self._closed = True
             self._pending = None
+            self._wake.notify_all()        # an idle worker thread ends now
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The worker thread while it lives (None before the first request and after it ended)."""
+        with self._lock:
+            return self._thread
 
     def _start(self, key, fn, args) -> None:
-        threading.Thread(target=self._work, args=(key, fn, args), daemon=True,
-                         name=self.name).start()
+        with self._lock:
+            self._task = (key, fn, args)
+            new = self._thread is None
+            if new:
+                self._thread = threading.Thread(target=self._loop, daemon=True, name=self.name)
+            else:
+                self._wake.notify()
+            thread = self._thread
+        if new:
+            thread.start()
 
-    def _work(self, key, fn, args) -> None:
+    def _loop(self) -> None:
+        """The worker thread: take each request handed over, run it, deliver it; end when
+        closed, when this object is deleted, or after IDLE_EXIT_S seconds without work."""
+        while True:
+            with self._lock:
+                while self._task is None and not self._closed:
+                    if not self._wake.wait(IDLE_EXIT_S) and self._task is None:
+                        break
+                task, self._task = self._task, None
+                if task is None:
+                    self._thread = None
+                    return
+            delivered = self._work(*task)
+            del task                       # the arguments and the result are not held while idle
+            if not delivered:
+                with self._lock:
+                    self._thread = None
+                return
+
+    def _work(self, key, fn, args) -> bool:
+        """Run one request and deliver it; False when this object was deleted meanwhile."""
         try:
             result, error = fn(*args), None
         except Exception as err:           # reported through the signal, never lost
@@ -113,7 +159,8 @@ class LatestJob(QtCore.QObject):
         try:
             self._delivered.emit(key, result, error)
         except RuntimeError:               # the view was deleted meanwhile
-            pass
+            return False
+        return True
 
     @QtCore.Slot(object, object, object)
     def _on_delivered(self, key, result, error) -> None:

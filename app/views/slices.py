@@ -18,6 +18,14 @@ that they can be compared by eye; std, residual (symmetric about 0), noise and m
 their own. The data's levels are those of its observed voxels (a masked voxel may hold a
 fill value such as 0 or -999).
 
+Reading. An array in memory (a live run's, the data) is sliced at once. A stored one
+(``core.store.run_store.FieldVolume``: a run opened or watched) is read by block in the
+view's worker thread (``plane_job``, an ``app.views.jobs.LatestJob``: the newest request
+wins), with the levels it needs and the value under the cursor; the images keep the
+previous planes until the new ones arrive, so a refresh, a slider drag or a new draw
+never holds the GUI thread for a read (a 256^3 draw's three planes are 64 blocks each).
+Typed levels only recolour the planes shown, without a read.
+
 Mask overlay. With "mask" checked (the default) and a mask known, masked voxels are tinted
 (``MASK_TINT``, semi-transparent) over whatever is shown; before any run the data are
 shown as read, so the tint is how masked voxels are told apart.
@@ -33,13 +41,14 @@ from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
+from app.views.jobs import LatestJob
 from app.views.style import pin_colour
 from core.store.run_store import RunStoreError
 
 __all__ = [
     "PLANES", "AXIS_NAMES", "COLOUR_MAPS", "COLOUR_MAP_LABELS", "LEVEL_GROUPS",
     "DEFAULT_COLOUR_MAPS", "MASK_TINT", "slice_of", "level_sample", "mask_overlay", "robust_levels",
-    "SliceViewState",
+    "read_planes", "SliceViewState",
     "SlicesView"
 ]
 
@@ -107,6 +116,31 @@ def robust_levels(values: np.ndarray, group: str, observed: np.ndarray | None = 
     return float(lo), float(hi)
 
 
+def read_planes(volume, planes: tuple, cursor: tuple, level_group: str | None = None,
+                level_mask: np.ndarray | None = None) -> dict:
+    """The images of ``planes`` (plane numbers) through ``cursor`` of ``volume`` (any thread:
+    a slice view's worker reads a stored volume with it).
+
+    Returns {"images": {plane: float32 image}, "value": the voxel under the cursor,
+    "levels": ``robust_levels`` of ``level_sample`` for ``level_group`` (None when not
+    asked; from the three planes read here for a stored volume, so ask for all three)}."""
+    images = {p: slice_of(volume, p, cursor[PLANES[p][2]]).astype(np.float32, copy=False) for p in planes}
+    if images:
+        p = next(iter(images))
+        _, (h, v), _ = PLANES[p]
+        value = float(images[p][cursor[v], cursor[h]])
+    else:
+        value = float(np.asarray(volume[tuple(cursor)]))
+    levels = None
+    if level_group is not None:
+        if isinstance(volume, np.ndarray) or len(images) < 3:
+            sample = level_sample(volume, cursor)
+        else:
+            sample = np.concatenate([images[p].ravel() for p in range(3)])
+        levels = robust_levels(sample, level_group, level_mask)
+    return {"images": images, "value": value, "levels": levels}
+
+
 @dataclass
 class SliceViewState:
     """The settings of the slice views (glue style: the widgets show these, hold none).
@@ -165,7 +199,12 @@ class SlicesView(RunView):
         self.settings = SliceViewState()
         self._syncing = False
         self._layout_seen = -1
-        self._drawn = None            # per plane: (field_version, kind, chain, levels, slice index) shown
+        self._drawn = None            # per plane: (field_version, kind, chain, slice index) shown
+        self._levels_drawn = None     # the levels the images are drawn with
+        self._requested = None        # the newest plane read asked of plane_job (until it is in)
+        self.plane_job = LatestJob(self, name="fieldscope-slices")
+        self.plane_job.finished.connect(self._planes_read)
+        self.destroyed.connect(self.plane_job.close)
         self._cmap_drawn = None
         self._pins_seen = -1
         self._settings_seen = None    # (shown kind, chain, levels, colour map) last announced
@@ -341,6 +380,8 @@ class SlicesView(RunView):
             self._syncing = False
         self.settings.levels.clear()
         self._drawn = None
+        self._requested = None
+        self.plane_job.cancel_pending()
         self._pins_seen = -1
         self.set_cursor(tuple(s // 2 for s in shape) if shape else (0, 0, 0))
 
@@ -470,19 +511,13 @@ class SlicesView(RunView):
             self._draw_images()
 
     def auto_levels(self) -> None:
-        """Set the levels once from the 1st/99th percentile of the array shown now."""
+        """Set the levels once from the 1st/99th percentile of the array shown now (of its
+        three planes shown, for a stored array: read in the worker, set when they are in)."""
         kind = self.shown_kind()
-        volume = self.state.volume(kind, self.settings.chain) if kind else None
-        if volume is None:
+        if kind is None:
             return
-        try:
-            sample = level_sample(volume, self.settings.cursor)
-        except (RunStoreError, OSError) as err:
-            self.note_label.setText(f"cannot read the run store: {err}")
-            return
-        self.settings.levels[LEVEL_GROUPS[kind]] = robust_levels(sample, LEVEL_GROUPS[kind],
-                                                                 self._level_mask(kind))
-        self._draw_images()
+        self.settings.levels.pop(LEVEL_GROUPS[kind], None)
+        self._draw_images(force=True)
 
     # -- drawing ---------------------------------------------------------------------------
 
@@ -543,16 +578,21 @@ class SlicesView(RunView):
         return redrew
 
     def _draw_changed_images(self, force: bool = False) -> bool:
-        """Set the images whose content changed (each plane separately). Returns whether any was."""
+        """Set the images whose content changed (each plane separately), reading an array in
+        memory at once and asking ``plane_job`` for the planes of a stored one (drawn by
+        ``_planes_read``). Returns whether any image was redrawn now."""
         st = self.state
         settings = self.settings
         kind = self.shown_kind()
         if kind is None:
+            self._requested = None
+            self.plane_job.cancel_pending()
             if self._drawn == [None] * 3 and not force:
                 return False
             for image in self.images:
                 image.clear()
             self._drawn = [None] * 3
+            self._levels_drawn = None
             if st.model_kind == "integral" or (st.chains and not st.has_field and st.n_steps):
                 note = "this run has no field"
             elif not st.has_field:
@@ -563,12 +603,6 @@ class SlicesView(RunView):
             self.cursor_label.setText("")
             return True
         group = LEVEL_GROUPS[kind]
-        volume = None           # computed only when something is drawn (a residual costs a subtraction)
-        if group not in settings.levels:
-            volume = st.volume(kind, settings.chain)
-            settings.levels[group] = robust_levels(level_sample(volume, settings.cursor), group,
-                                                   self._level_mask(kind))
-        levels = settings.levels[group]
         cmap_name = settings.colour_maps.get(group, "viridis")
         if cmap_name != self._cmap_drawn:
             cmap = pg.colormap.get(cmap_name)
@@ -576,33 +610,76 @@ class SlicesView(RunView):
                 image.setColorMap(cmap)
             self.colour_bar.setColorMap(cmap)
             self._cmap_drawn = cmap_name
-        drawn = list(self._drawn) if self._drawn else [None] * 3
-        redrew = False
-        for p in range(3):
-            index = settings.cursor[PLANES[p][2]]
-            key = (st.field_version, kind, settings.chain, levels, index)
-            if key == drawn[p] and not force:
-                continue
-            drawn[p] = key
-            if volume is None:
-                volume = st.volume(kind, settings.chain)
-            self.images[p].setImage(slice_of(volume, p, index).astype(np.float32, copy=False),
-                                    autoLevels=False, levels=levels)
-            redrew = True
-        self._drawn = drawn
-        if not redrew:
+        want = self._wanted(kind)
+        drawn = self._drawn or [None] * 3
+        stale = tuple(p for p in range(3) if force or want[p] != drawn[p])
+        need_levels = group not in settings.levels
+        if not stale and not need_levels:
+            return self._recolour(kind, group)
+        planes = tuple(range(3)) if need_levels else stale
+        cursor = tuple(settings.cursor)
+        key = (kind, settings.chain, tuple(want[p] for p in planes), planes, cursor,
+               group if need_levels else None)
+        volume = st.volume(kind, settings.chain)      # computed only now: a residual costs a subtraction
+        args = (volume, planes, cursor, group if need_levels else None, self._level_mask(kind))
+        if isinstance(volume, np.ndarray):            # in memory: at once
+            self._requested = None
+            self.plane_job.cancel_pending()
+            return self._show_planes(key, read_planes(*args))
+        if key != self._requested or force:
+            self._requested = key
+            self.plane_job.request(key, read_planes, *args)
+        return False
+
+    def _wanted(self, kind: str) -> list:
+        """Per plane, what its image should hold now: (field_version, kind, chain, index)."""
+        st, settings = self.state, self.settings
+        return [(st.field_version, kind, settings.chain, settings.cursor[PLANES[p][2]]) for p in range(3)]
+
+    def _planes_read(self, key, result, error) -> None:
+        """``plane_job``'s planes are in: draw them (unless another array is shown by now),
+        then ask for whatever is still out of date."""
+        if key == self._requested:
+            self._requested = None
+        kind, chain = key[0], key[1]
+        if kind != self.shown_kind() or chain != self.settings.chain:
+            self._draw_images()
+            return
+        if error is not None:
+            if isinstance(error, (RunStoreError, OSError)):
+                self.note_label.setText(f"cannot read the run store: {error}")
+                return
+            raise error
+        self._show_planes(key, result)
+        self._draw_images()
+
+    def _show_planes(self, key, result: dict) -> bool:
+        """Set the images ``read_planes`` returned for request ``key``; the levels it measured
+        when none were set meanwhile; the cursor's value and the note."""
+        st, settings = self.state, self.settings
+        kind, chain, wanted, planes = key[0], key[1], key[2], key[3]
+        group = LEVEL_GROUPS[kind]
+        if result["levels"] is not None:
+            settings.levels.setdefault(group, result["levels"])
+        levels = settings.levels.get(group)
+        if levels is None:           # "Auto" pressed again while this read ran: the next one sets them
             return False
+        drawn = list(self._drawn) if self._drawn else [None] * 3
+        for p, want in zip(planes, wanted):
+            self.images[p].setImage(result["images"][p], autoLevels=False, levels=levels)
+            drawn[p] = want
+        self._drawn = drawn
+        self._levels_drawn = levels
         self.colour_bar.setLevels(levels)
-        self._show_settings(kind, group, levels, cmap_name)
-        value = volume[settings.cursor]
-        self.cursor_label.setText(f"{settings.cursor}  {VOLUME_LABELS[kind]} = {value:.4g}")
+        self._show_settings(kind, group, levels, settings.colour_maps.get(group, "viridis"))
+        self.cursor_label.setText(f"{key[4]}  {VOLUME_LABELS[kind]} = {result['value']:.4g}")
         tinted = "; masked voxels tinted" if self._overlay_shown() else ""
         if st.is_preview and kind in ("data", "mask", "noise", "truth"):
             self.note_label.setText(f"no run yet: the data file's {VOLUME_LABELS[kind]}{tinted}")
         elif kind != settings.kind:
             self.note_label.setText(f"{VOLUME_LABELS[settings.kind]}: none yet, showing the data")
         elif kind == "latest" and st.latest_field_step >= 0:
-            self.note_label.setText(f"chain {settings.chain}, draw {st.latest_field_step - st.num_warmup}")
+            self.note_label.setText(f"chain {chain}, draw {st.latest_field_step - st.num_warmup}")
         elif kind in ("mean", "std", "residual"):
             masked = "; masked voxels are grey" if kind == "residual" else ""
             self.note_label.setText(f"over {st.moment_count} post-warmup draws{masked}")
@@ -610,6 +687,19 @@ class SlicesView(RunView):
             self.note_label.setText("masked voxels are grey")
         else:
             self.note_label.setText("")
+        return True
+
+    def _recolour(self, kind: str, group: str) -> bool:
+        """New levels (typed) on the planes shown: no read. Returns whether any changed."""
+        levels = self.settings.levels[group]
+        if levels == self._levels_drawn:
+            return False
+        for image in self.images:
+            if image.image is not None:
+                image.setLevels(levels)
+        self._levels_drawn = levels
+        self.colour_bar.setLevels(levels)
+        self._show_settings(kind, group, levels, self.settings.colour_maps.get(group, "viridis"))
         return True
 
     def _overlay_shown(self) -> bool:

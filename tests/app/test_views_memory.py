@@ -1,11 +1,12 @@
 """A watched run's memory in the GUI does not grow with the run, and the GUI thread never
 reads a whole field draw: a store written here with RunStoreWriter (synthetic draws, no
-TensorFlow), followed by RunState.refresh_from_store as the window's watch timer does,
-shown by the slice and P(k) views. Memory is numpy's allocations as tracemalloc counts
+TensorFlow), followed by RunState.refresh_from_store (what the window's watch timer runs in
+a worker thread), shown by the slice and P(k) views. Memory is numpy's allocations as tracemalloc counts
 them (numpy reports every array buffer to it)."""
 
 from __future__ import annotations
 
+import threading
 import tracemalloc
 
 import numpy as np
@@ -17,7 +18,7 @@ from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
 from core.run.messages import STAT_NAMES
-from core.store.run_store import ChunkRecord, FieldVolume, RunStoreWriter, field_chunks
+from core.store.run_store import ChunkRecord, FieldVolume, RunReader, RunStoreWriter, field_chunks
 from support.configs import field_config_text
 
 SHAPE = (64, 64, 64)
@@ -30,7 +31,7 @@ def _stats(n):
                            else np.float64) for name in STAT_NAMES}
 
 
-def test_watching_holds_no_draw_and_the_gui_thread_reads_planes_only(qtbot, tmp_path):
+def test_watching_holds_no_draw_and_the_gui_thread_reads_none(qtbot, tmp_path, monkeypatch):
     grid = Grid(SHAPE, 64.0)
     save_dataset(tmp_path / "data.npz", make_dataset(grid, PowerLaw(amplitude=300.0, index=-1.5, k_pivot=0.1),
                                                      0.5, mask="slab", mask_fraction=0.25, seed=1))
@@ -66,10 +67,20 @@ def test_watching_holds_no_draw_and_the_gui_thread_reads_planes_only(qtbot, tmp_
         qtbot.addWidget(view)
     slices.set_kind("latest")
     slices.refresh()
+    qtbot.waitUntil(lambda: not slices.plane_job.busy, timeout=30000)
     power.refresh()
     qtbot.waitUntil(lambda: power.measured is not None and not power.job.busy, timeout=30000)
     assert isinstance(state.latest_field, FieldVolume) and isinstance(state.mean, FieldVolume)
 
+    # which threads read the store while the views refresh (the real reads, recorded)
+    readers = []
+    real_read = RunReader._read
+
+    def recording_read(self, *args, **kwargs):
+        readers.append(threading.current_thread())
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunReader, "_read", recording_read)
     tracemalloc.start()
     try:
         gui_peaks, held = [], []
@@ -78,10 +89,15 @@ def test_watching_holds_no_draw_and_the_gui_thread_reads_planes_only(qtbot, tmp_
             tracemalloc.reset_peak()
             before = tracemalloc.get_traced_memory()[0]
             assert state.refresh_from_store()
+            readers.clear()
             slices.set_kind(kind)
             slices.refresh()
+            assert threading.main_thread() not in readers
+            qtbot.waitUntil(lambda: not slices.plane_job.busy, timeout=30000)
+            assert threading.main_thread() not in readers        # the planes: read in the worker
             gui_peaks.append(tracemalloc.get_traced_memory()[1] - before)
             if kind == "latest":     # what the view shows is the newest draw, read by plane
+                assert readers
                 i, j, kz = slices.settings.cursor
                 np.testing.assert_array_equal(slices.images[0].image, newest[:, :, kz].T)
             power.refresh()
@@ -93,9 +109,9 @@ def test_watching_holds_no_draw_and_the_gui_thread_reads_planes_only(qtbot, tmp_
         tracemalloc.stop()
     # the P(k) worker read every new draw whole (that is its job), and let it go
     np.testing.assert_allclose(power.measured.latest.shape, (CHAINS, len(power.measured.k)))
-    # the GUI thread: a refresh and the three planes it shows, read by block (a plane crosses
-    # half the blocks at 64^3; float64 for the moments), never the draw of both chains nor the
-    # moments whole (reading those, as the state did before, is 3 draws' bytes)
+    # a refresh and the three planes it shows, read by block in the slice view's worker (a
+    # plane crosses half the blocks at 64^3; float64 for the moments), never the draw of both
+    # chains nor the moments whole (reading those, as the state once did, is 3 draws' bytes)
     plane_blocks = 3 * 64 * 64 * field_chunks(SHAPE)[4] * 8
     assert max(gui_peaks) < min(DRAW, plane_blocks), gui_peaks
     # after the first round (one-time costs: imports, Qt's caches), 15 more draws (30 MiB of

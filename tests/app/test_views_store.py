@@ -154,6 +154,7 @@ def test_live_views_of_the_engine_store(qtbot, engine_run, tmp_path):
         assert all(len(c.getOriginalDataset()[0]) == 50 for c in curves)
     assert len(views.traces.pin_curves[PIN][0].getOriginalDataset()[0]) == 15
     assert views.slices.shown_kind() == "mean"
+    qtbot.waitUntil(lambda: not views.slices.plane_job.busy, timeout=30000)   # planes: read in its worker
     for image in views.slices.images:
         assert image.image is not None and np.isfinite(image.image).all()
     image = views.grab().toImage()
