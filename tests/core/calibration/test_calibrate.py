@@ -190,3 +190,16 @@ def test_integral_model_calibrates(tmp_path):
     assert reader.quantities == ["A", "c", "sigma", "loglik"]
     assert verdict.passed, verdict.table()
     assert not reader.has_field
+
+
+@pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
+def test_microcanonical_samplers_calibrate(field_case, algorithm):
+    # S x C = 40 chains of one compiled program; their tuning per chain, as the engine's
+    doc = field_document(sampler={"algorithm": algorithm, "num_warmup": 150, "num_samples": 100,
+                                  "target_accept": 0.9})
+    status, reader = calibrate(field_case, doc, algorithm)
+    verdict = reader.verdict()
+    assert status == "finished" and reader.simulations_done == SIMULATIONS
+    assert verdict.passed, verdict.table()
+    assert min(r.pvalue for r in verdict.results) > 0.01, verdict.table()
+    assert reader.ranks().min() == 0 and reader.ranks().max() == DRAWS
