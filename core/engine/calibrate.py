@@ -25,6 +25,15 @@
    gives the test quantities (the sampled parameters, the log-likelihood of the
    simulation's data, the P(k) of every k-shell by ``FieldModel.field_power``, the field at
    ``fixed_voxels``) and a count, at every voxel, of the draws below the true field.
+   MCLMC / MAMS (``core.engine.microcanonical``) run as the engine runs them, each of the
+   S C chains with its own tuning state: the engine's step (``Engine._microcanonical_step``)
+   in one compiled program per segment between the engine's stops (``Schedule``: the
+   diagonal's window end, the tuning's stage ends, the end of warmup), and at each stop,
+   eagerly as the engine between chunks, the diagonal set (pooled over each simulation's
+   chains) and the tuning's stage transition (``at_boundary``). Their stage points are
+   Python numbers of ``num_warmup``: their program is compiled per warmup length. (MCLMC's
+   autocorrelation proxy weights its projections by the variances pooled over all the
+   batch's chains, as the engine pools over a run's chains; it only sets L.)
 3. Rank (numpy): the truth's rank among the simulation's M draws of each quantity, the
    voxel ranks, the posterior mean and sd, post-warmup divergences and acceptance; the
    batch's rows are appended to the store.
