@@ -1,10 +1,11 @@
 """Simulation-based calibration end to end (``core.engine.calibrate``): a correct configuration
 passes, each deliberate mis-specification fails naming the quantity, the integral model and
-the Poisson likelihood calibrate, a stopped calibration resumes to the same ranks.
+the Poisson likelihood calibrate, a stopped calibration resumes to the same ranks; MCLMC and
+MAMS calibrate, and refuse a model of one coordinate.
 
 Sized for CI: 4^3 grids, 40 simulations of 20 draws. The field cases share one compiled
 program (they differ only in how the data are simulated, or in the warmup, which are inputs
-of the program), so the module compiles three programs in all.
+of the program), so the module compiles three HMC programs, and one each for MCLMC and MAMS.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from app import cli
 from core.calibration import CalibrationReader
 from core.config import config_from_dict, dump_config
 from core.engine.calibrate import Calibrator
-from core.engine.engine import Control
+from core.engine.engine import Control, EngineError
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
@@ -190,3 +191,28 @@ def test_integral_model_calibrates(tmp_path):
     assert reader.quantities == ["A", "c", "sigma", "loglik"]
     assert verdict.passed, verdict.table()
     assert not reader.has_field
+
+
+@pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
+def test_microcanonical_samplers_calibrate(field_case, algorithm):
+    # S x C = 40 chains of one compiled program; their tuning per chain, as the engine's
+    doc = field_document(sampler={"algorithm": algorithm, "num_warmup": 150, "num_samples": 100,
+                                  "target_accept": 0.9})
+    status, reader = calibrate(field_case, doc, algorithm)
+    verdict = reader.verdict()
+    assert status == "finished" and reader.simulations_done == SIMULATIONS
+    assert verdict.passed, verdict.table()
+    assert min(r.pvalue for r in verdict.results) > 0.01, verdict.table()
+    assert reader.ranks().min() == 0 and reader.ranks().max() == DRAWS
+    assert reader.divergences().sum() == 0
+
+
+def test_microcanonical_sampler_of_one_coordinate_is_refused_before_the_store(tmp_path):
+    series = make_demo_series(seed=0, n=20, t_max=5.0, A=0.1, c=0.0, sigma=0.5)
+    save_series_csv(tmp_path / "series.csv", series.t, series.y)
+    doc = {"model": {"kind": "integral"}, "data": {"path": "series.csv"}, "integral": {"refine": 4},
+           "prior": {"A": {"dist": "normal", "loc": 0.0, "scale": 0.2}, "c": 0.0, "sigma": 0.5},
+           "sampler": {"algorithm": "mclmc", "num_warmup": 100, "num_samples": 100, "chains": 2, "seed": 1}}
+    with pytest.raises(EngineError, match="mclmc.*at least 2 coordinates.*has 1"):
+        calibrate(tmp_path, doc, "one")
+    assert not (tmp_path / "one" / "calibration.zarr").exists()
