@@ -813,6 +813,9 @@ def main(argv=None):
     parser.add_argument("--budget", type=int, default=None, help="post-warmup gradient evaluations per chain")
     parser.add_argument("--reference-draws", type=int, default=None)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--num-warmup", type=int, default=None,
+                        help="warmup steps of every Fieldscope combination and of BlackJAX NUTS "
+                             "(default: a new config's num_warmup)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -852,7 +855,9 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         amplitude = write_cases(folder, n)["amplitude"]
-        default_warmup = schema.SamplerSection().num_warmup
+        default_warmup = args.num_warmup or schema.SamplerSection().num_warmup
+        if args.num_warmup:
+            combos = [(label, {**settings, "num_warmup": args.num_warmup}) for label, settings in combos]
         for name in args.cases:
             case = CASES[name]
             reference = exact_reference(case, folder, amplitude, draws)
