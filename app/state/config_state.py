@@ -388,6 +388,11 @@ class ConfigState:
                     values["data.noise"] = "map"
                 elif key == "model.kind":
                     continue
+                elif key == "sampler.adapt_mass_matrix" and isinstance(value, bool):
+                    # the older spelling of preconditioner = "diagonal" (core.config reads it
+                    # so too); a preconditioner the file also gives wins
+                    if value and "preconditioner" not in entries:
+                        values["sampler.preconditioner"] = "diagonal"
                 elif key in DEFAULTS and not key.startswith("prior.") and key != "data.noise" \
                         or key in ("prior.kind", "prior.k_pivot", "prior.table"):
                     values[key] = value

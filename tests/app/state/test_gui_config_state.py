@@ -189,3 +189,21 @@ def test_each_bad_key_lands_on_its_own_message(demo):
     # the message names the sub-key (core.priors keys errors down to the parameter); the
     # panel that shows it is the one of prior.A
     assert errors["prior.A"] == "prior.A.scale: must be a finite number, got 'wide'"
+
+
+@pytest.mark.parametrize("sampler, expected", [
+    ("adapt_mass_matrix = true", "diagonal"), ("adapt_mass_matrix = false", "identity"),
+    ('adapt_mass_matrix = false\npreconditioner = "fourier"', "fourier")])
+def test_the_older_adapt_mass_matrix_is_read_as_the_preconditioner(tmp_path, sampler, expected):
+    """A config written before sampler.preconditioner keeps its adapted mass matrix in the window
+    (the GUI listed the key as ignored and ran with none)."""
+    text = f'[model]\nkind = "field"\n[data]\npath = "data.npz"\n[sampler]\n{sampler}\n'
+    state = ConfigState()
+    state.load_text(text, base_dir=tmp_path)
+    assert state["sampler.preconditioner"] == expected and state.ignored == []
+    assert load_config_text_preconditioner(text, tmp_path) == expected
+
+
+def load_config_text_preconditioner(text, base_dir):
+    from core.config import parse_config
+    return parse_config(text, base_dir=base_dir).sampler.preconditioner
