@@ -158,6 +158,7 @@ class Engine:
         self.control = control or Control()
         s = config.sampler
         self.sampler = s
+        self._part_shapes = None     # the state parts' shapes less the chain axis (MCLMC / MAMS)
         diagonal = s.preconditioner == "diagonal" and s.num_warmup >= 20
         stops = ()
         if self._is_microcanonical():
@@ -215,8 +216,10 @@ class Engine:
     def _microcanonical(self, target):
         """The MCLMC / MAMS sampler of this run on ``target`` (``core.engine.microcanonical``)."""
         s = self.sampler
-        parts = [tf.zeros([s.chains, *p.shape[1:]], self.dtype)
-                 for p in self.model.initial_state(s.chains, s.seed)]
+        if self._part_shapes is None:
+            # the state's shapes, from one draw (eager, at build): not a prior draw in every trace
+            self._part_shapes = [tuple(p.shape[1:]) for p in self.model.initial_state(s.chains, s.seed)]
+        parts = [tf.zeros([s.chains, *shape], self.dtype) for shape in self._part_shapes]
         extra = {"target_accept": s.target_accept} if s.algorithm == "mams" else {}
         try:
             return microcanonical.SAMPLERS[s.algorithm](
