@@ -89,8 +89,13 @@ run_tests() {
   say "lint: ruff, import contracts"
   "$VENV/bin/ruff" check . || status=$?
   "$VENV/bin/lint-imports" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-  say "tests: numerical core (TensorFlow) and the benchmarks' measures"
-  "$py" -m pytest tests/core tests/bench -p no:xvfb -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  # The numerical tests run in one pytest worker process per core (at most 4; FIELDSCOPE_TEST_WORKERS
+  # sets another number, 0 runs them in this process), a test file to a worker: most of their time
+  # is single-threaded (TensorFlow's import, XLA's compiler, the engine subprocesses' start-up), and a
+  # file's tests share its compiled programs.
+  local workers=${FIELDSCOPE_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); echo $(( n < 4 ? n : 4 )))}
+  say "tests: numerical core (TensorFlow) and the benchmarks' measures ($workers worker processes)"
+  "$py" -m pytest tests/core tests/bench -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
   "$py" -m pytest tests/app -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   return "$status"

@@ -37,11 +37,9 @@ that cannot be decoded raises ``CalibrationStoreError`` naming it.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,35 +50,19 @@ from core import __version__
 from core.calibration.plan import CalibrationPlan
 from core.calibration.ranks import LEVELS, coverage, expected_coverage
 from core.calibration.verdict import Verdict, judge
+from core.store.zarr_files import WRITE_EVERY_CHUNK, consolidate, open_group, utc_now
 
 __all__ = ["STORE_NAME", "STATUSES", "CalibrationStoreError", "CalibrationWriter", "CalibrationReader",
            "plan_differences"]
 
 STORE_NAME = "calibration.zarr"
 STATUSES = ("created", "running", "stopped", "finished", "failed")
-_WRITE_EVERY_CHUNK = {"array.write_empty_chunks": True}
 _ROW_ARRAYS = ("rank", "truth", "posterior_mean", "posterior_sd", "divergences", "acceptance", "simulation")
 _PLAN_KEYS = ("simulations", "draws_per_simulation", "chains", "batch_size", "thin", "num_samples", "seed")
 
 
 class CalibrationStoreError(ValueError):
     """A calibration store that cannot be read or written; the message names the file."""
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _open(path: Path, mode: str):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return zarr.open_group(str(path), mode=mode, zarr_format=2, use_consolidated=False)
-
-
-def _consolidate(path: Path) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(str(path))
 
 
 def _new(root, name, shape, chunks, dtype, dims, values=None):
@@ -128,15 +110,15 @@ class CalibrationWriter:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(building, ignore_errors=True)
-            root = _open(building, "w")
-            with zarr.config.set(_WRITE_EVERY_CHUNK):
+            root = open_group(building, "w")
+            with zarr.config.set(WRITE_EVERY_CHUNK):
                 root.attrs.update({
                     "config": config_text, "config_dir": str(config_dir), "simulate_config": simulate_text or "",
                     "fieldscope_version": __version__, "status": "created", "error": "",
                     "model_kind": model_kind, "progress": {"batches": 0, "simulations": 0},
                     "timing": {"seconds": 0.0}, "levels": list(LEVELS),
                     "expected_coverage": [expected_coverage(plan.draws, lv) for lv in LEVELS],
-                    "voxels": [list(v) for v in voxels], "created": _now(), "updated": _now(),
+                    "voxels": [list(v) for v in voxels], "created": utc_now(), "updated": utc_now(),
                     **plan.as_attrs()})
                 q = len(quantities)
                 rows = plan.batch_size
@@ -158,28 +140,28 @@ class CalibrationWriter:
                          ["simulation", "x", "y", "z"])
                     _new(root, "voxel_coverage", (len(LEVELS), *grid_shape), (len(LEVELS), *grid_shape),
                          "float64", ["level", "x", "y", "z"], np.full((len(LEVELS), *grid_shape), np.nan))
-            _consolidate(building)
+            consolidate(building)
             os.replace(building, final)
         except OSError as err:
             shutil.rmtree(building, ignore_errors=True)
             raise CalibrationStoreError(f"{final}: cannot create the calibration store: "
                                         f"{err.strerror or err}") from None
-        return cls(out_dir, _open(final, "r+"))
+        return cls(out_dir, open_group(final, "r+"))
 
     @classmethod
     def reopen(cls, out_dir) -> "CalibrationWriter":
         """An existing store, checked, with the rows beyond ``progress`` cut away."""
         reader = CalibrationReader(out_dir)
-        writer = cls(out_dir, _open(reader.path, "r+"))
+        writer = cls(out_dir, open_group(reader.path, "r+"))
         n = reader.progress["simulations"]
         try:
-            with zarr.config.set(_WRITE_EVERY_CHUNK):
+            with zarr.config.set(WRITE_EVERY_CHUNK):
                 for name in (*_ROW_ARRAYS, "voxel_rank"):
                     if name in writer.root:
                         arr = writer.root[name]
                         if arr.shape[0] != n:
                             arr.resize((n, *arr.shape[1:]))
-                _consolidate(writer.path)
+                consolidate(writer.path)
         except OSError as err:
             raise CalibrationStoreError(f"{writer.path}: cannot truncate to its {n} finished "
                                         f"simulations: {err.strerror or err}") from None
@@ -195,7 +177,7 @@ class CalibrationWriter:
         then publish ``progress`` = {batches, simulations}."""
         r = self.root
         try:
-            with zarr.config.set(_WRITE_EVERY_CHUNK):
+            with zarr.config.set(WRITE_EVERY_CHUNK):
                 names = _ROW_ARRAYS + (("voxel_rank",) if "voxel_rank" in r else ())
                 for name in names:
                     r[name].append(np.asarray(rows[name]), axis=0)
@@ -205,8 +187,8 @@ class CalibrationWriter:
                 if "voxel_rank" in r:
                     r["voxel_coverage"][...] = coverage(r["voxel_rank"][:n], draws, LEVELS)
                 r.attrs.update({"progress": {"batches": int(batches), "simulations": int(n)},
-                                "timing": {"seconds": float(seconds)}, "updated": _now()})
-                _consolidate(self.path)
+                                "timing": {"seconds": float(seconds)}, "updated": utc_now()})
+                consolidate(self.path)
         except OSError as err:
             raise CalibrationStoreError(f"{self.path}: cannot write batch {batches}: "
                                         f"{err.strerror or err}") from None
@@ -215,8 +197,8 @@ class CalibrationWriter:
         if status not in STATUSES:
             raise ValueError(f"unknown calibration status {status!r}")
         try:
-            self.root.attrs.update({"status": status, "error": error, "updated": _now()})
-            _consolidate(self.path)
+            self.root.attrs.update({"status": status, "error": error, "updated": utc_now()})
+            consolidate(self.path)
         except OSError as err:
             raise CalibrationStoreError(f"{self.path}: cannot record the status {status!r}: "
                                         f"{err.strerror or err}") from None
@@ -256,7 +238,7 @@ class CalibrationReader:
         if not 0 <= progress["simulations"] <= attrs["simulations"]:
             raise self._error(f"progress counts {progress['simulations']} simulations of {attrs['simulations']}")
         try:
-            self.root = _open(self.path, "r")
+            self.root = open_group(self.path, "r")
         except Exception as err:
             raise self._error(f"zarr cannot open it ({err})") from None
         self.attrs = attrs

@@ -35,8 +35,10 @@ Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps to
 fresh state (``sampler.step_size`` is the search's first guess; its momenta come from
 fold_in((seed, 104729), step), so the search is reproducible; a resumed run restores the step
 sizes from its checkpoint and never searches again), with the shrinkage target
-mu = log(10 eps0) as Stan. With ``preconditioner = "diagonal"`` the variance of each state coordinate is
-estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
+mu = log(10 eps0) as Stan. With ``preconditioner = "diagonal"`` the diagonal starts from the model's own per-mode
+posterior scale where it has one (the field's whitened or raw_modes latent: the fourier
+preconditioner's w at the prior's centre, ``FieldModel.initial_mass_scale``; 1 elsewhere), and the
+variance of each state coordinate is estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
 Stan); at 75 % a diagonal mass matrix M = 1/var is set, the step size is searched again in the
 new coordinates (as Stan does after each metric update) and dual averaging restarts from it
 for the rest of warmup. The mass matrix is applied as the equivalent change of variables: the
@@ -393,7 +395,10 @@ class Engine:
         tlp, grads = lp_and_grad(*parts)
         if not np.all(np.isfinite(tlp.numpy())):
             raise EngineError(nonfinite_report(model, parts))   # names the term, its value
-        scale = [tf.ones_like(p) for p in parts]
+        scale = self._initial_scale(parts)
+        # the kernels move z with x = scale * z: z = x / scale, d/dz = (d/dx) scale
+        parts = [p / si for p, si in zip(parts, scale)]
+        grads = [g * si for g, si in zip(grads, scale)]
         if self._is_microcanonical():
             # their own tuning sets the step (core.engine.microcanonical); no search
             da = self._tuner.fresh(parts, s.seed)
@@ -414,6 +419,17 @@ class Engine:
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
                     moments=moments, step=0, progress=dict(new_progress()),
                     watch_step=watch_step)
+
+    def _initial_scale(self, parts):
+        """x = scale * z before the diagonal mass is adapted: 1, or for HMC / NUTS with
+        ``preconditioner = "diagonal"`` the model's own per-mode scale where it has one
+        (``FieldModel.initial_mass_scale``), which the mass window's variances then replace."""
+        ones = [tf.ones_like(p) for p in parts]
+        if self.schedule.mass_end is None or self._is_microcanonical():
+            return ones
+        start = getattr(self.model, "initial_mass_scale", lambda: [None] * len(parts))()
+        return [one if w is None else tf.broadcast_to(tf.constant(w, self.dtype)[None], one.shape)
+                for one, w in zip(ones, start)]
 
     def _searched_step(self, state, tlp, grads, scale, first_guess, g):
         """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in

@@ -72,7 +72,6 @@ the layout and is not read here.
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 import json
 import math
@@ -88,6 +87,7 @@ from numcodecs import CRC32, Blosc
 
 from core import __version__
 from core.run.messages import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
+from core.store.zarr_files import WRITE_EVERY_CHUNK, consolidate, open_group, utc_now
 
 #: statistics added to STAT_NAMES after stores were first written: a store without one (written
 #: before it existed) is not damaged; its reader gives NaN for it, and resume adds the array
@@ -177,33 +177,9 @@ def _write_error(run_dir, what: str, exc: OSError) -> StoreWriteError:
                            exc.errno)
 
 
-#: zarr skips a chunk whose values all equal the fill value (an all-False `diverging`, a
-#: zero moment); the reader treats a missing chunk as damage, so the writer writes every one
-_WRITE_EVERY_CHUNK = {"array.write_empty_chunks": True}
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _open_root(store_path: Path, mode: str):
-    # Never through the consolidated metadata: it is a snapshot, and the group would keep
-    # handing out arrays with the shapes they had when it was opened. (It is rewritten after
-    # every chunk for xarray / ArviZ, which read a store once.)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return zarr.open_group(str(store_path), mode=mode, zarr_format=2, use_consolidated=False)
-
-
-def _consolidate(store_path: Path) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(str(store_path))
-
-
 def _open_root_checked(store_path: Path, mode: str):
     try:
-        return _open_root(store_path, mode)
+        return open_group(store_path, mode)
     except Exception as err:  # zarr raises several kinds for a broken store
         raise RunStoreError(f"{store_path}: zarr cannot open the run store ({err})") from None
 
@@ -267,13 +243,13 @@ class RunStoreWriter:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(building, ignore_errors=True)
-            root = _open_root(building, "w")
+            root = open_group(building, "w")
         except OSError as err:
             raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
         try:
             if config_dir is not None:
                 extra_attrs = {"config_dir": str(config_dir), **(extra_attrs or {})}
-            with zarr.config.set(_WRITE_EVERY_CHUNK):
+            with zarr.config.set(WRITE_EVERY_CHUNK):
                 return cls._build(run_dir, building, root, config_text=config_text,
                                   model_kind=model_kind, chains=chains, num_warmup=num_warmup,
                                   num_samples=num_samples, thin=thin, param_names=param_names,
@@ -289,7 +265,7 @@ class RunStoreWriter:
                k_counts, extra_attrs) -> "RunStoreWriter":
         root.attrs.update({
             "config": config_text, "fieldscope_version": __version__, "status": "created",
-            "error": "", "model_kind": model_kind, "created": _now(), "updated": _now(),
+            "error": "", "model_kind": model_kind, "created": utc_now(), "updated": utc_now(),
             "chains": int(chains), "num_warmup": int(num_warmup), "num_samples": int(num_samples),
             "thin": int(thin), "param_names": list(param_names),
             "progress": dict(new_progress()),
@@ -329,10 +305,10 @@ class RunStoreWriter:
                 writer._new_array(fm, name, tuple(grid_shape), field_chunks(grid_shape)[2:], "float64",
                                   ["x", "y", "z"], filters=FIELD_FILTERS)
             fm.attrs["count"] = 0
-        _consolidate(building)
+        consolidate(building)
         os.replace(building, run_dir / STORE_NAME)
         writer.store_path = run_dir / STORE_NAME
-        writer.root = _open_root(writer.store_path, "r+")
+        writer.root = open_group(writer.store_path, "r+")
         return writer
 
     @staticmethod
@@ -360,7 +336,7 @@ class RunStoreWriter:
         root = _open_root_checked(store_path, "r+")
         writer = cls(run_dir, root)
         try:
-            with zarr.config.set(_WRITE_EVERY_CHUNK):
+            with zarr.config.set(WRITE_EVERY_CHUNK):
                 writer._add_later_stats(layout.resume_progress)
                 writer._truncate(layout.resume_progress)
         except OSError as err:
@@ -382,7 +358,7 @@ class RunStoreWriter:
     def _truncate(self, progress: dict) -> None:
         # progress first: a reader never sees it count draws the arrays no longer hold
         self.root.attrs["progress"] = dict(progress)
-        _consolidate(self.store_path)
+        consolidate(self.store_path)
         sizes = {"warmup": progress["warmup_draws"], "": progress["draws"]}
         for prefix, n in sizes.items():
             for group in (f"{prefix}_posterior" if prefix else "posterior",
@@ -399,7 +375,7 @@ class RunStoreWriter:
                     arr.resize((arr.shape[0], n, *arr.shape[2:]))
             if pf["field_draw"].shape[0] != n:
                 pf["field_draw"].resize((n,))
-        _consolidate(self.store_path)
+        consolidate(self.store_path)
 
     # -- appending ---------------------------------------------------------------
 
@@ -411,7 +387,7 @@ class RunStoreWriter:
         A failing write (OSError) raises StoreWriteError; the chunks of the ``progress``
         published before stay readable (readers and resume use only those)."""
         try:
-            with zarr.config.set(_WRITE_EVERY_CHUNK):
+            with zarr.config.set(WRITE_EVERY_CHUNK):
                 self._append(record, progress, timing)
         except OSError as err:
             raise _write_error(self.run_dir, f"writing chunk {progress.get('chunks', '?')} "
@@ -435,18 +411,18 @@ class RunStoreWriter:
             fm["mean"][...] = mean
             fm["std"][...] = std
             fm.attrs["count"] = int(count)
-        attrs = {"progress": dict(progress), "updated": _now()}
+        attrs = {"progress": dict(progress), "updated": utc_now()}
         if timing is not None:
             attrs["timing"] = {key: float(value) for key, value in timing.items()}
         r.attrs.update(attrs)
-        _consolidate(self.store_path)
+        consolidate(self.store_path)
 
     def set_status(self, status: str, error: str = "") -> None:
         if status not in STORE_STATUSES:
             raise ValueError(f"unknown run status {status!r}")
         try:
-            self.root.attrs.update({"status": status, "error": error, "updated": _now()})
-            _consolidate(self.store_path)
+            self.root.attrs.update({"status": status, "error": error, "updated": utc_now()})
+            consolidate(self.store_path)
         except OSError as err:
             raise _write_error(self.run_dir, f"recording the status {status!r}", err) \
                 from None
@@ -775,7 +751,7 @@ class _Layout:
 
 def _checksummed(meta: dict) -> bool:
     """Whether an array's metadata is this writer's: a CRC32 filter on every chunk, and every
-    chunk written (also those equal to the fill value, see ``_WRITE_EVERY_CHUNK``)."""
+    chunk written (also those equal to the fill value, see ``WRITE_EVERY_CHUNK``)."""
     filters = meta.get("filters") or []
     return any(isinstance(f, dict) and f.get("id") == "crc32" for f in filters)
 
