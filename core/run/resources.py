@@ -35,18 +35,30 @@ step, C N b 24 L, and the program UNROLLED_PROGRAM_BASE_BYTES + UNROLLED_PROGRAM
 (L - 1) (measured before issue #13 on 16^3 to 96^3; within 11 % of bench/scale.py's runs).
 tests/core/test_faults.py measures a run's peak against this estimate.
 
-The named arrays (``RunEstimate.arrays``, bytes):
+The named arrays at a chunk's peak (``RunEstimate.arrays``, bytes):
 
     model_state     ``Grid.memory_estimate``: state, proposal, momentum, gradients,
                     half spectra, FFT scratch, running moments (float64), and the
                     chunk's field buffer of ceil(chunk_size / thin) + 1 draws per chain
-    chunk_copies    the chunk's field draws copied out of XLA and cast for the store
-                    (2 copies), the moments' mean / std (float64) and their float32
-                    copies for the live views
-    checkpoint      the state, gradients and moments copied for checkpoint.npz, and
-                    the file's buffer
-    observed        data, mask, noise map and truth as loaded (float64) and as the
-                    model's constants (b bytes each), the store's observed_data copies
+    model_constants data, mask and 1 / noise as the model's tensors (3 N b)
+    chunk_copies    the chunk's field draws as the store takes them (2 copies), the
+                    moments' mean / std (float64) and their float32 copies for the views
+
+Not at the peak: the maps as loaded (data, mask, noise, truth: float64) and the
+store's observed_data copies of them live only while the store is created
+(``RunEstimate.setup``, 2 x maps x N x 8; the engine drops them before the chain starts,
+``FieldModel.release_observed``), and the checkpoint is written one array at a time
+(``core.store.run_store.write_checkpoint``): on a CPU a tensor's array is its own buffer.
+
+Device and host. On a CPU there is one memory: ``total`` = ``host_bytes("cpu")`` =
+``device_bytes("cpu")``, the runtime plus the larger of the chunk's peak and the set-up's.
+On a GPU (``core.engine.devices.memory_kind``) the model (``DEVICE_ARRAYS``), XLA's working
+set and GPU_RUNTIME_BYTES (the CUDA context and cuFFT plans: an assumption, no GPU has been
+measured) are device memory, ``device_bytes("gpu")``; the host holds TensorFlow's runtime
+and the larger of the chunk's copies (``gpu_host``: the draws and the moments copied off
+the device, 2 kept C N 4 + 4 N 8 + 2 N 4, and the checkpoint's largest array) and the
+set-up's maps, ``host_bytes("gpu")``. ``memory_problem`` checks each against its memory
+(the GPU's free memory from nvidia-smi where the engine can read it) and says which.
 
 Time. A lower bound from FFT work alone (the status bar shows measured draws/s)::
 
@@ -110,8 +122,10 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS"]
 
 MiB = 2**20
-ENGINE_IMPORT_BYTES = 680 * MiB      # the engine process with TensorFlow and TFP imported
-PROGRAM_BYTES = 265 * MiB            # XLA compiling and running the looped chunk program
+ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
+#                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
+PROGRAM_BYTES = 335 * MiB            # XLA compiling and running the looped chunk program (265 MiB
+#                                      before; refitted 2026-12 on 64^3 x 2 and 96^3 x 1, docs/benchmarks.md)
 UNROLLED_PROGRAM_BASE_BYTES = 290 * MiB   # the unrolled kernel's program: one step, and
 #                                           engine_limits.UNROLLED_PROGRAM_STEP_BYTES per further step
 XLA_BUFFERS_PER_CHAIN = 0            # looped HMC: beyond the named arrays, per chain, any L
