@@ -554,13 +554,16 @@ class Engine:
         estimate = resources.estimate_for_config(self.config, info.shape)
         available = resources.available_memory()
         kind = memory_kind()       # a GPU: its own memory for the model, the host's for the rest
+        device_free = gpu_free_memory() if kind == "gpu" else None
         # this process has imported TensorFlow already: its memory is not free any more
         problem = resources.run_problem(estimate, available, include_import=False,
                                         run_dir=self.run_dir if new_run else None, device=kind,
-                                        device_available=gpu_free_memory() if kind == "gpu" else None)
+                                        device_available=device_free)
         if problem is not None:
             raise resources.ResourceError(f"{self.config.data_path}: {problem}")
-        return Estimate(bytes=estimate.device_bytes(kind), available=available,
+        return Estimate(bytes=estimate.device_bytes(kind),
+                        available=device_free if kind == "gpu" else available,
+                        memory="GPU memory" if kind == "gpu" else "memory",
                         gradient_seconds=estimate.gradient_seconds,
                         run_seconds=estimate.run_seconds, text=estimate.describe())
 
