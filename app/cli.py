@@ -120,7 +120,8 @@ class ProgressLine:
                 from core.run.resources import format_bytes, format_seconds
 
                 free = estimate.get("available")
-                self._write(f"estimate: about {format_bytes(estimate['bytes'])} of memory"
+                self._write(f"estimate: about {format_bytes(estimate['bytes'])} of "
+                            f"{estimate.get('memory', 'memory')}"
                             + (f" ({format_bytes(free)} free)" if free else "")
                             + f", at least {format_seconds(estimate['run_seconds'])} "
                             "(FFT bound)", final=True)

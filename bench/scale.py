@@ -55,9 +55,9 @@ def sampler_settings(chains, leapfrog, chunk, chunks, algorithm):
 
 def worker(spec: dict) -> dict:
     """One case in this (fresh) process: the engine's run, then the FFT floor."""
-    from core.run.tensorflow_env import import_tensorflow
+    from core.run.tensorflow_env import quiet_tensorflow
 
-    import_tensorflow()
+    quiet_tensorflow()
     import tensorflow as tf
     import tensorflow_probability as tfp
 

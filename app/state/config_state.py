@@ -657,7 +657,12 @@ def _memory_problem(state: "ConfigState", shape) -> str | None:
         estimate = resources.estimate_for_config(state.config(), shape)
     except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
         return None
-    return resources.run_problem(estimate, include_import=False)    # the grid, the memory
+    # a GPU computes where TensorFlow will see one: the host's part is checked here (the
+    # engine checks the device's part against the GPU's free memory when it starts)
+    from core.run.tensorflow_env import nvidia_device_present
+
+    device = "gpu" if nvidia_device_present() and os.environ.get("CUDA_VISIBLE_DEVICES") != "-1" else "cpu"
+    return resources.run_problem(estimate, include_import=False, device=device)   # grid, memory
 
 
 def _relocate(p: str, old_base: Path, new_base: Path) -> str:

@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-__all__ = ["compute_device"]
+__all__ = ["compute_device", "memory_kind", "gpu_free_memory"]
 
 
 def _gpu_name(device) -> str:
@@ -38,3 +38,21 @@ def compute_device() -> str:
         return text
     threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count() or 1
     return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+
+
+def memory_kind() -> str:
+    """Which memory estimate the run's check uses: "gpu" when TensorFlow computes on a
+    GPU (``core.run.resources``: device and host parts), else "cpu" (one memory)."""
+    return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+
+
+def gpu_free_memory() -> int | None:
+    """Free bytes of the first GPU (nvidia-smi's memory.free), or None where it cannot say."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        return int(out.stdout.split()[0]) * 2**20 if out.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None

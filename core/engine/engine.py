@@ -66,7 +66,7 @@ import tensorflow_probability as tfp
 
 from core import config as cfgmod
 from core.engine import microcanonical
-from core.engine.devices import compute_device
+from core.engine.devices import compute_device, gpu_free_memory, memory_kind
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
 from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
@@ -478,7 +478,7 @@ class Engine:
 
         def put(prefix, tensors):
             for i, v in enumerate(tensors):
-                arrays[f"{prefix}_{i}"] = np.asarray(v)
+                arrays[f"{prefix}_{i}"] = v      # converted as written (write_checkpoint)
 
         put("state", st["state"])
         put("grads", st["grads"])
@@ -501,7 +501,7 @@ class Engine:
         arrays["mass_count"] = np.asarray(st["mass_acc"][0])
         put("mass_mean", st["mass_acc"][1])
         put("mass_m2", st["mass_acc"][2])
-        arrays["mom_count"], arrays["mom_sum"], arrays["mom_sumsq"] = (np.asarray(m) for m in st["moments"])
+        arrays["mom_count"], arrays["mom_sum"], arrays["mom_sumsq"] = st["moments"]
         arrays["watch_step"] = np.asarray(st["watch_step"])
         meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
                 "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
@@ -569,12 +569,17 @@ class Engine:
             return None
         estimate = resources.estimate_for_config(self.config, info.shape)
         available = resources.available_memory()
+        kind = memory_kind()       # a GPU: its own memory for the model, the host's for the rest
+        device_free = gpu_free_memory() if kind == "gpu" else None
         # this process has imported TensorFlow already: its memory is not free any more
         problem = resources.run_problem(estimate, available, include_import=False,
-                                        run_dir=self.run_dir if new_run else None)
+                                        run_dir=self.run_dir if new_run else None, device=kind,
+                                        device_available=device_free)
         if problem is not None:
             raise resources.ResourceError(f"{self.config.data_path}: {problem}")
-        return Estimate(bytes=estimate.total, available=available,
+        return Estimate(bytes=estimate.device_bytes(kind),
+                        available=device_free if kind == "gpu" else available,
+                        memory="GPU memory" if kind == "gpu" else "memory",
                         gradient_seconds=estimate.gradient_seconds,
                         run_seconds=estimate.run_seconds, text=estimate.describe())
 
@@ -601,7 +606,14 @@ class Engine:
                 num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
                 param_names=model.param_names, observed=model.observed,
                 extra_attrs={"algorithm": s.algorithm, "device": self.device}, **extra)
+        self._release_observed()
         return self._run(self._fresh_state())
+
+    def _release_observed(self):
+        """The store holds the observed maps: the model's loaded float64 copies go
+        (``FieldModel.release_observed``), before the state is drawn and XLA runs."""
+        if self.model.has_field:
+            self.model.release_observed()
 
     def resume(self, num_samples: int | None = None) -> str:
         """Continue the chains of a stopped (or finished, with more ``num_samples``) run.
@@ -629,6 +641,7 @@ class Engine:
 
     def _resume(self, num_samples: int | None) -> str:
         self._build(self._preflight())
+        self._release_observed()          # the store has them from its start
         st, meta = self._restore()
         if meta.get("config_digest") != _config_digest(self.config_text):
             raise EngineError("the run's configuration changed since the checkpoint; resume needs the same config")

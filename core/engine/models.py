@@ -158,6 +158,18 @@ class FieldModel:
         terms.append(("the likelihood", hint, post.log_likelihood_of_signal(signal), None))
         return terms
 
+    def release_observed(self) -> None:
+        """Drop the loaded float64 maps (data, mask, noise, truth) once the run store holds
+        them (``observed``): the density keeps its own constants, so from here on only
+        ``observations``' scalars (kind, field_mean, ...) are read. Their N * 8 bytes each
+        are not held through the run (``core.run.resources``: host memory)."""
+        import dataclasses
+
+        self.truth = None
+        light = dataclasses.replace(self.observations, data=None, mask=None, noise=None)
+        self.observations = light
+        self.posterior.observations = light
+
     @property
     def observed(self):
         obs = self.observations

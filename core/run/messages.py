@@ -152,11 +152,14 @@ EVENTS = (READY, STATUS, CHUNK, ERROR, DONE)
 
 class Estimate(TypedDict):
     """A field run's resource estimate (``core.run.resources.RunEstimate``), sent with
-    the "loading" status: bytes of memory, bytes available (None: unknown), the lower
-    bounds in seconds of one gradient and of the run, and the one-line description."""
+    the "loading" status: bytes of memory, bytes available (None: unknown), which memory
+    ("memory": a CPU's, one memory; "GPU memory": the device's part, the host's is checked
+    too), the lower bounds in seconds of one gradient and of the run, and the one-line
+    description."""
 
     bytes: int
     available: int | None
+    memory: NotRequired[str]
     gradient_seconds: float
     run_seconds: float
     text: str
@@ -310,7 +313,8 @@ def check_event(event) -> None:
         if set(progress) != set(PROGRESS_KEYS) or not all(
                 isinstance(v, int) for v in progress.values()):
             raise ValueError(f"{kind} event: progress {progress!r} is not {PROGRESS_KEYS} as ints")
-    if "estimate" in event and set(event["estimate"]) != set(Estimate.__required_keys__):
+    if "estimate" in event and not (set(Estimate.__required_keys__) <= set(event["estimate"])
+                                    <= set(Estimate.__annotations__)):
         raise ValueError(f"status event: estimate keys {sorted(event['estimate'])}")
     if kind == CHUNK:
         _check_chunk(event)

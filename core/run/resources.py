@@ -35,18 +35,30 @@ step, C N b 24 L, and the program UNROLLED_PROGRAM_BASE_BYTES + UNROLLED_PROGRAM
 (L - 1) (measured before issue #13 on 16^3 to 96^3; within 11 % of bench/scale.py's runs).
 tests/core/test_faults.py measures a run's peak against this estimate.
 
-The named arrays (``RunEstimate.arrays``, bytes):
+The named arrays at a chunk's peak (``RunEstimate.arrays``, bytes):
 
     model_state     ``Grid.memory_estimate``: state, proposal, momentum, gradients,
                     half spectra, FFT scratch, running moments (float64), and the
                     chunk's field buffer of ceil(chunk_size / thin) + 1 draws per chain
-    chunk_copies    the chunk's field draws copied out of XLA and cast for the store
-                    (2 copies), the moments' mean / std (float64) and their float32
-                    copies for the live views
-    checkpoint      the state, gradients and moments copied for checkpoint.npz, and
-                    the file's buffer
-    observed        data, mask, noise map and truth as loaded (float64) and as the
-                    model's constants (b bytes each), the store's observed_data copies
+    model_constants data, mask and 1 / noise as the model's tensors (3 N b)
+    chunk_copies    the chunk's field draws as the store takes them (2 copies), the
+                    moments' mean / std (float64) and their float32 copies for the views
+
+Not at the peak: the maps as loaded (data, mask, noise, truth: float64) and the
+store's observed_data copies of them live only while the store is created
+(``RunEstimate.setup``, 2 x maps x N x 8; the engine drops them before the chain starts,
+``FieldModel.release_observed``), and the checkpoint is written one array at a time
+(``core.store.run_store.write_checkpoint``): on a CPU a tensor's array is its own buffer.
+
+Device and host. On a CPU there is one memory: ``total`` = ``host_bytes("cpu")`` =
+``device_bytes("cpu")``, the runtime plus the larger of the chunk's peak and the set-up's.
+On a GPU (``core.engine.devices.memory_kind``) the model (``DEVICE_ARRAYS``), XLA's working
+set and GPU_RUNTIME_BYTES (the CUDA context and cuFFT plans: an assumption, no GPU has been
+measured) are device memory, ``device_bytes("gpu")``; the host holds TensorFlow's runtime
+and the larger of the chunk's copies (``gpu_host``: the draws and the moments copied off
+the device, 2 kept C N 4 + 4 N 8 + 2 N 4, and the checkpoint's largest array) and the
+set-up's maps, ``host_bytes("gpu")``. ``memory_problem`` checks each against its memory
+(the GPU's free memory from nvidia-smi where the engine can read it) and says which.
 
 Time. A lower bound from FFT work alone (the status bar shows measured draws/s)::
 
@@ -73,7 +85,11 @@ statistics and 8 bytes per sampled parameter; plus the moments, the observed map
 the checkpoint. ``disk_problem`` refuses a new run whose store exceeds the free space
 of its disk.
 
-Grid. A field run needs every axis of at least MIN_AXIS = 3 cells (``grid_problem``).
+Grid. A field run needs every axis of at least GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
+#                                      an assumption, not measured (no GPU lent so far)
+#: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
+DEVICE_ARRAYS = ("model_state", "model_constants")
+MIN_AXIS = 3 cells (``grid_problem``).
 The field's k = 0 mode is not random (its prior variance is 0), and along an axis of
 n cells the grid resolves the frequencies m = 1 .. n // 2: n = 1 has none (the field
 is constant along the axis), n = 2 only the Nyquist frequency m = 1 = n / 2, whose mode
@@ -103,17 +119,23 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
            "ENGINE_IMPORT_BYTES", "PROGRAM_BYTES", "UNROLLED_PROGRAM_BASE_BYTES", "XLA_BUFFERS_PER_CHAIN",
            "XLA_SHARED_BUFFERS",
-           "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES"]
+           "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS"]
 
 MiB = 2**20
-ENGINE_IMPORT_BYTES = 680 * MiB      # the engine process with TensorFlow and TFP imported
-PROGRAM_BYTES = 265 * MiB            # XLA compiling and running the looped chunk program
+ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
+#                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
+PROGRAM_BYTES = 335 * MiB            # XLA compiling and running the looped chunk program (265 MiB
+#                                      before; refitted 2026-12 on 64^3 x 2 and 96^3 x 1, docs/benchmarks.md)
 UNROLLED_PROGRAM_BASE_BYTES = 290 * MiB   # the unrolled kernel's program: one step, and
 #                                           engine_limits.UNROLLED_PROGRAM_STEP_BYTES per further step
 XLA_BUFFERS_PER_CHAIN = 0            # looped HMC: beyond the named arrays, per chain, any L
 XLA_SHARED_BUFFERS = 19              # looped HMC and NUTS: grid-sized buffers once per run
 NUTS_BUFFERS_PER_CHAIN = 312         # NUTS (max tree depth 10): grid-sized buffers per chain
 NUTS_PROGRAM_BYTES = 367 * MiB       # ... and its compiled program
+GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
+#                                      an assumption, not measured (no GPU lent so far)
+#: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
+DEVICE_ARRAYS = ("model_state", "model_constants")
 MIN_AXIS = 3                         # cells per axis of a field grid (module docstring)
 STORE_BYTES_PER_DRAW = 64            # sample_stats of one draw of one chain, with headroom
 
@@ -179,17 +201,44 @@ class RunEstimate:
     num_samples: int = 0
     unrolled: bool = False       # HMC with the unrolled leapfrog (small runs): memory grows with L
 
+    setup: int = 0               # host arrays of the set-up only (loaded maps, store copies)
+    gpu_host: dict[str, int] = field(default_factory=dict)   # host arrays at the chunk, on a GPU
+
     @property
     def runtime(self) -> int:
         return self.engine_import + self.program
 
     @property
     def total(self) -> int:
-        """Peak resident memory of the engine process for this run."""
-        return sum(self.arrays.values()) + self.xla_working_set + self.runtime
+        """Peak resident memory of the engine process for this run on a CPU (``host_bytes``)."""
+        return self.host_bytes("cpu")
 
-    def needed(self, include_import: bool = True) -> int:
-        """``total``, less TensorFlow's import when an engine process already holds it."""
+    def device_bytes(self, device: str = "cpu") -> int:
+        """Peak memory of the compute device: on a CPU the process's RSS (``total``); on a
+        GPU the model's tensors, its constants, XLA's working set and the runtime's device
+        part (GPU_RUNTIME_BYTES)."""
+        if device != "gpu":
+            return self.host_bytes("cpu")
+        return (sum(self.arrays[k] for k in DEVICE_ARRAYS if k in self.arrays)
+                + self.xla_working_set + GPU_RUNTIME_BYTES)
+
+    def host_bytes(self, device: str = "cpu") -> int:
+        """Peak host memory (RSS) of the engine process: on a CPU everything, at the larger
+        of the chunk's peak and the set-up's (module doc); on a GPU TensorFlow's runtime,
+        the chunk's copies for the store and the checkpoint (``gpu_host``) or the set-up's
+        loaded maps, whichever is larger."""
+        if device == "gpu":
+            return self.runtime + max(sum(self.gpu_host.values()), self.setup)
+        chunk = sum(self.arrays.values()) + self.xla_working_set + self.program
+        constants = self.arrays.get("model_constants", 0)
+        return self.engine_import + max(chunk, self.setup + constants)
+
+    def needed(self, include_import: bool = True, device: str = "cpu") -> int:
+        """The memory the check compares with the free memory: on a CPU ``total``, on a
+        GPU ``device_bytes`` (the host's part is checked too, ``memory_problem``); less
+        TensorFlow's import (host) when an engine process already holds it."""
+        if device == "gpu":
+            return self.device_bytes("gpu")
         return self.total if include_import else self.total - self.engine_import
 
     @property
@@ -234,10 +283,14 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     maps = 1 + 1 + int(noise_map) + int(truth)           # data, mask, noise, truth
     arrays = {
         "model_state": model,
+        "model_constants": 3 * n * b,                    # data, mask, 1 / noise as tensors
         "chunk_copies": 2 * kept * c * n * 4 + 2 * n * 8 + 2 * n * 4,
-        "checkpoint": 2 * (2 * c * n * b + 2 * n * 8),
-        "observed": maps * n * 8 + 3 * n * b + maps * n * 8,
     }
+    gpu_host = {    # on a GPU: device-to-host copies of the draws and moments, one checkpoint array
+        "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
+        "checkpoint": max(c * n * b, n * 8),
+    }
+    setup = 2 * maps * n * 8      # the loaded maps and the store's observed_data copies
     L = int(num_leapfrog_steps) if algorithm == "hmc" else 0
     unrolled = algorithm == "hmc" and unrolls(L, c, n, b)
     if unrolled:       # the engine's choice (core.run.engine_limits.unrolls): L steps' buffers
@@ -263,7 +316,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
                             else 2 if algorithm in ("mclmc", "mams") else 1),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
         field_buffer=field_buffer, store_bytes=store, field_draw_bytes=draw_bytes,
-        num_samples=int(num_samples))
+        num_samples=int(num_samples), setup=setup, gpu_host=gpu_host)
 
 
 def estimate_for_config(config, shape) -> RunEstimate:
@@ -305,20 +358,37 @@ def physical_memory() -> int | None:
 
 
 def memory_problem(estimate: RunEstimate, available: int | None = None, *,
-                   include_import: bool = True) -> str | None:
-    """A one-line refusal when the run cannot fit in ``available`` bytes (default: this
-    machine's free memory now), else None. ``include_import=False`` for an engine
-    process that has already imported TensorFlow (the desktop app's)."""
+                   include_import: bool = True, device: str = "cpu",
+                   device_available: int | None = None) -> str | None:
+    """A one-line refusal when the run cannot fit in ``available`` bytes of host memory
+    (default: this machine's free memory now), else None. ``include_import=False`` for an
+    engine process that has already imported TensorFlow (the desktop app's). With
+    ``device = "gpu"`` the device's part (``device_bytes``) is checked against
+    ``device_available`` (when known) and the host's part (``host_bytes``) against
+    ``available``; the message names the memory that is short."""
     if available is None:
         available = available_memory()
+    if device == "gpu":
+        need_device = estimate.device_bytes("gpu")
+        if device_available is not None and need_device > device_available:
+            return _memory_text(estimate, need_device, device_available, "GPU (device) memory")
+        need = estimate.host_bytes("gpu") - (0 if include_import else estimate.engine_import)
+        if available is None or need <= available:
+            return None
+        return _memory_text(estimate, need, available, "host memory (beside the GPU's)")
     need = estimate.needed(include_import)
     if available is None or need <= available:
         return None
+    return _memory_text(estimate, need, available, "memory (host RAM: the CPU computes)")
+
+
+def _memory_text(estimate: RunEstimate, need: int, available: int, memory: str) -> str:
+    """The refusal of ``memory_problem``: the need, the free ``memory``, what to change."""
     shape = " x ".join(str(n) for n in estimate.shape)
     if 2 * estimate.field_buffer >= need:
         # the chunk's field buffer is most of it: that is what to change
         kept = field_buffer_draws(estimate.chunk_size, estimate.thin)
-        return (f"the run needs about {format_bytes(need)} but this machine has "
+        return (f"the run needs about {format_bytes(need)} of {memory} but this machine has "
                 f"{format_bytes(available)} free: with sampler.chunk_size = "
                 f"{estimate.chunk_size} and sampler.thin = {estimate.thin} each chunk holds "
                 f"ceil(chunk_size / thin) + 1 = {kept} field draws of the {shape} grid per "
@@ -335,7 +405,7 @@ def memory_problem(estimate: RunEstimate, available: int | None = None, *,
     return (f"the run needs about {format_bytes(need)} ({shape} grid, {estimate.chains} "
             f"chain{'s' if estimate.chains != 1 else ''}, {estimate.dtype}, "
             f"{f'{estimate.leapfrog_steps} leapfrog steps' if estimate.algorithm == 'hmc' else estimate.algorithm.upper()}) "
-            f"but this machine has "
+            f"of {memory} but this machine has "
             f"{format_bytes(available)} free; use {remedy}")
 
 
@@ -387,19 +457,24 @@ def disk_problem(estimate: RunEstimate, run_dir, free: int | None = None) -> str
 
 
 def run_problem(estimate: RunEstimate, available: int | None = None, *,
-                include_import: bool = True, run_dir=None) -> str | None:
+                include_import: bool = True, run_dir=None, device: str = "cpu",
+                device_available: int | None = None) -> str | None:
     """The first reason the run cannot go ahead: its grid (``grid_problem``), memory
-    (``memory_problem``), and with ``run_dir`` the store's disk (``disk_problem``)."""
+    (``memory_problem``, for the compute ``device``), and with ``run_dir`` the store's
+    disk (``disk_problem``)."""
     return (grid_problem(estimate.shape)
-            or memory_problem(estimate, available, include_import=include_import)
+            or memory_problem(estimate, available, include_import=include_import,
+                              device=device, device_available=device_available)
             or (disk_problem(estimate, run_dir) if run_dir is not None else None))
 
 
 def check_config(config, shape, available: int | None = None, *,
-                 include_import: bool = True, run_dir=None) -> RunEstimate:
+                 include_import: bool = True, run_dir=None, device: str = "cpu",
+                 device_available: int | None = None) -> RunEstimate:
     """The estimate of a field run; ResourceError when it cannot go ahead (``run_problem``)."""
     estimate = estimate_for_config(config, shape)
-    problem = run_problem(estimate, available, include_import=include_import, run_dir=run_dir)
+    problem = run_problem(estimate, available, include_import=include_import, run_dir=run_dir,
+                          device=device, device_available=device_available)
     if problem is not None:
         raise ResourceError(problem)
     return estimate

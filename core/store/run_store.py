@@ -402,7 +402,7 @@ class RunStoreWriter:
                     r[group][name].append(np.asarray(arr), axis=1)
         if record.fields is not None and record.fields.shape[1]:
             pf = r["posterior_field"]
-            pf["field"].append(record.fields.astype(np.float32), axis=1)
+            pf["field"].append(record.fields.astype(np.float32, copy=False), axis=1)
             pf["power"].append(record.powers, axis=1)
             pf["field_draw"].append(np.asarray(record.field_draw_index, np.int64))
         if record.moments is not None:
@@ -761,9 +761,13 @@ def _checksummed(meta: dict) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def write_checkpoint(run_dir, arrays: dict[str, np.ndarray], meta: dict) -> None:
+def write_checkpoint(run_dir, arrays: dict, meta: dict) -> None:
     """Atomically replace RUNDIR/checkpoint.npz (write a temporary file, fsync, rename).
 
+    ``arrays``: name -> an array, or anything ``np.asarray`` takes (a tensor: on a GPU
+    its copy to host memory is made here, one array at a time, and dropped once written,
+    so that the checkpoint never holds a second copy of the whole state). The file is
+    ``np.savez``'s (an uncompressed zip of .npy members; ``read_checkpoint``).
     A failing write raises StoreWriteError and leaves the previous checkpoint in place."""
     run_dir = Path(run_dir)
     tmp = str(run_dir / f".checkpoint-{os.urandom(8).hex()}.npz")
@@ -773,7 +777,7 @@ def write_checkpoint(run_dir, arrays: dict[str, np.ndarray], meta: dict) -> None
         raise _write_error(run_dir, "writing the checkpoint", err) from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+            _write_npz(fh, {"__meta__": np.array(json.dumps(meta)), **arrays})
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, run_dir / CHECKPOINT_NAME)
@@ -785,6 +789,16 @@ def write_checkpoint(run_dir, arrays: dict[str, np.ndarray], meta: dict) -> None
         if isinstance(err, OSError):
             raise _write_error(run_dir, "writing the checkpoint", err) from None
         raise
+
+
+def _write_npz(fh, arrays: dict) -> None:
+    """``np.savez(fh, **arrays)``, converting and writing one array at a time."""
+    import zipfile
+
+    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:

@@ -238,6 +238,22 @@ def test_estimate_parts_and_refusal_message():
     assert "64 x 64 x 64 grid, 2 chains, float32, 10 leapfrog steps" in text
     assert "fewer chains or a smaller grid" in text
     assert resources.memory_problem(e, available=e.needed(False), include_import=False) is None
+    assert "of memory (host RAM: the CPU computes)" in text
+    # on a GPU the device holds the model's tensors, its constants and XLA's buffers; the
+    # host the runtime, the chunk's copies and one checkpoint array (or the set-up's maps)
+    n4 = n * 4
+    assert e.device_bytes("gpu") == (e.arrays["model_state"] + 3 * n4 + e.xla_working_set
+                                     + resources.GPU_RUNTIME_BYTES)
+    assert e.host_bytes("gpu") == e.runtime + max(2 * 6 * 2 * n4 + 4 * n * 8 + 2 * n4 + 2 * n4,
+                                                  2 * 3 * n * 8)
+    assert e.device_bytes("cpu") == e.host_bytes("cpu") == e.total
+    ok = dict(available=e.host_bytes("gpu"), device="gpu")
+    assert resources.memory_problem(e, device_available=e.device_bytes("gpu"), **ok) is None
+    short = resources.memory_problem(e, device_available=e.device_bytes("gpu") - 1, **ok)
+    assert "of GPU (device) memory" in short and resources.format_bytes(e.device_bytes("gpu")) in short
+    host = resources.memory_problem(e, available=e.host_bytes("gpu") - 1, device="gpu",
+                                    device_available=None)
+    assert "of host memory (beside the GPU's)" in host
     free = resources.available_memory()
     assert free is None or 0 < free <= (resources.physical_memory() or free)
 

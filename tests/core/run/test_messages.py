@@ -31,6 +31,9 @@ def test_every_constructor_builds_a_valid_event():
               msgs.status_event("finished", progress=msgs.new_progress()),
               msgs.status_event("loading", estimate=msgs.Estimate(
                   bytes=10, available=None, gradient_seconds=0.1, run_seconds=2.0, text="t")),
+              msgs.status_event("loading", estimate=msgs.Estimate(
+                  bytes=10, available=20, memory="GPU memory", gradient_seconds=0.1,
+                  run_seconds=2.0, text="t")),
               msgs.error_event("bad"), msgs.error_event("bad", "Traceback ..."),
               msgs.done_event("stopped")]
     for event in events:
