@@ -386,7 +386,7 @@ class Engine:
 
     # -- state: fresh, checkpointed, restored -----------------------------------------
 
-    def _fresh_state(self):
+    def _fresh_state(self, start_scale):
         s, model = self.sampler, self.model
         parts = [tf.convert_to_tensor(p, self.dtype) for p in model.initial_state(s.chains, s.seed)]
         lp_and_grad = tf.function(
@@ -395,7 +395,8 @@ class Engine:
         tlp, grads = lp_and_grad(*parts)
         if not np.all(np.isfinite(tlp.numpy())):
             raise EngineError(nonfinite_report(model, parts))   # names the term, its value
-        scale = self._initial_scale(parts)
+        scale = [tf.ones_like(p) if w is None else tf.broadcast_to(tf.constant(w, self.dtype)[None], p.shape)
+                 for p, w in zip(parts, start_scale or [None] * len(parts))]
         # the kernels move z with x = scale * z: z = x / scale, d/dz = (d/dx) scale
         parts = [p / si for p, si in zip(parts, scale)]
         grads = [g * si for g, si in zip(grads, scale)]
@@ -420,16 +421,14 @@ class Engine:
                     moments=moments, step=0, progress=dict(new_progress()),
                     watch_step=watch_step)
 
-    def _initial_scale(self, parts):
-        """x = scale * z before the diagonal mass is adapted: 1, or for HMC / NUTS with
-        ``preconditioner = "diagonal"`` the model's own per-mode scale where it has one
-        (``FieldModel.initial_mass_scale``), which the mass window's variances then replace."""
-        ones = [tf.ones_like(p) for p in parts]
-        if self.schedule.mass_end is None or self._is_microcanonical():
-            return ones
-        start = getattr(self.model, "initial_mass_scale", lambda: [None] * len(parts))()
-        return [one if w is None else tf.broadcast_to(tf.constant(w, self.dtype)[None], one.shape)
-                for one, w in zip(ones, start)]
+    def _mass_start(self) -> list | None:
+        """Per state part, x = scale * z before the diagonal mass is adapted (None: 1): for
+        HMC / NUTS with ``preconditioner = "diagonal"`` the model's own per-mode scale where it
+        has one (``FieldModel.initial_mass_scale``), which the mass window's variances then
+        replace; None (all 1) otherwise."""
+        if self.schedule.mass_end is None or self._is_microcanonical() or not self.model.has_field:
+            return None
+        return self.model.initial_mass_scale()
 
     def _searched_step(self, state, tlp, grads, scale, first_guess, g):
         """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
@@ -606,8 +605,11 @@ class Engine:
                 num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
                 param_names=model.param_names, observed=model.observed,
                 extra_attrs={"algorithm": s.algorithm, "device": self.device}, **extra)
+        # the diagonal mass's start is the model's scale, computed from the observed maps
+        # before they are released
+        start_scale = self._mass_start()
         self._release_observed()
-        return self._run(self._fresh_state())
+        return self._run(self._fresh_state(start_scale))
 
     def _release_observed(self):
         """The store holds the observed maps: the model's loaded float64 copies go
