@@ -422,7 +422,9 @@ def run_fieldscope(case: Case, folder: Path, amplitude: float, label: str, setti
            "warmup_seconds": float(timing.get("warmup_seconds", math.nan)),
            "divergences": int(reader.stat("diverging").sum()),
            "settings": (f"{sampler_text(config.sampler)}; step size {np.round(reader.stat('step_size')[:, -1], 4).tolist()}, "
+                        f"L {np.round(reader.stat('trajectory_length')[:, -1], 2).tolist()}, "
                         f"acceptance {float(reader.stat('acceptance_rate').mean()):.2f}, "
+                        f"warmup divergences {int(reader.stat('diverging', warmup=True).sum())}, "
                         f"gradients per step {reader.stat('n_steps').mean():.1f}")}
     if "index" in reader.param_names:
         out["index_chain"] = reader.param("index")
