@@ -5,13 +5,18 @@ numpy only. ``write_demo(outdir)`` writes
     demo_field.npz     a 32^3 Gaussian random field (power law with a cutoff) observed with
                        Gaussian noise through a mask (a slab plus random dropouts); holds
                        data, truth, mask, noise and the grid and prior as metadata
-    field.toml         a config sampling it (HMC, whitened Fourier modes, the spectral
-                       index sampled with a normal prior)
+    field.toml         a config sampling it (MCLMC with a diagonal preconditioner, a new
+                       config's sampler; whitened Fourier modes, the spectral index sampled
+                       with a normal prior)
     field_exact.toml   the same data with every P(k) hyperparameter fixed at its true
                        value: the posterior is Gaussian and known exactly (the Wiener
                        filter), so the window's "Exact posterior" tab checks the sampler
     series.csv         the integral-model demo series (t, y)
-    integral.toml      a config sampling A, c and sigma
+    integral.toml      a config sampling A, c and sigma with HMC (8 leapfrog steps, diagonal
+                       mass), not a new config's MCLMC: on this 3-parameter posterior HMC
+                       measured 0.024 ESS per post-warmup gradient (worst of A, c, sigma;
+                       R-hat 1.006), NUTS 0.012, MCLMC 0.017 with 1000 warmup steps (R-hat
+                       1.025) and unconverged with 300 (R-hat 1.09)
 """
 
 from __future__ import annotations
@@ -64,12 +69,9 @@ parameterisation = "whitened"
 dtype = "float32"
 
 [sampler]
-algorithm = "hmc"
-num_warmup = 150
+algorithm = "mclmc"
+num_warmup = 700
 num_samples = 300
-num_leapfrog_steps = 10
-step_size = 0.05
-target_accept = 0.75
 preconditioner = "diagonal"
 chains = 2
 seed = 42
