@@ -162,7 +162,11 @@ def _build_defaults() -> dict[str, Any]:
     return values
 
 
+#: What a file's omitted keys mean (``load_document`` resets to these; the sampler: HMC).
 DEFAULTS = _build_defaults()
+#: A new config's values: ``DEFAULTS`` with ``core.config.NEW_CONFIG_SAMPLER`` (MCLMC,
+#: diagonal preconditioner), the sampler that measured best; every saved file says so.
+NEW_DEFAULTS = {**DEFAULTS, **{f"sampler.{k}": v for k, v in cfg.NEW_CONFIG_SAMPLER.items()}}
 
 #: Keys in the order the panels show them.
 KEYS = tuple(DEFAULTS)
@@ -179,7 +183,7 @@ class ConfigState:
     """
 
     def __init__(self, base_dir=None):
-        self._values: dict[str, Any] = dict(DEFAULTS)
+        self._values: dict[str, Any] = dict(NEW_DEFAULTS)
         self._callbacks: dict[str, list[Callable[[Any], None]]] = {}
         self._any: list[Callable[[set[str]], None]] = []
         self._batch_depth = 0

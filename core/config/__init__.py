@@ -53,7 +53,7 @@ imported here, it reads files through ``core.io``).
 from __future__ import annotations
 
 from core.config.limits import MAX_CONFIG_BYTES, check_text_size, read_config_text
-from core.config.parse import config_from_dict, default_config, load_config, parse_config
+from core.config.parse import config_from_dict, default_config, load_config, new_config, parse_config
 from core.config.schema import (
     ALGORITHMS,
     DTYPES,
@@ -62,6 +62,7 @@ from core.config.schema import (
     INTEGRAL_DATA_EXTENSIONS,
     INTEGRAL_PARAMETERS,
     MODEL_KINDS,
+    NEW_CONFIG_SAMPLER,
     PARAMETERISATIONS,
     PRECONDITIONERS,
     ConfigError,
@@ -86,6 +87,8 @@ __all__ = [
     "parse_config",
     "config_from_dict",
     "default_config",
+    "new_config",
+    "NEW_CONFIG_SAMPLER",
     "ConfigError",
     "ModelSection",
     "DataSection",

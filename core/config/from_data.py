@@ -39,7 +39,8 @@ prior         a power law. With a box size: k_pivot a round number near sqrt(k_f
               When the fit fails, index normal(-2, 0.5) and the amplitude that gives the
               prior the data's variance less the noise's, with a note. Without a box size:
               ``core.config``'s defaults, and a note.
-likelihood, field, sampler   ``core.config.default_config``'s values.
+likelihood, field, sampler   ``core.config.new_config``'s values (the sampler: MCLMC with a
+              diagonal preconditioner, ``NEW_CONFIG_SAMPLER``).
 
 numpy only at import (scipy's optimiser is imported with ``core.field.prior_fit`` when a prior
 is fitted). Problems with the file raise ``core.io.LoadError`` naming the file and the array.
@@ -55,7 +56,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from core.config.parse import config_from_dict, default_config
+from core.config.parse import config_from_dict, new_config
 from core.config.schema import FIELD_DATA_EXTENSIONS
 from core.config.writer import config_to_dict, to_toml
 
@@ -391,7 +392,7 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
         notes.append(f"data: the array {loaded.name!r} {shape} of {len(infos)} in the file")
 
     base_dir = str(Path(path).parent)
-    document = config_to_dict(default_config("field", data_path=Path(path).name,
+    document = config_to_dict(new_config("field", data_path=Path(path).name,
                                              base_dir=base_dir))
     data = document["data"]
     if not isinstance(loader, NpyLoader):

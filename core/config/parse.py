@@ -7,6 +7,7 @@ starts with it ("grid.box_size: ...", "[sampler] unknown key ..."); see ``Config
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -32,6 +33,7 @@ from core.config.schema import (
     INTEGRAL_DATA_EXTENSIONS,
     INTEGRAL_PARAMETERS,
     MODEL_KINDS,
+    NEW_CONFIG_SAMPLER,
     PARAMETERISATIONS,
     PRECONDITIONERS,
     ConfigError,
@@ -52,7 +54,7 @@ from core.field.power_spectrum import FIELD_HYPERPRIOR_KINDS, SPECTRA, spectrum_
 from core.integral.spec import IntegralModelSpec
 from core.priors import SAMPLED_KINDS, PriorError, parse_prior
 
-__all__ = ["load_config", "parse_config", "config_from_dict", "default_config"]
+__all__ = ["load_config", "parse_config", "config_from_dict", "default_config", "new_config"]
 
 # --------------------------------------------------------------------------- value checks
 
@@ -507,6 +509,14 @@ def default_config(kind: str = "field", data_path: str | None = None,
     if data_path is None:
         data_path = "data.npz" if kind == "field" else "series.csv"
     return config_from_dict({"model": {"kind": kind}, "data": {"path": data_path}}, base_dir)
+
+
+def new_config(kind: str = "field", data_path: str | None = None, base_dir=".") -> RunConfig:
+    """A config as Fieldscope creates one: ``default_config`` with ``NEW_CONFIG_SAMPLER``'s
+    sampler (MCLMC, diagonal preconditioner) instead of the HMC a file that omits
+    ``sampler.algorithm`` means."""
+    cfg = default_config(kind, data_path, base_dir)
+    return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, **NEW_CONFIG_SAMPLER))
 
 
 # --------------------------------------------------------------------------- writing

@@ -17,7 +17,7 @@ __all__ = [
     "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
     "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "PRECONDITIONERS",
     "FOURIER_PARAMETERISATIONS", "FIELD_DATA_EXTENSIONS",
-    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue"
+    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLER"
 ]
 
 MODEL_KINDS = ("field", "integral")
@@ -163,6 +163,12 @@ class FieldSection:
 
 @dataclass(frozen=True)
 class SamplerSection:
+    """``[sampler]``. These defaults are what a config FILE means when it omits a key: a file
+    without ``sampler.algorithm`` runs HMC (10 leapfrog steps, identity mass), as it always
+    has, so old config files keep their results. A config Fieldscope creates (the desktop
+    app's new config, File > New from data, ``core.config.new_config``; the demos choose per
+    model) writes ``NEW_CONFIG_SAMPLER`` explicitly instead: the sampler that measured best."""
+
     algorithm: str = "hmc"
     num_warmup: int = 200
     num_samples: int = 500
@@ -179,6 +185,16 @@ class SamplerSection:
     def adapt_mass_matrix(self) -> bool:
         """The older spelling: a diagonal mass matrix adapted in warmup."""
         return self.preconditioner == "diagonal"
+
+
+#: The sampler settings every newly created config writes (over ``SamplerSection``'s defaults):
+#: MCLMC with a diagonal preconditioner, and a warmup long enough for its tuning. Measured
+#: with bench/sampler_efficiency.py (docs/benchmarks.md): n_eff per 1000 gradients on the
+#: 32^3 posterior 322 (no mask) and 138 (25 % slab) against HMC defaults' 7.4-10.2, with
+#: 700 warmup steps (1400 gradients of tuning); with 200 it tuned a smaller step size and
+#: gave 139 on the no-mask case. On 16^3 (--quick) 200 / 500 / 1000 warmup steps gave
+#: 496 / 354 / 366 (no mask) and 154 / 173 / 198 (slab): there 200 already suffices.
+NEW_CONFIG_SAMPLER = {"algorithm": "mclmc", "preconditioner": "diagonal", "num_warmup": 700}
 
 
 @dataclass(frozen=True)

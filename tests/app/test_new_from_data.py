@@ -11,7 +11,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QDialogButtonBox
 
 from core import demo
-from core.config import config_to_dict, default_config
+from core.config import config_to_dict, new_config
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
@@ -64,7 +64,7 @@ def test_new_from_data_on_a_plain_npy_asks_the_box_and_runs_in_a_folder_named_af
     mine = leaves(tomllib.loads(text))
     demo_doc = leaves(tomllib.loads(demo.FIELD_TOML.format(
         noise=demo.DEMO_NOISE, box=demo.DEMO_BOX, **demo.DEMO_SPECTRUM)))
-    defaults = leaves(config_to_dict(default_config()))
+    defaults = leaves(config_to_dict(new_config()))
     leaked = {k: v for k, v in mine.items() if demo_doc.get(k, object()) == v
               and defaults.get(k) != v and k != "model.kind"}
     assert not leaked, leaked

@@ -26,6 +26,15 @@ def test_a_config_file_round_trips_through_the_state(demo, tmp_path):
     assert integral.config() == load_config(demo["integral_config"])
 
 
+def test_a_new_config_is_mclmc_and_a_file_without_a_sampler_is_hmc(tmp_path):
+    state = ConfigState()
+    assert (state["sampler.algorithm"], state["sampler.preconditioner"],
+            state["sampler.num_warmup"]) == ("mclmc", "diagonal", 700)
+    state.load_text('[model]\nkind = "field"\n[data]\npath = "data.npz"\n', base_dir=tmp_path)
+    assert (state["sampler.algorithm"], state["sampler.preconditioner"],
+            state["sampler.num_warmup"]) == ("hmc", "identity", 200)
+
+
 def test_callbacks_fire_on_change_only_and_once_per_batch(demo):
     state = ConfigState.from_file(demo["field_config"])
     seen, batches = [], []

@@ -1,6 +1,7 @@
 """Tests of core.config: parsing, defaults, validation messages, TOML round trips, fuzz."""
 
 import collections
+import dataclasses
 import math
 import pickle
 import subprocess
@@ -102,6 +103,19 @@ def test_defaults_are_filled():
     assert icfg.prior.sigma == HalfNormalPrior(scale=1.0)
     assert icfg.prior.kind is None
     assert C.default_config("integral") == icfg
+
+
+def test_a_file_without_a_sampler_means_hmc_and_a_new_config_says_mclmc():
+    old = C.parse_config(FIELD, base_dir="/tmp/run")
+    assert old.sampler.algorithm == "hmc" and old.sampler.preconditioner == "identity"
+    for kind in C.MODEL_KINDS:
+        new = C.new_config(kind, base_dir="/tmp/run")
+        assert new.sampler == C.SamplerSection(algorithm="mclmc", preconditioner="diagonal",
+                                               num_warmup=700)
+        assert dataclasses.replace(new, sampler=C.SamplerSection()) == C.default_config(
+            kind, base_dir="/tmp/run")
+        # written out, the new sampler is explicit: it reads back as MCLMC
+        assert C.parse_config(C.dump_config(new), base_dir="/tmp/run") == new
 
 
 def test_model_kind_defaults_to_field():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core import demo
-from core.config import config_to_dict, default_config, parse_config
+from core.config import NEW_CONFIG_SAMPLER, config_to_dict, default_config, new_config, parse_config
 from core.config.from_data import config_for_data, estimate_noise_sigma, is_data_file
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
@@ -28,7 +28,7 @@ def leaves(document, prefix=""):
 
 DEMO = leaves(tomllib.loads(demo.FIELD_TOML.format(noise=demo.DEMO_NOISE, box=demo.DEMO_BOX,
                                                    **demo.DEMO_SPECTRUM)))
-DEFAULT = leaves(config_to_dict(default_config()))
+DEFAULT = leaves(config_to_dict(new_config()))
 
 
 def no_demo_leftovers(text: str) -> None:
@@ -73,7 +73,11 @@ def test_a_plain_npy_has_no_mask_no_box_no_cutoff_and_an_estimated_noise(tmp_pat
     text = result.text()
     cfg = parse_config(text, base_dir=tmp_path)
     assert cfg.data.mask is None and cfg.prior.kind == "power_law"
-    assert cfg.sampler == default_config().sampler
+    # a new config writes the sampler that measured best, not the HMC an omitted key means
+    assert cfg.sampler == new_config().sampler != default_config().sampler
+    assert {k: getattr(cfg.sampler, k) for k in NEW_CONFIG_SAMPLER} == NEW_CONFIG_SAMPLER
+    assert cfg.sampler.algorithm == "mclmc" and cfg.sampler.preconditioner == "diagonal"
+    assert 'algorithm = "mclmc"' in text
     no_demo_leftovers(text)
 
     # with the box size the user gives, the prior is fitted to the data's P(k)
