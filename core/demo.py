@@ -6,8 +6,8 @@ numpy only. ``write_demo(outdir)`` writes
                        Gaussian noise through a mask (a slab plus random dropouts); holds
                        data, truth, mask, noise and the grid and prior as metadata
     field.toml         a config sampling it (HMC, diagonal mass; whitened Fourier modes, the
-                       spectral index sampled with a normal prior). Not a new config's MCLMC:
-                       on field_exact.toml MCLMC + diagonal (700 warmup, 1500 steps) gave two
+                       spectral index sampled with a normal prior). Not MCLMC: on
+                       field_exact.toml MCLMC + diagonal (700 warmup, 1500 steps) gave two
                        chains whose lp means differ by 2 sd (-64700 vs -64970, sd 123; pooled
                        lp R-hat 1.55, max voxel R-hat 1.27), each stationary (half R-hat 0.999)
     field_exact.toml   the same data with every P(k) hyperparameter fixed at its true
@@ -15,7 +15,7 @@ numpy only. ``write_demo(outdir)`` writes
                        filter), so the window's "Exact posterior" tab checks the sampler
     series.csv         the integral-model demo series (t, y)
     integral.toml      a config sampling A, c and sigma with HMC (8 leapfrog steps, diagonal
-                       mass), not a new config's MCLMC: on this 3-parameter posterior HMC
+                       mass), not MCLMC or NUTS: on this 3-parameter posterior HMC
                        measured 0.024 ESS per post-warmup gradient (worst of A, c, sigma;
                        R-hat 1.006), NUTS 0.012, MCLMC 0.017 with 1000 warmup steps (R-hat
                        1.025) and unconverged with 300 (R-hat 1.09)

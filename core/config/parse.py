@@ -513,8 +513,8 @@ def default_config(kind: str = "field", data_path: str | None = None,
 
 def new_config(kind: str = "field", data_path: str | None = None, base_dir=".") -> RunConfig:
     """A config as Fieldscope creates one: ``default_config`` with ``NEW_CONFIG_SAMPLER``'s
-    sampler (MCLMC, diagonal preconditioner) instead of the HMC a file that omits
-    ``sampler.algorithm`` means."""
+    sampler (HMC with the adapted diagonal mass) instead of the identity mass a file
+    that omits ``sampler.preconditioner`` means."""
     cfg = default_config(kind, data_path, base_dir)
     return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, **NEW_CONFIG_SAMPLER))
 

@@ -105,16 +105,15 @@ def test_defaults_are_filled():
     assert C.default_config("integral") == icfg
 
 
-def test_a_file_without_a_sampler_means_hmc_and_a_new_config_says_mclmc():
+def test_a_file_without_a_sampler_means_identity_mass_and_a_new_config_says_diagonal():
     old = C.parse_config(FIELD, base_dir="/tmp/run")
     assert old.sampler.algorithm == "hmc" and old.sampler.preconditioner == "identity"
     for kind in C.MODEL_KINDS:
         new = C.new_config(kind, base_dir="/tmp/run")
-        assert new.sampler == C.SamplerSection(algorithm="mclmc", preconditioner="diagonal",
-                                               num_warmup=700)
+        assert new.sampler == C.SamplerSection(algorithm="hmc", preconditioner="diagonal")
         assert dataclasses.replace(new, sampler=C.SamplerSection()) == C.default_config(
             kind, base_dir="/tmp/run")
-        # written out, the new sampler is explicit: it reads back as MCLMC
+        # written out, the new sampler is explicit: it reads back with the diagonal mass
         assert C.parse_config(C.dump_config(new), base_dir="/tmp/run") == new
 
 

@@ -76,8 +76,8 @@ def test_a_plain_npy_has_no_mask_no_box_no_cutoff_and_an_estimated_noise(tmp_pat
     # a new config writes the sampler that measured best, not the HMC an omitted key means
     assert cfg.sampler == new_config().sampler != default_config().sampler
     assert {k: getattr(cfg.sampler, k) for k in NEW_CONFIG_SAMPLER} == NEW_CONFIG_SAMPLER
-    assert cfg.sampler.algorithm == "mclmc" and cfg.sampler.preconditioner == "diagonal"
-    assert 'algorithm = "mclmc"' in text
+    assert cfg.sampler.algorithm == "hmc" and cfg.sampler.preconditioner == "diagonal"
+    assert 'preconditioner = "diagonal"' in text
     no_demo_leftovers(text)
 
     # with the box size the user gives, the prior is fitted to the data's P(k)
