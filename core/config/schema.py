@@ -188,8 +188,7 @@ class SamplerSection:
 
 
 #: The sampler settings every newly created config writes (over ``SamplerSection``'s defaults):
-#: HMC with the adapted diagonal mass (which starts from the field model's own per-mode scale,
-#: ``core.engine.engine``). Measured (issue #12, the 32^3 posterior, n_eff per 1000 gradients):
+#: HMC with the adapted diagonal mass (learned from warmup draws, ``core.engine.engine``). Measured (issue #12, the 32^3 posterior, n_eff per 1000 gradients):
 #: 27.1 (no mask) and 12.7 (25 % slab) against the identity mass's 10.2 and 8.0. MCLMC +
 #: diagonal measured 322 / 138 there but is unadjusted: on the field demo's exact posterior
 #: its two chains settled at lp means 2 sd apart (pooled lp R-hat 1.55), so it is offered, not

@@ -35,10 +35,8 @@ Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps to
 fresh state (``sampler.step_size`` is the search's first guess; its momenta come from
 fold_in((seed, 104729), step), so the search is reproducible; a resumed run restores the step
 sizes from its checkpoint and never searches again), with the shrinkage target
-mu = log(10 eps0) as Stan. With ``preconditioner = "diagonal"`` the diagonal starts from the model's own per-mode
-posterior scale where it has one (the field's whitened or raw_modes latent: the fourier
-preconditioner's w at the prior's centre, ``FieldModel.initial_mass_scale``; 1 elsewhere), and the
-variance of each state coordinate is estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
+mu = log(10 eps0) as Stan. With ``preconditioner = "diagonal"`` the variance of each state coordinate is
+estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
 Stan); at 75 % a diagonal mass matrix M = 1/var is set, the step size is searched again in the
 new coordinates (as Stan does after each metric update) and dual averaging restarts from it
 for the rest of warmup. The mass matrix is applied as the equivalent change of variables: the
@@ -386,7 +384,7 @@ class Engine:
 
     # -- state: fresh, checkpointed, restored -----------------------------------------
 
-    def _fresh_state(self, start_scale):
+    def _fresh_state(self):
         s, model = self.sampler, self.model
         parts = [tf.convert_to_tensor(p, self.dtype) for p in model.initial_state(s.chains, s.seed)]
         lp_and_grad = tf.function(
@@ -395,11 +393,7 @@ class Engine:
         tlp, grads = lp_and_grad(*parts)
         if not np.all(np.isfinite(tlp.numpy())):
             raise EngineError(nonfinite_report(model, parts))   # names the term, its value
-        scale = [tf.ones_like(p) if w is None else tf.broadcast_to(tf.constant(w, self.dtype)[None], p.shape)
-                 for p, w in zip(parts, start_scale or [None] * len(parts))]
-        # the kernels move z with x = scale * z: z = x / scale, d/dz = (d/dx) scale
-        parts = [p / si for p, si in zip(parts, scale)]
-        grads = [g * si for g, si in zip(grads, scale)]
+        scale = [tf.ones_like(p) for p in parts]
         if self._is_microcanonical():
             # their own tuning sets the step (core.engine.microcanonical); no search
             da = self._tuner.fresh(parts, s.seed)
@@ -420,15 +414,6 @@ class Engine:
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
                     moments=moments, step=0, progress=dict(new_progress()),
                     watch_step=watch_step)
-
-    def _mass_start(self) -> list | None:
-        """Per state part, x = scale * z before the diagonal mass is adapted (None: 1): for
-        HMC / NUTS with ``preconditioner = "diagonal"`` the model's own per-mode scale where it
-        has one (``FieldModel.initial_mass_scale``), which the mass window's variances then
-        replace; None (all 1) otherwise."""
-        if self.schedule.mass_end is None or self._is_microcanonical() or not self.model.has_field:
-            return None
-        return self.model.initial_mass_scale()
 
     def _searched_step(self, state, tlp, grads, scale, first_guess, g):
         """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
@@ -605,11 +590,8 @@ class Engine:
                 num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
                 param_names=model.param_names, observed=model.observed,
                 extra_attrs={"algorithm": s.algorithm, "device": self.device}, **extra)
-        # the diagonal mass's start is the model's scale, computed from the observed maps
-        # before they are released
-        start_scale = self._mass_start()
         self._release_observed()
-        return self._run(self._fresh_state(start_scale))
+        return self._run(self._fresh_state())
 
     def _release_observed(self):
         """The store holds the observed maps: the model's loaded float64 copies go

@@ -316,19 +316,6 @@ class FieldPosterior:
             return tf.ones(self.grid.shape, self.dtype)
         return self._fixed_scale if not self.sampled else tf.exp(self._log_scale(eta))
 
-    def initial_mass_scale(self) -> np.ndarray | None:
-        """Where the engine's adapted diagonal mass (``sampler.preconditioner = "diagonal"``)
-        starts for the field part: the model's per-mode posterior scale w
-        (``core.field.preconditioner.fourier_scale``) at the spectrum's values (a sampled
-        hyperparameter's prior median), on the full grid, for the whitened and raw_modes
-        latents; None where the model applies its own scale or the latent is in real space
-        (the diagonal then starts from 1). Before the diagonal is learned from warmup draws,
-        NUTS with unit mass builds deep trees along the well-measured modes."""
-        if self.preconditioner != "identity" or self.parameterisation not in FOURIER_PARAMETERISATIONS:
-            return None
-        return fourier_scale(self.grid, self.spectrum, self.observations,
-                             parameterisation=self.parameterisation, method=self.precision_method)
-
     def latent_of(self, state, eta=None) -> tf.Tensor:
         """The latent u (the parameterisation's) of a state's field part."""
         if self.preconditioner != "fourier":

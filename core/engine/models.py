@@ -97,11 +97,6 @@ class FieldModel:
     def initial_state(self, chains: int, seed: int):
         return self.posterior.initial_state(chains, seed)
 
-    def initial_mass_scale(self) -> list[np.ndarray | None]:
-        """Per state part, the scale the adapted diagonal mass starts from (None: 1);
-        ``FieldPosterior.initial_mass_scale`` for the field, 1 for the hyperparameters."""
-        return [self.posterior.initial_mass_scale()] + [None] * bool(self.posterior.sampled)
-
     @property
     def target_log_prob_fn(self):
         return self.posterior.target_log_prob_fn()

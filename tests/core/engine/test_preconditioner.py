@@ -248,20 +248,3 @@ def test_engine_run_with_fourier_preconditioner_recovers_the_masked_wiener_poste
     # ESS beyond the draw count (antithetic chains) is estimated to within a factor ~2
     assert 0.25 < scaled < 2.0
     assert abs(np.median(ratio) - 1.0) < 4.0 / math.sqrt(2.0 * np.median(ess))
-
-
-def test_the_adapted_diagonal_starts_from_the_model_scale_which_whitens_uniform_noise():
-    """``preconditioner = "diagonal"``: before the mass window's variances exist, the engine's
-    x = s z starts from the model's per-mode scale (``initial_mass_scale``), the fourier
-    preconditioner's w. For uniform noise that makes the precision in z exactly I (dense
-    Hessian); None where the latent is in real space or the model applies w itself."""
-    grid, spectrum, obs = uniform_case()
-    identity = FieldPosterior(grid, spectrum, obs, dtype=tf.float64)
-    fourier = FieldPosterior(grid, spectrum, obs, dtype=tf.float64, preconditioner="fourier")
-    s = identity.initial_mass_scale()
-    np.testing.assert_allclose(s, fourier.scale().numpy(), rtol=1e-12)
-    h_z = s.reshape(-1)[:, None] * hessian(identity) * s.reshape(-1)[None, :]
-    assert np.linalg.cond(hessian(identity)) > 20.0
-    np.testing.assert_allclose(h_z, np.eye(grid.n_cells), atol=1e-10)
-    assert fourier.initial_mass_scale() is None
-    assert FieldPosterior(grid, spectrum, obs, parameterisation="white_noise").initial_mass_scale() is None
