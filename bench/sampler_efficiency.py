@@ -817,7 +817,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--num-warmup", type=int, default=None,
                         help="warmup steps of every Fieldscope combination and of BlackJAX NUTS "
-                             "(default: a new config's num_warmup)")
+                             "(default: the config schema's num_warmup, 200)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
