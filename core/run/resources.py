@@ -85,11 +85,7 @@ statistics and 8 bytes per sampled parameter; plus the moments, the observed map
 the checkpoint. ``disk_problem`` refuses a new run whose store exceeds the free space
 of its disk.
 
-Grid. A field run needs every axis of at least GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
-#                                      an assumption, not measured (no GPU lent so far)
-#: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
-DEVICE_ARRAYS = ("model_state", "model_constants")
-MIN_AXIS = 3 cells (``grid_problem``).
+Grid. A field run needs every axis of at least MIN_AXIS = 3 cells (``grid_problem``).
 The field's k = 0 mode is not random (its prior variance is 0), and along an axis of
 n cells the grid resolves the frequencies m = 1 .. n // 2: n = 1 has none (the field
 is constant along the axis), n = 2 only the Nyquist frequency m = 1 = n / 2, whose mode
@@ -233,12 +229,9 @@ class RunEstimate:
         constants = self.arrays.get("model_constants", 0)
         return self.engine_import + max(chunk, self.setup + constants)
 
-    def needed(self, include_import: bool = True, device: str = "cpu") -> int:
-        """The memory the check compares with the free memory: on a CPU ``total``, on a
-        GPU ``device_bytes`` (the host's part is checked too, ``memory_problem``); less
-        TensorFlow's import (host) when an engine process already holds it."""
-        if device == "gpu":
-            return self.device_bytes("gpu")
+    def needed(self, include_import: bool = True) -> int:
+        """``total`` (a CPU's one memory), less TensorFlow's import when an engine process
+        already holds it (a GPU's two parts: ``device_bytes`` / ``host_bytes``)."""
         return self.total if include_import else self.total - self.engine_import
 
     @property
