@@ -82,7 +82,7 @@ def _setup(n: int, folder: Path, steps: int):
 
     first = tf.constant(warm, tf.int32)
     n_steps = tf.constant(steps, tf.int32)
-    args = (st["state"], st["tlp"], st["grads"], st["da"], st["scale"], st["mass_acc"], st["moments"])
+    args = (st["state"], st["tlp"], st["grads"], st["da"], st["scale"], st["mass_acc"])
     engine._chunk_fn(*args, first, n_steps)[0][0].numpy()
 
     def tf_engine():

@@ -239,7 +239,9 @@ class Engine:
         has_field = model.has_field
         adapt_mass = sched.mass_end is not None
 
-        def chunk(state, tlp, grads, da, scale, mass_acc, moments, step0, n_steps):
+        shift = float(model.observations.field_mean) if has_field else 0.0
+
+        def chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps):
             # da, HMC / NUTS: step_size, error_sum, log_avg (lists per part), da_step, num_adapt,
             # shrink (list); MCLMC / MAMS: their tuning state (core.engine.microcanonical)
             def x_of(z):
@@ -260,6 +262,10 @@ class Engine:
                          if has_field else tf.zeros([1], dtype))
             power_buf = (tf.zeros([max(max_fields, 1), chains, len(model.k_centres)], dtype)
                          if has_field else tf.zeros([1], dtype))
+            # this chunk's sums of x - field_mean and its square, in the model's dtype (the run's
+            # float64 totals are the host's: Engine._fold_moments)
+            moment_shape = model.grid.shape if has_field else [1]
+            moments = (tf.constant(0.0, tf.float64), tf.zeros(moment_shape, dtype), tf.zeros(moment_shape, dtype))
 
             def body(t, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc):
                 g = step0 + t
@@ -293,7 +299,7 @@ class Engine:
 
                     def accumulate():
                         x = model.field(x_parts)
-                        x64 = tf.cast(x, tf.float64)
+                        dev = x - tf.constant(shift, dtype)
                         count, total, total_sq = moments
                         keep = tf.equal(tf.math.floormod(g - sched.num_warmup, s.thin), 0)
 
@@ -303,8 +309,8 @@ class Engine:
                                     n_fields + 1)
 
                         fb, pb, nf = tf.cond(keep, store, lambda: (field_buf, power_buf, n_fields))
-                        return (count + chains, total + tf.reduce_sum(x64, axis=0),
-                                total_sq + tf.reduce_sum(x64 * x64, axis=0)), fb, pb, nf
+                        return (count + chains, total + tf.reduce_sum(dev, axis=0),
+                                total_sq + tf.reduce_sum(dev * dev, axis=0)), fb, pb, nf
 
                     moments, field_buf, power_buf, n_fields = tf.cond(
                         post, accumulate, lambda: (moments, field_buf, power_buf, n_fields))
@@ -406,11 +412,8 @@ class Engine:
             watch_step = self._watch_reference(step)
         mass_acc = (tf.constant(0.0, self.dtype), [tf.zeros_like(p[0]) for p in parts],
                     [tf.zeros_like(p[0]) for p in parts])
-        if model.has_field:
-            shape = model.grid.shape
-            moments = (tf.constant(0.0, tf.float64), tf.zeros(shape, tf.float64), tf.zeros(shape, tf.float64))
-        else:
-            moments = (tf.constant(0.0, tf.float64), tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))
+        shape = model.grid.shape if model.has_field else [1]
+        moments = (np.float64(0.0), np.zeros(shape, np.float64), np.zeros(shape, np.float64))
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
                     moments=moments, step=0, progress=dict(new_progress()),
                     watch_step=watch_step)
@@ -514,8 +517,8 @@ class Engine:
         st = dict(state=get("state"), grads=get("grads"), tlp=tf.constant(arrays["tlp"]),
                   scale=get("scale"),
                   mass_acc=(tf.constant(arrays["mass_count"]), get("mass_mean"), get("mass_m2")),
-                  moments=(tf.constant(arrays["mom_count"]), tf.constant(arrays["mom_sum"]),
-                           tf.constant(arrays["mom_sumsq"])),
+                  moments=(np.float64(arrays["mom_count"]), np.array(arrays["mom_sum"], np.float64),
+                           np.array(arrays["mom_sumsq"], np.float64)),
                   step=int(meta["step"]), progress=dict(meta["progress"]),
                   # checkpoints from before the step-size search: the config's step size
                   watch_step=np.asarray(arrays["watch_step"]) if "watch_step" in arrays
@@ -527,6 +530,7 @@ class Engine:
             st["da"] = {key: ([tf.constant(arrays[f"tune_{key}_{i}"]) for i in range(tuning["parts"][key])]
                               if key in tuning["parts"] else tf.constant(arrays[f"tune_{key}"]))
                         for key in tuning["keys"]}
+            st["da"] = self._tuner.complete(st["da"])
             return st, meta
         st["da"] = {key: get(f"da_{key}") for key in ("step_size", "error_sum", "log_avg", "shrink")}
         st["da"]["da_step"] = tf.constant(arrays["da_step"])
@@ -667,11 +671,11 @@ class Engine:
                 self._status(phase)
                 t0 = time.perf_counter()
                 out = self._chunk_fn(st["state"], st["tlp"], st["grads"], st["da"], st["scale"],
-                                     st["mass_acc"], st["moments"], tf.constant(first, tf.int32),
-                                     tf.constant(n, tf.int32))
-                (state, tlp, grads, da, mass_acc, moments, traces, params, field_buf, power_buf, n_fields) = out
+                                     st["mass_acc"], tf.constant(first, tf.int32), tf.constant(n, tf.int32))
+                (state, tlp, grads, da, mass_acc, sums, traces, params, field_buf, power_buf, n_fields) = out
                 elapsed = time.perf_counter() - t0
-                st.update(state=state, tlp=tlp, grads=grads, da=da, mass_acc=mass_acc, moments=moments)
+                st.update(state=state, tlp=tlp, grads=grads, da=da, mass_acc=mass_acc,
+                          moments=self._fold_moments(st["moments"], sums))
                 st["step"] = first + n
                 diagnosis = None
                 if first < sched.num_warmup:
@@ -692,6 +696,8 @@ class Engine:
                 self.emit(chunk_event(**contents, elapsed=elapsed,
                                       steps_per_second=n / max(elapsed, 1e-9),
                                       total_elapsed=time.perf_counter() - started))
+                # not held while the next chunk runs (on a GPU its draws are device memory)
+                del out, sums, traces, params, field_buf, power_buf, record, contents
                 if diagnosis is not None:     # the chunk that shows it is stored first
                     raise EngineError(diagnosis)
             return self._finish("finished", st)
@@ -769,6 +775,28 @@ class Engine:
         chains_step = tf.reshape(st["da"]["step_size"][0], [chains])
         step = self._searched_step(st["state"], st["tlp"], st["grads"], new_scale, chains_step, sched.mass_end)
         st["da"] = self._da_state(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
+
+    def _fold_moments(self, moments, sums):
+        """The run's float64 totals (count, sum of x, sum of x^2: host numpy arrays, updated in
+        place) with a chunk's sums added (count, sum of x - m, sum of (x - m)^2 with m =
+        field_mean, in the model's dtype). Only the chunk's sums are on the device: a chunk of
+        at most chunk_size x chains draws rounds in float32 at ~1e-7 of its sum, the totals
+        keep float64, and the device does not hold the totals' 2 N 8 bytes (#13)."""
+        count, total, total_sq = moments
+        k = float(np.asarray(sums[0]))
+        if not self.model.has_field or k == 0:
+            return moments
+        m = float(self.model.observations.field_mean)
+        s1 = np.asarray(sums[1]).astype(np.float64)
+        total += s1                      # sum x = sum (x - m) + k m
+        if m:
+            total += k * m
+            s1 *= 2.0 * m                # sum x^2 = sum (x - m)^2 + 2 m sum (x - m) + k m^2
+            total_sq += s1
+            total_sq += k * m * m
+        del s1
+        total_sq += np.asarray(sums[2]).astype(np.float64)
+        return count + k, total, total_sq
 
     def _record(self, first, n, traces, params, field_buf, power_buf, n_fields, st):
         """The chunk's ``ChunkRecord`` for the store and the fields of its chunk event

@@ -234,11 +234,15 @@ class FieldPosterior:
             beam = np.exp(-0.5 * (k_half * obs.smoothing_scale)**2)
         self._beam = None if beam is None else tf.constant(beam, rd)
         mask = obs.mask
-        self._mask = tf.constant(mask.astype(np.float64), rd)
+        # grid-sized constants are device memory on a GPU (#13): the Gaussian likelihood's
+        # mask is inside its 1 / sigma (0 where masked), a scalar when the noise is uniform
+        # and nothing is masked; the Poisson one needs the mask itself
+        self._mask = None if obs.kind == "gaussian" else tf.constant(mask.astype(np.float64), rd)
         self._data = tf.constant(obs.data, rd)
         self._field_mean = obs.field_mean
         if obs.kind == "gaussian":
-            inv = np.where(mask, 1.0 / obs.noise, 0.0)
+            sigma = obs.uniform_noise
+            inv = 1.0 / sigma if mask.all() and sigma is not None else np.where(mask, 1.0 / obs.noise, 0.0)
             self._inv_sigma = tf.constant(inv, rd)
             self._lik_const = float(-np.sum(np.log(obs.noise[mask])) - 0.5 * mask.sum() * _LOG_2PI)
         else:

@@ -338,8 +338,9 @@ class Grid:
                                        kernel) and at the proposal
             half_spectrum  2 C H 2b    forward half spectrum and its cotangent
             fft_workspace    C H 2b    one half-spectrum-sized scratch per transform
-            running_stats  2 N 8       pooled running mean and sum of squared
-                                       deviations (Welford), always float64
+            running_stats  2 N b       the chunk's sums of the field's deviations from
+                                       its fixed mean and of their squares (the run's
+                                       float64 totals are host memory, not counted here)
             kept_draws     D C N b     D = ``n_field_draws_kept`` draws per chain
 
         An estimate: see ``MemoryEstimate`` for what it leaves out.
@@ -364,7 +365,7 @@ class Grid:
             gradient=2 * c * n * b,
             half_spectrum=2 * c * h * 2 * b,
             fft_workspace=c * h * 2 * b,
-            running_stats=2 * n * 8,
+            running_stats=2 * n * b,
             kept_draws=int(n_field_draws_kept) * c * n * b,
         )
 

@@ -38,11 +38,16 @@ tests/core/test_faults.py measures a run's peak against this estimate.
 The named arrays at a chunk's peak (``RunEstimate.arrays``, bytes):
 
     model_state     ``Grid.memory_estimate``: state, proposal, momentum, gradients,
-                    half spectra, FFT scratch, running moments (float64), and the
-                    chunk's field buffer of ceil(chunk_size / thin) + 1 draws per chain
-    model_constants data, mask and 1 / noise as the model's tensors (3 N b)
-    chunk_copies    the chunk's field draws as the store takes them (2 copies), the
-                    moments' mean / std (float64) and their float32 copies for the views
+                    half spectra, FFT scratch, the chunk's sums for the moments (b bytes
+                    a value), and the chunk's field buffer of ceil(chunk_size / thin) + 1
+                    draws per chain
+    model_constants data and 1 / noise (0 where masked; Poisson: the mask) as the
+                    model's tensors (2 N b; 1 / noise is a scalar for uniform noise
+                    without a mask, not counted apart)
+    chunk_copies    the chunk's field draws as the store takes them (2 copies), the run's
+                    float64 moment totals (host memory: the chunk's sums are added to them
+                    after each chunk, ``Engine._fold_moments``), their mean / std (float64)
+                    and float32 copies for the views
 
 Not at the peak: the maps as loaded (data, mask, noise, truth: float64) and the
 store's observed_data copies of them live only while the store is created
@@ -276,10 +281,12 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     maps = 1 + 1 + int(noise_map) + int(truth)           # data, mask, noise, truth
     arrays = {
         "model_state": model,
-        "model_constants": 3 * n * b,                    # data, mask, 1 / noise as tensors
-        "chunk_copies": 2 * kept * c * n * 4 + 2 * n * 8 + 2 * n * 4,
+        "model_constants": 2 * n * b,                    # data and 1 / noise (or the mask) as tensors
+        # the draws as the store takes them, the run's float64 moment totals, their mean / std
+        # and float32 copies
+        "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
     }
-    gpu_host = {    # on a GPU: device-to-host copies of the draws and moments, one checkpoint array
+    gpu_host = {    # on a GPU: the draws copied off the device, the moments (host memory), one checkpoint array
         "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
         "checkpoint": max(c * n * b, n * 8),
     }

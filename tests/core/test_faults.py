@@ -242,7 +242,7 @@ def test_estimate_parts_and_refusal_message():
     # on a GPU the device holds the model's tensors, its constants and XLA's buffers; the
     # host the runtime, the chunk's copies and one checkpoint array (or the set-up's maps)
     n4 = n * 4
-    assert e.device_bytes("gpu") == (e.arrays["model_state"] + 3 * n4 + e.xla_working_set
+    assert e.device_bytes("gpu") == (e.arrays["model_state"] + 2 * n4 + e.xla_working_set
                                      + resources.GPU_RUNTIME_BYTES)
     assert e.host_bytes("gpu") == e.runtime + max(2 * 6 * 2 * n4 + 4 * n * 8 + 2 * n4 + 2 * n4,
                                                   2 * 3 * n * 8)

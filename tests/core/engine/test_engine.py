@@ -330,3 +330,30 @@ def test_every_event_of_a_run_is_as_core_run_messages_defines_it(tmp_path):
     assert chunks[-1]["moments"][0].shape == (8, 8, 8)
     assert chunks[-1]["progress"] == {"warmup_draws": 20, "draws": 30, "field_draws": 6,
                                       "chunks": len(chunks)}
+
+
+def test_field_moments_equal_the_moments_of_every_draw_with_a_large_field_mean(tmp_path):
+    """Every post-warmup draw kept (thin 1): the stored mean and std (the chunk's float32 sums of
+    x - field_mean folded into float64 totals, Engine._fold_moments) equal numpy's float64 ones
+    of the stored draws, with a field mean 200x the posterior sd (its squares dominate x^2)."""
+    from core.config import config_from_dict, dump_config
+    from support.engine_cases import field_case_document
+
+    write_field_case(tmp_path, shape=(8, 8, 8))
+    with np.load(tmp_path / "data.npz") as f:
+        arrays = dict(f)
+    arrays["data"] = arrays["data"] + 60.0
+    np.savez(tmp_path / "data.npz", **arrays)
+    doc = field_case_document(shape=(8, 8, 8), warmup=20, samples=45, chunk=16, thin=1, leapfrog=4)
+    doc["likelihood"] = {"kind": "gaussian", "field_mean": 60.0}
+    config = config_from_dict(doc, base_dir=tmp_path)
+    status, _ = run(config, dump_config(config), tmp_path / "run")
+    assert status == "finished"
+    reader = RunReader(tmp_path / "run")
+    draws = reader.field_draws().astype(np.float64)           # (chains, 45, 8, 8, 8)
+    mean, std, count = reader.field_moments()
+    assert count == draws.shape[0] * draws.shape[1] == 90
+    flat = draws.reshape(-1, *draws.shape[2:])
+    assert abs(float(flat.mean()) - 60.0) < 1.0 and float(flat.std(axis=0).mean()) < 0.3
+    np.testing.assert_allclose(mean, flat.mean(axis=0), rtol=0, atol=2e-5)
+    np.testing.assert_allclose(std, flat.std(axis=0, ddof=1), rtol=2e-4)
