@@ -42,6 +42,10 @@ MCLMC warmup (BlackJAX's ``mclmc_find_L_and_step_size``, its three stages spread
    chain instead of every draw), ESS by ``core.store.diagnostics.ess_mean``. For independent
    coordinates the autocorrelation of such a projection is the weight-averaged one of the
    coordinates, so its tau estimates the mean tau the reference takes.
+   Beyond the reference: stage 3 also records each chain's energy errors, and at its end
+   every chain takes the smallest step size among the chains that ran it stably (within 4x
+   the target energy variance, nothing undone) and their mean L; with none stable, the step
+   sizes are shrunk (``MclmcSampler.checked_and_shared``).
 
 MAMS (Robnik et al. 2025; BlackJAX ``adjusted_mclmc_dynamic.py`` with its
 ``make_random_trajectory_length_fn(True)`` and ``adjusted_mclmc_find_L_and_step_size``'s
@@ -58,7 +62,7 @@ by clamp(1.3 sqrt(sum var) / L, 0, 2), the diagonal set (with ``adapt_mass_matri
 target_num_integration_steps = 2), and at the end of warmup eps = the dual average, L = 2 eps.
 
 Everything is vectorised over chains (leading axis C of every part): each chain has its own
-step size and L. The tuning state is a dict of tensors (lists of tensors per state part) that
+step size and L during warmup (MCLMC's chains share them for sampling). The tuning state is a dict of tensors (lists of tensors per state part) that
 the engine passes into and out of each compiled chunk and checkpoints as it is; the stage
 transitions that need a whole stage's figures (L, the ESS, the dual average's end) run
 between chunks (``at_boundary``), at steps where the engine ends a chunk (``stops``).
@@ -87,6 +91,8 @@ TRUST_IN_ESTIMATE = 1.5
 NUM_EFFECTIVE_SAMPLES = 150        # memory of the step-size predictor
 L_FACTOR = 0.4                     # L = L_FACTOR eps tau (stage 3)
 N_PROJECTIONS = 4                  # random projections whose ESS stands in for every coordinate's
+STABLE_ENERGY_FACTOR = 4.0         # stage 3: a chain whose energy variance is within this x the target is stable
+CHI2_1_MEDIAN = 0.4549364231195724  # median of a chi-square with 1 degree of freedom
 MAMS_STEPS_PER_L = 2.0             # the reference's target_num_integration_steps
 MAMS_TUNING_FACTOR = 1.3
 MAMS_AVG_FLOOR = 1.1
@@ -280,6 +286,10 @@ class _Microcanonical:
     def mass_window(self):
         return self.plan(self.num_warmup, self.diagonal)[0]
 
+    def complete(self, tune: dict) -> dict:
+        """A tuning state restored from a checkpoint, with any keys a later version added."""
+        return dict(tune)
+
     def stops(self) -> tuple[int, ...]:
         return self.plan(self.num_warmup, self.diagonal)[1]
 
@@ -315,7 +325,17 @@ class MclmcSampler(_Microcanonical):
                 "step_max": _tuning_scalars(self.chains, np.inf),
                 **self._moments_fresh(),
                 "proj_inv_sd": [tf.ones(s, self.dtype) for s in self.part_shapes],
-                "proj_buf": tf.zeros([n3, self.chains, N_PROJECTIONS], tf.float64)}
+                "proj_buf": tf.zeros([n3, self.chains, N_PROJECTIONS], tf.float64),
+                **self._energy_watch_fresh()}
+
+    def _energy_watch_fresh(self):
+        n3 = max(self.stages.warmup - self.stages.b3, 1)
+        return {"energy_buf": tf.zeros([n3, self.chains], tf.float64)}
+
+    def complete(self, tune: dict) -> dict:
+        """A tuning state restored from a checkpoint of an older version, with the stage-3
+        energy watch it lacks (zero sums: that stage's check then sees only its later steps)."""
+        return {**self._energy_watch_fresh(), **tune}
 
     def one_step(self, x, lp, g, tune, seed, step_index):
         """One MCLMC step and its warmup tuning, in the compiled chunk. Returns x, lp, g, tune
@@ -360,7 +380,9 @@ class MclmcSampler(_Microcanonical):
                 row = row + tf.matmul(tf.reshape(xi, [self.chains, n]), w, transpose_b=True)
             row = tf.cast(row, tf.float64)
             buf = tf.tensor_scatter_nd_update(tune["proj_buf"], [[step_index - st.b3]], row[None])
-            return {**tune, "proj_buf": buf}
+            e = tf.where(ok, tf.cast(energy, tf.float64), tf.constant(np.nan, tf.float64))
+            ebuf = tf.tensor_scatter_nd_update(tune["energy_buf"], [[step_index - st.b3]], e[None])
+            return {**tune, "proj_buf": buf, "energy_buf": ebuf}
 
         tune = tf.cond(in_stage3, record, lambda: dict(tune))
         diverging = tf.logical_or(~ok, tf.abs(energy) > self.divergence_threshold)
@@ -403,8 +425,48 @@ class MclmcSampler(_Microcanonical):
                 finite = np.isfinite(tau) & (ess > 0)
                 if finite.any():
                     L[c] = L_FACTOR * eps[c] * float(np.mean(tau[finite]))
-            tune["L"] = tf.constant(L, tf.float64)
+            tune["step_size"], tune["L"] = (tf.constant(v, tf.float64) for v in self.checked_and_shared(
+                eps, L, np.asarray(tune["energy_buf"])))
         return tune
+
+    def checked_and_shared(self, eps, L, energy):
+        """The sampling phase's step size and L, shared by every chain, from stage 3's
+        (``eps``, ``L``: (C,)) and its energy errors (``energy``: (steps, C), NaN where a step
+        was undone).
+
+        A step size can come out of the short re-tune after the diagonal past the integrator's
+        stability edge, where the energy error variance jumps by orders of magnitude (measured
+        on the field demo: eps 168.7 gave 1.8e-2 per dimension, eps 160.6 1.6e-4, the target
+        5e-4), and the reference keeps it for the whole run: that chain's variances came out
+        10-20 % high and its lp 2 sd from the other chain's. A chain is stable here when none
+        of its stage-3 steps was undone and its energy variance per dimension is at most
+        ``STABLE_ENERGY_FACTOR`` x the target; every chain takes the smallest step size among
+        the stable ones (one that ran stage 3 without trouble) and their mean L. With none
+        stable, each step size is scaled by (target / robust variance)^(1/6) (the predictor's
+        Var ~ eps^6; the variance from the median of the squared errors, since past the edge
+        a few steps' errors dominate their mean), and by 0.8 more where a step was undone,
+        and the smallest is taken. One step size for all: an unadjusted sampler's bias depends
+        on it, and R-hat should compare the chains' mixing, not their biases."""
+        eps = np.asarray(eps, dtype=float).copy()
+        L = np.asarray(L, dtype=float)
+        e2 = np.square(np.asarray(energy, dtype=float))
+        done = ~np.isnan(e2)
+        undone = ~done.all(axis=0)
+        n_done = done.sum(axis=0)
+        var = np.where(n_done > 0, np.where(done, e2, 0.0).sum(axis=0) / np.maximum(n_done, 1), np.inf) / self.dim
+        stable = ~undone & (var <= STABLE_ENERGY_FACTOR * DESIRED_ENERGY_VAR)
+        if stable.any():
+            shared_eps, chosen = eps[stable].min(), stable
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                robust = np.nanmedian(e2, axis=0) / CHI2_1_MEDIAN / self.dim
+                factor = np.where(np.isfinite(robust) & (robust > 0),
+                                  np.minimum(1.0, (DESIRED_ENERGY_VAR / robust) ** (1.0 / 6.0)), 0.5)
+            eps = eps * factor * np.where(undone, 0.8, 1.0)
+            shared_eps, chosen = eps.min(), np.ones(self.chains, bool)
+        finite_L = L[chosen & np.isfinite(L)]
+        shared_L = float(finite_L.mean()) if finite_L.size else float(np.mean(L))
+        return np.full(self.chains, shared_eps), np.full(self.chains, shared_L)
 
 
 class MamsSampler(_Microcanonical):

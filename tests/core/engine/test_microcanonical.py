@@ -170,6 +170,40 @@ def test_mclmc_recovers_a_correlated_gaussian():
     assert np.all(np.isfinite(tune["L"].numpy())) and np.all(tune["step_size"].numpy() > 0)
 
 
+def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
+    """Stage 3's check (MclmcSampler.checked_and_shared) on energy errors of known variance: a
+    chain past the stability edge takes the stable chain's step size; with no chain stable the
+    step sizes shrink by (target / variance)^(1/6), the variance read robustly (a few huge
+    errors do not set it); an undone step (NaN) makes a chain unstable."""
+    rng = np.random.default_rng(5)
+    chains, n = 3, 4000
+    parts = [tf.zeros((chains, 3), tf.float64), tf.zeros((chains, 2, 2), tf.float64)]
+    sampler = mc.MclmcSampler(_tf_target(_precision()), parts, chains, tf.float64, 100, False, 0.25)
+    dim = sampler.dim
+
+    def errors(*var_per_dim):
+        return np.stack([rng.normal(0.0, np.sqrt(v * dim), n) for v in var_per_dim], axis=1)
+
+    eps, L = np.array([1.0, 1.1, 1.2]), np.array([10.0, 20.0, 90.0])
+    # chain 2 at 200x the target: all take the smaller of the stable chains' step sizes and their mean L
+    got_eps, got_L = sampler.checked_and_shared(eps, L, errors(3e-4, 4e-4, 0.1))
+    np.testing.assert_array_equal(got_eps, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(got_L, [15.0, 15.0, 15.0])
+    # no chain stable: each shrinks to where the eps^6 law puts the target, the smallest is taken
+    e = errors(2e-2, 1e-2, 5e-2)
+    e[:20, 1] *= 100.0                       # a burst: 0.5 % of the steps, 10^4 x the variance
+    got_eps, _ = sampler.checked_and_shared(eps, L, e)
+    expected = min(eps * (mc.DESIRED_ENERGY_VAR / np.array([2e-2, 1e-2, 5e-2])) ** (1 / 6))
+    np.testing.assert_allclose(got_eps, expected, rtol=0.02)
+    # an undone step: chain 0 is not stable, chain 1 is
+    e = errors(1e-4, 1e-4, 1e-4)
+    e[7, 0] = np.nan
+    e[:, 2] *= 100.0
+    got_eps, got_L = sampler.checked_and_shared(eps, L, e)
+    np.testing.assert_array_equal(got_eps, [1.1, 1.1, 1.1])
+    np.testing.assert_array_equal(got_L, [20.0, 20.0, 20.0])
+
+
 @pytest.mark.parametrize("algorithm, mass", [("mclmc", True), ("mams", False)])
 def test_engine_run_matches_the_wiener_posterior_and_resumes_bit_identically(tmp_path, algorithm, mass):
     """A tiny field posterior (8^3, hyperparameters fixed) against its exact Wiener answer, and a
@@ -195,6 +229,8 @@ def test_engine_run_matches_the_wiener_posterior_and_resumes_bit_identically(tmp
     length, step = reader.stat("trajectory_length"), reader.stat("step_size")
     assert np.isfinite(length).all() and (length > 0).all() and (step > 0).all()
     assert (step == step[:, :1]).all() and (np.std(reader.stat("step_size", warmup=True), axis=1) > 0).all()
+    if algorithm == "mclmc":      # one step size and L for every chain in sampling
+        assert (step == step[0, 0]).all() and (length == length[0, 0]).all()
 
     # the summary's ESS per gradient evaluation counts n_steps: 2 a step for MCLMC, 2 n for MAMS
     from core.store.run_summary import summarize_run
