@@ -148,6 +148,9 @@ class _KernelFactory(Engine):
 
     def __init__(self, config: RunConfig, sampler, target, dtype, chains: int):
         if sampler.algorithm in microcanonical.SAMPLERS:
+            # the batch's chains are each simulation's sampler.chains in turn: those share
+            # MCLMC's sampling step size, not the whole batch (different posteriors)
+            self.chains_per_posterior = sampler.chains
             sampler = dataclasses.replace(sampler, chains=chains)
         # no run directory: only the kernel and the schedule are used
         super().__init__(dataclasses.replace(config, sampler=sampler), "", ".")

@@ -149,6 +149,10 @@ def _config_digest(text: str) -> str:
 class Engine:
     """Runs one config into one run directory. Use :meth:`start` or :meth:`resume`."""
 
+    #: consecutive chains that sample one posterior (None: every chain; a calibration batch
+    #: sets each simulation's chains): MCLMC's chains share their sampling step size in these
+    chains_per_posterior: int | None = None
+
     def __init__(self, config: cfgmod.RunConfig, config_text: str, run_dir, *,
                  emit: Callable[[dict], None] | None = None, control: Control | None = None):
         self.config = config
@@ -224,7 +228,8 @@ class Engine:
         try:
             return microcanonical.SAMPLERS[s.algorithm](
                 target, parts, s.chains, self.dtype, s.num_warmup, self.schedule.mass_end is not None,
-                s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD, **extra)
+                s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD,
+                chains_per_posterior=self.chains_per_posterior, **extra)
         except ValueError as err:
             raise EngineError(f"sampler.algorithm = {s.algorithm!r}: {err}; this model has "
                               f"{microcanonical.n_dims(parts)}: use \"hmc\" or \"nuts\"") from None

@@ -45,7 +45,8 @@ MCLMC warmup (BlackJAX's ``mclmc_find_L_and_step_size``, its three stages spread
    Beyond the reference: stage 3 also records each chain's energy errors, and at its end
    every chain takes the smallest step size among the chains that ran it stably (within 4x
    the target energy variance, nothing undone) and their mean L; with none stable, the step
-   sizes are shrunk (``MclmcSampler.checked_and_shared``).
+   sizes are shrunk (``MclmcSampler.checked_and_shared``). Only chains of one posterior share:
+   a calibration batch's simulations each keep their own (``chains_per_posterior``).
 
 MAMS (Robnik et al. 2025; BlackJAX ``adjusted_mclmc_dynamic.py`` with its
 ``make_random_trajectory_length_fn(True)`` and ``adjusted_mclmc_find_L_and_step_size``'s
@@ -261,8 +262,14 @@ class _Microcanonical:
     ``at_boundary``, ``stops``, ``mass_window``)."""
 
     def __init__(self, target, parts_like, chains: int, dtype, num_warmup: int, diagonal: bool,
-                 initial_step_per_coordinate: float, divergence_threshold: float = 1000.0):
+                 initial_step_per_coordinate: float, divergence_threshold: float = 1000.0,
+                 chains_per_posterior: int | None = None):
         self.target = target
+        # consecutive chains that sample one posterior (None: all; calibration's batch: each
+        # simulation's chains), which MCLMC's sampling step size is shared by
+        self.chains_per_posterior = int(chains_per_posterior or chains)
+        if chains % self.chains_per_posterior:
+            raise ValueError(f"{chains} chains are not groups of {self.chains_per_posterior}")
         self.divergence_threshold = float(divergence_threshold)
         self.chains = chains
         self.dtype = dtype
@@ -425,14 +432,22 @@ class MclmcSampler(_Microcanonical):
                 finite = np.isfinite(tau) & (ess > 0)
                 if finite.any():
                     L[c] = L_FACTOR * eps[c] * float(np.mean(tau[finite]))
-            tune["step_size"], tune["L"] = (tf.constant(v, tf.float64) for v in self.checked_and_shared(
+            tune["step_size"], tune["L"] = (tf.constant(v, tf.float64) for v in self.shared_by_posterior(
                 eps, L, np.asarray(tune["energy_buf"])))
         return tune
 
+    def shared_by_posterior(self, eps, L, energy):
+        """``checked_and_shared`` for each group of ``chains_per_posterior`` consecutive chains:
+        (eps, L) arrays (C,)."""
+        k = self.chains_per_posterior
+        shared = [self.checked_and_shared(eps[i:i + k], L[i:i + k], energy[:, i:i + k])
+                  for i in range(0, self.chains, k)]
+        return tuple(np.concatenate(v) for v in zip(*shared))
+
     def checked_and_shared(self, eps, L, energy):
-        """The sampling phase's step size and L, shared by every chain, from stage 3's
-        (``eps``, ``L``: (C,)) and its energy errors (``energy``: (steps, C), NaN where a step
-        was undone).
+        """The sampling phase's step size and L of chains that sample one posterior, shared by
+        them, from stage 3's (``eps``, ``L``: (k,)) and its energy errors (``energy``: (steps,
+        k), NaN where a step was undone).
 
         A step size can come out of the short re-tune after the diagonal past the integrator's
         stability edge, where the energy error variance jumps by orders of magnitude (measured
@@ -463,10 +478,10 @@ class MclmcSampler(_Microcanonical):
                 factor = np.where(np.isfinite(robust) & (robust > 0),
                                   np.minimum(1.0, (DESIRED_ENERGY_VAR / robust) ** (1.0 / 6.0)), 0.5)
             eps = eps * factor * np.where(undone, 0.8, 1.0)
-            shared_eps, chosen = eps.min(), np.ones(self.chains, bool)
+            shared_eps, chosen = eps.min(), np.ones(eps.shape, bool)
         finite_L = L[chosen & np.isfinite(L)]
         shared_L = float(finite_L.mean()) if finite_L.size else float(np.mean(L))
-        return np.full(self.chains, shared_eps), np.full(self.chains, shared_L)
+        return np.full(eps.shape, shared_eps), np.full(eps.shape, shared_L)
 
 
 class MamsSampler(_Microcanonical):

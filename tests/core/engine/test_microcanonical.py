@@ -202,6 +202,16 @@ def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
     got_eps, got_L = sampler.checked_and_shared(eps, L, e)
     np.testing.assert_array_equal(got_eps, [1.1, 1.1, 1.1])
     np.testing.assert_array_equal(got_L, [20.0, 20.0, 20.0])
+    # calibration's batch: each simulation's chains (here 2 of 4) share, not the whole batch
+    parts4 = [tf.zeros((4, 3), tf.float64), tf.zeros((4, 2, 2), tf.float64)]
+    batch = mc.MclmcSampler(_tf_target(_precision()), parts4, 4, tf.float64, 100, False, 0.25,
+                            chains_per_posterior=2)
+    got_eps, got_L = batch.shared_by_posterior(np.array([1.0, 1.2, 3.0, 2.0]), np.array([10.0, 30.0, 5.0, 7.0]),
+                                               errors(1e-4, 1e-4, 1e-4, 1e-4))
+    np.testing.assert_array_equal(got_eps, [1.0, 1.0, 2.0, 2.0])
+    np.testing.assert_array_equal(got_L, [20.0, 20.0, 6.0, 6.0])
+    with pytest.raises(ValueError, match="groups of 3"):
+        mc.MclmcSampler(_tf_target(_precision()), parts4, 4, tf.float64, 100, False, 0.25, chains_per_posterior=3)
 
 
 @pytest.mark.parametrize("algorithm, mass", [("mclmc", True), ("mams", False)])
