@@ -63,8 +63,9 @@ by clamp(1.3 sqrt(sum var) / L, 0, 2), the diagonal set (with ``adapt_mass_matri
 target_num_integration_steps = 2), and at the end of warmup eps = the dual average, L = 2 eps.
 
 Everything is vectorised over chains (leading axis C of every part): each chain has its own
-step size and L during warmup (MCLMC's chains share them for sampling). The tuning state is a dict of tensors (lists of tensors per state part) that
-the engine passes into and out of each compiled chunk and checkpoints as it is; the stage
+step size and L during warmup (MCLMC's chains of one posterior share them for sampling). The
+tuning state is a dict of tensors (lists of tensors per state part) that the engine passes
+into and out of each compiled chunk and checkpoints as it is; the stage
 transitions that need a whole stage's figures (L, the ESS, the dual average's end) run
 between chunks (``at_boundary``), at steps where the engine ends a chunk (``stops``).
 The initial step size is ``sampler.step_size`` x sqrt(d): the config's step size is a move
@@ -323,7 +324,6 @@ class MclmcSampler(_Microcanonical):
     def fresh(self, parts, seed: int):
         """The tuning state at step 0 (velocity drawn from ``seed``)."""
         noise = _normal_parts(tf.constant([seed, 104729], tf.int32), parts)
-        n3 = max(self.stages.warmup - self.stages.b3, 1)
         return {"velocity": unit_velocity(noise),
                 "step_size": _tuning_scalars(self.chains, self.initial_step),
                 "L": _tuning_scalars(self.chains, math.sqrt(self.dim)),
@@ -332,16 +332,18 @@ class MclmcSampler(_Microcanonical):
                 "step_max": _tuning_scalars(self.chains, np.inf),
                 **self._moments_fresh(),
                 "proj_inv_sd": [tf.ones(s, self.dtype) for s in self.part_shapes],
-                "proj_buf": tf.zeros([n3, self.chains, N_PROJECTIONS], tf.float64),
+                "proj_buf": tf.zeros([self._stage3_steps(), self.chains, N_PROJECTIONS], tf.float64),
                 **self._energy_watch_fresh()}
 
+    def _stage3_steps(self) -> int:
+        return max(self.stages.warmup - self.stages.b3, 1)
+
     def _energy_watch_fresh(self):
-        n3 = max(self.stages.warmup - self.stages.b3, 1)
-        return {"energy_buf": tf.zeros([n3, self.chains], tf.float64)}
+        return {"energy_buf": tf.zeros([self._stage3_steps(), self.chains], tf.float64)}
 
     def complete(self, tune: dict) -> dict:
         """A tuning state restored from a checkpoint of an older version, with the stage-3
-        energy watch it lacks (zero sums: that stage's check then sees only its later steps)."""
+        energy record it lacks (zeros: the stage's steps before the resume count as exact)."""
         return {**self._energy_watch_fresh(), **tune}
 
     def one_step(self, x, lp, g, tune, seed, step_index):
