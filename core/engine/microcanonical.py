@@ -149,12 +149,10 @@ def esh_velocity_update(u, g, step, dim: int):
     a = (1 - zc) * (1 + zc + tf.cast(ue, zc.dtype) * (1 - zc))
     raw = [ei * _per_chain(a, ei) + 2.0 * _per_chain(zc, ui) * ui for ui, ei in zip(u, e)]
     new_u = _normalise(raw)[0]
-    s_plus = 0.5 * chain_dot([ui + ei for ui, ei in zip(u, e)], [ui + ei for ui, ei in zip(u, e)])
-    s_minus = 0.5 * chain_dot([ui - ei for ui, ei in zip(u, e)], [ui - ei for ui, ei in zip(u, e)])
-    s_plus, s_minus = tf.cast(s_plus, zeta.dtype), tf.cast(s_minus, zeta.dtype)
-    z2 = zeta * zeta
-    log_a = tf.math.log(tf.where(z2 <= 1.0, s_plus * (1.0 - z2) + 2.0 * z2, s_minus * (z2 - 1.0) + 2.0))
-    kinetic = (delta - math.log(2.0) + log_a) * (dim - 1)
+    # |u| = |e| = 1, so s+ = |u + e|^2 / 2 = 1 + u.e: from the projection already taken, not
+    # from two more passes over the grid (BlackJAX's form, log(1 + u.e + (1 - u.e) zeta^2))
+    ue = tf.cast(ue, zeta.dtype)
+    kinetic = (delta - math.log(2.0) + tf.math.log(1.0 + ue + (1.0 - ue) * zeta * zeta)) * (dim - 1)
     return new_u, kinetic
 
 
@@ -181,12 +179,14 @@ def _select(ok, new, old):
     return [tf.where(_per_chain(ok, n) > 0, n, o) for n, o in zip(new, old)]
 
 
-def mclmc_transition(value_and_grad, x, u, lp, g, step, L, noise_1, noise_2, noise_reset):
+def mclmc_transition(value_and_grad, x, u, lp, g, step, L, noise_1, noise_2):
     """One MCLMC step with its noise given (standard normal parts): refresh(eps / 2),
     McLachlan step, refresh(eps / 2), undone when anything is not finite.
 
     Returns x, u, lp, g, energy change (C,, tuning dtype), ok (C,) bool: False where the step
-    was undone (old x, lp, g; a fresh unit velocity from ``noise_reset``; energy change 0)."""
+    was undone (old x, lp, g; a fresh unit velocity from ``noise_2``, whose refresh of the
+    discarded velocity is discarded with it, so that no third grid of noise is drawn for a
+    rare event; energy change 0)."""
     dim = n_dims(x)
     u1 = partial_refresh(u, noise_1, 0.5 * step, L, dim)
     x2, u2, lp2, g2, kinetic = isokinetic_mclachlan(value_and_grad, x, u1, g, step, dim)
@@ -195,7 +195,7 @@ def mclmc_transition(value_and_grad, x, u, lp, g, step, L, noise_1, noise_2, noi
     ok = (_all_finite(x2) & _all_finite(u2) & tf.math.is_finite(lp2) & tf.math.is_finite(kinetic)
           & tf.math.is_finite(energy))
     x_out = _select(ok, x2, x)
-    u_out = _select(ok, u2, unit_velocity(noise_reset))
+    u_out = _select(ok, u2, unit_velocity(noise_2))
     g_out = _select(ok, g2, g)
     lp_out = tf.where(ok, lp2, lp)
     return x_out, u_out, lp_out, g_out, tf.where(ok, energy, tf.zeros_like(energy)), ok
@@ -350,11 +350,11 @@ class MclmcSampler(_Microcanonical):
         """One MCLMC step and its warmup tuning, in the compiled chunk. Returns x, lp, g, tune
         and the step's statistics (``core.run.messages.STAT_NAMES`` less lp and grad_norm)."""
         st = self.stages
-        seeds = tf.random.experimental.stateless_split(seed, 4)
+        seeds = tf.random.experimental.stateless_split(seed, 2)
         step, L = tune["step_size"], tune["L"]
         x2, u2, lp2, g2, energy, ok = mclmc_transition(
             _value_and_grad(self.target), x, tune["velocity"], lp, g, step, L,
-            _normal_parts(seeds[0], x), _normal_parts(seeds[1], x), _normal_parts(seeds[2], x))
+            _normal_parts(seeds[0], x), _normal_parts(seeds[1], x))
         tune = {**tune, "velocity": u2}
         tuning = step_index < st.b3
 
