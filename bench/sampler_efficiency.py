@@ -811,6 +811,8 @@ def main(argv=None):
     parser.add_argument("--algorithms", nargs="+", default=None,
                         help="labels (hmc/identity) or algorithms (hmc: every preconditioner) to run")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--peer-algorithms", nargs="+", choices=("nuts", "mclmc"), default=["nuts", "mclmc"],
+                        help="BlackJAX samplers to run beside ours (NUTS's window adaptation is the slow one)")
     parser.add_argument("--grid", type=int, default=None)
     parser.add_argument("--budget", type=int, default=None, help="post-warmup gradient evaluations per chain")
     parser.add_argument("--reference-draws", type=int, default=None)
@@ -841,7 +843,7 @@ def main(argv=None):
             import importlib.util
             if importlib.util.find_spec("blackjax") is None or importlib.util.find_spec("jax") is None:
                 raise ImportError
-            peers = ["blackjax/nuts", "blackjax/mclmc"]
+            peers = [f"blackjax/{name}" for name in ("nuts", "mclmc") if name in args.peer_algorithms]
         except ImportError:
             print("peers: BlackJAX or JAX is not installed (pip install '.[bench]'); Fieldscope only")
     quiet_tensorflow()
