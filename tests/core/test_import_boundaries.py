@@ -104,11 +104,9 @@ def roots_of(module: str, names, preload) -> set[str]:
 
 
 def imported_roots(*module: str) -> set[str]:
-    """The roots after importing all of ``module`` in one fresh interpreter, no preload."""
-    code = ("import importlib, json, sys\nfor n in sys.argv[2:]:\n    importlib.import_module(n)\n"
-            "print(json.dumps(sorted({m.split('.')[0] if not m.startswith('core.engine') else 'core.engine'"
-            " for m in sys.modules})))\n")
-    return set(_run(code, "", *module))
+    """The roots after importing all of ``module`` together in one fresh interpreter (the
+    probe's parent, with them as its preload and no child)."""
+    return set(_run(PROBE, ",".join(module))[""])
 
 
 CORE = [m for m in modules("core") if not m.startswith("core.engine")]
@@ -136,9 +134,9 @@ def test_the_import_contracts_cover_every_core_package():
 
 @pytest.mark.slow
 def test_the_probe_sees_what_a_module_pulls_in_and_the_preloads_are_clean():
-    """The forked probe reports TensorFlow for an engine module and Qt for a view, and nothing
-    for a module before it (each child starts from the parent's state), and the parent's
-    preloaded packages pull in nothing that a rule forbids."""
+    """The forked probe reports TensorFlow for an engine module and Qt for a view; a module
+    probed after the engine's shows no TensorFlow (each child starts from the parent's state);
+    the parent's preloaded packages pull in nothing that a rule forbids."""
     names = ("core.config.parse", "core.engine.fft", "core.store.run_store")
     found = probe(names, CORE_PRELOAD)
     assert "tensorflow" in set(found["core.engine.fft"]["roots"])
