@@ -1,8 +1,12 @@
 """Work off the GUI thread for the views: two runners with different contracts.
 
 Both run plain Python functions on daemon ``threading.Thread`` s (a computation never
-delays the application's exit) and hand the results to the GUI thread through a queued
-Qt signal. A ``LatestJob`` keeps one worker thread for its stream of requests (it ends
+delays the application's exit) and hand the results to the GUI thread with ``gui_call``,
+which touches no Qt object in the worker: a queue and a byte written to a pipe whose
+``QSocketNotifier`` (in the GUI thread) runs the calls there. A worker that emitted a Qt
+signal itself could deadlock with the GUI thread deleting the receiving object (Qt locks
+the object's connection mutex and then needs the GIL to drop its Python slots, while the
+worker holds the GIL and waits for that mutex). A ``LatestJob`` keeps one worker thread for its stream of requests (it ends
 after ``IDLE_EXIT_S`` without one, or at ``close``) instead of a new thread per request:
 glibc gives each new thread that finds no free malloc arena one of its own, and a view
 that asks again every second through a long run would otherwise spread its buffers over
@@ -32,15 +36,88 @@ longer match what it shows.
 
 from __future__ import annotations
 
+import os
+import queue
+import sys
 import threading
+import traceback
 from typing import Callable
 
+import shiboken6
 from pyqtgraph.Qt import QtCore
 
-__all__ = ["Abandoned", "CancellableJob", "LatestJob", "WorkerRelay", "IDLE_EXIT_S"]
+__all__ = ["Abandoned", "CancellableJob", "LatestJob", "WorkerRelay", "IDLE_EXIT_S", "gui_call"]
 
 #: seconds a LatestJob's worker thread waits for the next request before it ends
 IDLE_EXIT_S = 30.0
+
+
+# --------------------------------------------------------------------------- to the GUI thread
+
+
+class _GuiCalls:
+    """Calls from any thread, run in the GUI thread in the order they came: a queue, and a
+    pipe whose read end a ``QSocketNotifier`` of the GUI thread watches (the worker only
+    writes a byte: no Qt call, no Qt lock)."""
+
+    def __init__(self):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        app = QtCore.QCoreApplication.instance()
+        self.notifier = QtCore.QSocketNotifier(self._read, QtCore.QSocketNotifier.Type.Read, app)
+        self.notifier.activated.connect(self._run)
+
+    @property
+    def alive(self) -> bool:
+        return shiboken6.isValid(self.notifier)
+
+    def put(self, fn, *args) -> None:
+        self._calls.put((fn, args))
+        try:
+            os.write(self._write, b"\0")
+        except BlockingIOError:          # the pipe is full: a wake-up is pending anyway
+            pass
+
+    def _run(self, *_):
+        try:
+            while os.read(self._read, 4096):    # the wake-ups first, then every call queued
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                fn, args = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                fn(*args)
+            except Exception:            # noqa: BLE001 - one receiver's bug must not drop the others' results
+                traceback.print_exc(file=sys.stderr)
+
+
+_GUI_CALLS: _GuiCalls | None = None
+_GUI_CALLS_LOCK = threading.Lock()
+
+
+def _gui_calls() -> _GuiCalls:
+    """The process's ``_GuiCalls`` (made in the GUI thread: the first job is made there)."""
+    global _GUI_CALLS
+    with _GUI_CALLS_LOCK:
+        if _GUI_CALLS is None or not _GUI_CALLS.alive:
+            _GUI_CALLS = _GuiCalls()
+        return _GUI_CALLS
+
+
+def gui_call(fn, *args) -> None:
+    """Run ``fn(*args)`` in the GUI thread, soon (from any thread; touches no Qt object here).
+
+    The calls run in the order they were made; an exception is printed to stderr."""
+    calls = _GUI_CALLS
+    if calls is None:
+        raise RuntimeError("gui_call before any job was made in the GUI thread")
+    calls.put(fn, *args)
 
 
 # --------------------------------------------------------------------------- latest wins
@@ -70,7 +147,6 @@ class LatestJob(QtCore.QObject):
 
     #: (key, result, error) of a finished computation, in the owning thread
     finished = QtCore.Signal(object, object, object)
-    _delivered = QtCore.Signal(object, object, object)
 
     def __init__(self, parent=None, *, name: str = "fieldscope-view-worker"):
         super().__init__(parent)
@@ -82,7 +158,7 @@ class LatestJob(QtCore.QObject):
         self._task = None               # the request handed to the worker thread, not yet taken
         self._thread: threading.Thread | None = None
         self._wake = threading.Condition(self._lock)
-        self._delivered.connect(self._on_delivered, QtCore.Qt.ConnectionType.QueuedConnection)
+        _gui_calls()                    # made here, in the GUI thread, before a worker needs it
 
     @property
     def busy(self) -> bool:
@@ -133,7 +209,7 @@ class LatestJob(QtCore.QObject):
 
     def _loop(self) -> None:
         """The worker thread: take each request handed over, run it, deliver it; end when
-        closed, when this object is deleted, or after IDLE_EXIT_S seconds without work."""
+        closed or after IDLE_EXIT_S seconds without work."""
         while True:
             with self._lock:
                 while self._task is None and not self._closed:
@@ -143,26 +219,23 @@ class LatestJob(QtCore.QObject):
                 if task is None:
                     self._thread = None
                     return
-            delivered = self._work(*task)
+            self._work(*task)
             del task                       # the arguments and the result are not held while idle
-            if not delivered:
-                with self._lock:
-                    self._thread = None
-                return
 
-    def _work(self, key, fn, args) -> bool:
-        """Run one request and deliver it; False when this object was deleted meanwhile."""
+    def _work(self, key, fn, args) -> None:
+        """Run one request and hand its outcome to the GUI thread (``_on_delivered``)."""
         try:
             result, error = fn(*args), None
-        except Exception as err:           # reported through the signal, never lost
+        except Exception as err:           # reported through ``finished``, never lost
             result, error = None, err
-        try:
-            self._delivered.emit(key, result, error)
-        except RuntimeError:               # the view was deleted meanwhile
-            return False
-        return True
+        gui_call(self._deliver, key, result, error)
 
-    @QtCore.Slot(object, object, object)
+    def _deliver(self, key, result, error) -> None:
+        """In the GUI thread: the outcome, unless this object was deleted meanwhile (then
+        its worker ends when idle)."""
+        if shiboken6.isValid(self):
+            self._on_delivered(key, result, error)
+
     def _on_delivered(self, key, result, error) -> None:
         with self._lock:
             nxt, self._pending = self._pending, None
@@ -219,6 +292,7 @@ class CancellableJob:
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         # the relay goes with its view: then nobody wants the result
         relay.destroyed.connect(self.cancelled.set)
+        _gui_calls()                    # made here, in the GUI thread, before the worker needs it
 
     def start(self) -> "CancellableJob":
         """Start the worker thread; returns this job."""
@@ -230,12 +304,17 @@ class CancellableJob:
         self.cancelled.set()
 
     def _emit(self, signal: str, *args) -> None:
+        """From the worker: the relay's ``signal`` (self, *args), emitted in the GUI thread."""
+        if not self.cancelled.is_set():
+            gui_call(self._deliver, signal, args)
+
+    def _deliver(self, signal: str, args) -> None:
         if self.cancelled.is_set():
             return
-        try:
-            getattr(self.relay, signal).emit(self, *args)
-        except RuntimeError:      # the view (and its relay) is gone
+        if not shiboken6.isValid(self.relay):      # the view (and its relay) is gone
             self.cancelled.set()
+            return
+        getattr(self.relay, signal).emit(self, *args)
 
     def report(self, partial) -> None:
         """Deliver a partial result (``relay.progress``); raises ``Abandoned`` once cancelled."""
