@@ -97,7 +97,7 @@ def _setup(n: int, folder: Path, steps: int):
         def body(t, x, u, lp, g):
             seeds = tf.random.experimental.stateless_split(tf.stack([t, 11]), 2)
             noise = [mc._normal_parts(seeds[i], x) for i in range(2)]
-            x, u, lp, g, _, _ = mc.mclmc_transition(vg, x, u, lp, g, step0, L0, *noise)
+            x, u, lp, g, _, _, _ = mc.mclmc_transition(vg, x, u, lp, g, step0, L0, *noise)
             return t + 1, x, u, lp, g
         return tf.while_loop(lambda t, *r: t < steps, body, (tf.constant(0), x, u, lp, g))[1]
 

@@ -217,8 +217,9 @@ class Engine:
     def _is_microcanonical(self) -> bool:
         return self.sampler.algorithm in microcanonical.SAMPLERS
 
-    def _microcanonical(self, target):
-        """The MCLMC / MAMS sampler of this run on ``target`` (``core.engine.microcanonical``)."""
+    def _microcanonical(self, target, has_aux: bool = False):
+        """The MCLMC / MAMS sampler of this run on ``target`` (``core.engine.microcanonical``;
+        ``has_aux``: ``target`` returns (log p, aux parts))."""
         s = self.sampler
         if self._part_shapes is None:
             # the state's shapes, from one draw (eager, at build): not a prior draw in every trace
@@ -229,7 +230,7 @@ class Engine:
             return microcanonical.SAMPLERS[s.algorithm](
                 target, parts, s.chains, self.dtype, s.num_warmup, self.schedule.mass_end is not None,
                 s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD,
-                chains_per_posterior=self.chains_per_posterior, **extra)
+                chains_per_posterior=self.chains_per_posterior, has_aux=has_aux, **extra)
         except ValueError as err:
             raise EngineError(f"sampler.algorithm = {s.algorithm!r}: {err}; this model has "
                               f"{microcanonical.n_dims(parts)}: use \"hmc\" or \"nuts\"") from None
@@ -253,7 +254,10 @@ class Engine:
                 return [si * zi for si, zi in zip(scale, z)]
 
             if self._is_microcanonical():
-                results, kernel_step = (tlp, list(grads), da), self._microcanonical_step(scale)
+                # the field at the state rides along (the density computes it for the
+                # likelihood; the moments and draws take it instead of a transform of their own)
+                results = (tlp, list(grads), da, *([[model.field(x_of(state))]] if has_field else []))
+                kernel_step = self._microcanonical_step(scale, with_field=has_field)
             else:
                 results, kernel_step = self._tfp_step(state, tlp, grads, da, scale)
 
@@ -282,6 +286,7 @@ class Engine:
                 stats = {**stats, "grad_norm": tf.sqrt(grad_sq)}
                 traces = {name: traces[name].write(t, stats[name]) for name in STAT_NAMES}
                 x_parts = x_of(state)
+                field_now = results[3][0] if self._is_microcanonical() and has_field else None
                 params_ta = params_ta.write(t, tf.reshape(model.params(x_parts), [chains, n_params]))
                 if adapt_mass:
                     in_window = tf.logical_and(g >= sched.mass_start, g < sched.mass_end)
@@ -303,7 +308,7 @@ class Engine:
                     post = g >= sched.num_warmup
 
                     def accumulate():
-                        x = model.field(x_parts)
+                        x = model.field(x_parts) if field_now is None else field_now
                         dev = x - tf.constant(shift, dtype)
                         count, total, total_sq = moments
                         keep = tf.equal(tf.math.floormod(g - sched.num_warmup, s.thin), 0)
@@ -327,7 +332,7 @@ class Engine:
              mass_acc) = tf.while_loop(lambda t, *rest: t < n_steps, body, loop_vars,
                                        maximum_iterations=s.chunk_size)
             if self._is_microcanonical():
-                tlp_out, grads_out, da_out = results
+                tlp_out, grads_out, da_out = results[:3]
             else:
                 inner = results.inner_results
                 if self._is_nuts():
@@ -381,16 +386,19 @@ class Engine:
             return state, results, stats, grads_now
         return results, step
 
-    def _microcanonical_step(self, scale):
+    def _microcanonical_step(self, scale, with_field: bool = False):
         """MCLMC or MAMS in the chunk, on z with x = scale * z: one step ->
-        (state, (lp, gradient, tuning), statistics, gradient)."""
-        target = self.model.target_log_prob_fn
-        sampler = self._microcanonical(lambda *z: target(*[si * zi for si, zi in zip(scale, z)]))
+        (state, (lp, gradient, tuning), statistics, gradient); ``with_field``: results and
+        its return end with [the field at the state] (``FieldModel.target_log_prob_and_field``)."""
+        target = self.model.target_log_prob_and_field if with_field else self.model.target_log_prob_fn
+        sampler = self._microcanonical(lambda *z: target(*[si * zi for si, zi in zip(scale, z)]),
+                                       has_aux=with_field)
 
         def step(state, results, seed, g):
-            lp, grads, tune = results
-            state, lp, grads, tune, stats = sampler.one_step(list(state), lp, grads, tune, seed, g)
-            return state, (lp, grads, tune), {**stats, "lp": lp}, grads
+            lp, grads, tune, *aux = results
+            state, lp, grads, tune, stats, aux = sampler.one_step(list(state), lp, grads, tune, seed, g,
+                                                                  aux[0] if aux else ())
+            return state, (lp, grads, tune, *([aux] if with_field else [])), {**stats, "lp": lp}, grads
         return step
 
     # -- state: fresh, checkpointed, restored -----------------------------------------

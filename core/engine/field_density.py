@@ -392,7 +392,12 @@ class FieldPosterior:
 
     def log_prob(self, latent, eta=None) -> tf.Tensor:
         """log p(latent, eta, data): normalised joint density, shape = batch shape."""
-        return self.log_prior(latent, eta) + self.log_likelihood_of_signal(self.signal(latent, eta))
+        return self.log_prob_and_signal(latent, eta)[0]
+
+    def log_prob_and_signal(self, latent, eta=None):
+        """(log p(latent, eta, data), the signal its likelihood was computed on: ``signal``)."""
+        signal = self.signal(latent, eta)
+        return self.log_prior(latent, eta) + self.log_likelihood_of_signal(signal), signal
 
     def target_log_prob_fn(self):
         """A function of the state parts, as TFP kernels take it."""

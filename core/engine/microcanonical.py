@@ -158,16 +158,17 @@ def esh_velocity_update(u, g, step, dim: int):
 
 def isokinetic_mclachlan(value_and_grad, x, u, g, step, dim: int):
     """One McLachlan step of the isokinetic dynamics from (x, u) with gradient g at x:
-    (x', u', log p(x'), g', kinetic energy change). ``step`` (C,) in the tuning dtype."""
+    (x', u', log p(x'), g', aux', kinetic energy change). ``step`` (C,) in the tuning dtype;
+    ``value_and_grad(x)`` -> (log p, gradient parts, aux parts), aux' those at x'."""
     u, k1 = esh_velocity_update(u, g, step * B1, dim)
     half = [_per_chain(0.5 * step, xi) for xi in x]
     x = [xi + hi * ui for xi, hi, ui in zip(x, half, u)]
-    lp, g = value_and_grad(x)
+    lp, g, _ = value_and_grad(x)
     u, k2 = esh_velocity_update(u, g, step * (1.0 - 2.0 * B1), dim)
     x = [xi + hi * ui for xi, hi, ui in zip(x, half, u)]
-    lp, g = value_and_grad(x)
+    lp, g, aux = value_and_grad(x)
     u, k3 = esh_velocity_update(u, g, step * B1, dim)
-    return x, u, lp, g, k1 + k2 + k3
+    return x, u, lp, g, aux, k1 + k2 + k3
 
 
 def _all_finite(parts):
@@ -179,17 +180,18 @@ def _select(ok, new, old):
     return [tf.where(_per_chain(ok, n) > 0, n, o) for n, o in zip(new, old)]
 
 
-def mclmc_transition(value_and_grad, x, u, lp, g, step, L, noise_1, noise_2):
+def mclmc_transition(value_and_grad, x, u, lp, g, step, L, noise_1, noise_2, aux=()):
     """One MCLMC step with its noise given (standard normal parts): refresh(eps / 2),
     McLachlan step, refresh(eps / 2), undone when anything is not finite.
 
-    Returns x, u, lp, g, energy change (C,, tuning dtype), ok (C,) bool: False where the step
-    was undone (old x, lp, g; a fresh unit velocity from ``noise_2``, whose refresh of the
-    discarded velocity is discarded with it, so that no third grid of noise is drawn for a
-    rare event; energy change 0)."""
+    Returns x, u, lp, g, aux, energy change (C,, tuning dtype), ok (C,) bool: False where the
+    step was undone (old x, lp, g, aux; a fresh unit velocity from ``noise_2``, whose refresh
+    of the discarded velocity is discarded with it, so that no third grid of noise is drawn
+    for a rare event; energy change 0). ``aux``: what ``value_and_grad`` computes beside the
+    gradient at x (the engine's field: the density computes it anyway), for the new x."""
     dim = n_dims(x)
     u1 = partial_refresh(u, noise_1, 0.5 * step, L, dim)
-    x2, u2, lp2, g2, kinetic = isokinetic_mclachlan(value_and_grad, x, u1, g, step, dim)
+    x2, u2, lp2, g2, aux2, kinetic = isokinetic_mclachlan(value_and_grad, x, u1, g, step, dim)
     u2 = partial_refresh(u2, noise_2, 0.5 * step, L, dim)
     energy = kinetic - tf.cast(lp2, kinetic.dtype) + tf.cast(lp, kinetic.dtype)
     ok = (_all_finite(x2) & _all_finite(u2) & tf.math.is_finite(lp2) & tf.math.is_finite(kinetic)
@@ -197,8 +199,9 @@ def mclmc_transition(value_and_grad, x, u, lp, g, step, L, noise_1, noise_2):
     x_out = _select(ok, x2, x)
     u_out = _select(ok, u2, unit_velocity(noise_2))
     g_out = _select(ok, g2, g)
+    aux_out = _select(ok, aux2, aux)
     lp_out = tf.where(ok, lp2, lp)
-    return x_out, u_out, lp_out, g_out, tf.where(ok, energy, tf.zeros_like(energy)), ok
+    return x_out, u_out, lp_out, g_out, aux_out, tf.where(ok, energy, tf.zeros_like(energy)), ok
 
 
 def _rescale(mu):
@@ -217,10 +220,15 @@ def _normal_parts(seed, like):
     return [tf.random.stateless_normal(tf.shape(p), seeds[i], dtype=p.dtype) for i, p in enumerate(like)]
 
 
-def _value_and_grad(target):
+def _value_and_grad(target, has_aux: bool = False):
+    """x -> (log p, gradient parts, aux parts) of ``target(*x)``; with ``has_aux`` the target
+    returns (log p, aux parts), else log p alone (aux: [])."""
     def f(x):
+        if has_aux:
+            (lp, aux), g = tfp.math.value_and_gradient(lambda *q: target(*q), list(x), has_aux=True)
+            return lp, list(g), list(aux)
         lp, g = tfp.math.value_and_gradient(lambda *q: target(*q), list(x))
-        return lp, list(g)
+        return lp, list(g), []
     return f
 
 
@@ -264,8 +272,11 @@ class _Microcanonical:
 
     def __init__(self, target, parts_like, chains: int, dtype, num_warmup: int, diagonal: bool,
                  initial_step_per_coordinate: float, divergence_threshold: float = 1000.0,
-                 chains_per_posterior: int | None = None):
+                 chains_per_posterior: int | None = None, has_aux: bool = False):
+        # ``has_aux``: ``target`` returns (log p, aux parts) and ``one_step`` carries the aux
+        # of the current state (the engine's field, which the density computes anyway)
         self.target = target
+        self.value_and_grad = _value_and_grad(target, has_aux)
         # consecutive chains that sample one posterior (None: all; calibration's batch: each
         # simulation's chains), which MCLMC's sampling step size is shared by
         self.chains_per_posterior = int(chains_per_posterior or chains)
@@ -346,15 +357,16 @@ class MclmcSampler(_Microcanonical):
         energy record it lacks (zeros: the stage's steps before the resume count as exact)."""
         return {**self._energy_watch_fresh(), **tune}
 
-    def one_step(self, x, lp, g, tune, seed, step_index):
-        """One MCLMC step and its warmup tuning, in the compiled chunk. Returns x, lp, g, tune
-        and the step's statistics (``core.run.messages.STAT_NAMES`` less lp and grad_norm)."""
+    def one_step(self, x, lp, g, tune, seed, step_index, aux=()):
+        """One MCLMC step and its warmup tuning, in the compiled chunk. Returns x, lp, g, tune,
+        the step's statistics (``core.run.messages.STAT_NAMES`` less lp and grad_norm) and the
+        aux parts at the new x (``has_aux``; else [])."""
         st = self.stages
         seeds = tf.random.experimental.stateless_split(seed, 2)
         step, L = tune["step_size"], tune["L"]
-        x2, u2, lp2, g2, energy, ok = mclmc_transition(
-            _value_and_grad(self.target), x, tune["velocity"], lp, g, step, L,
-            _normal_parts(seeds[0], x), _normal_parts(seeds[1], x))
+        x2, u2, lp2, g2, aux2, energy, ok = mclmc_transition(
+            self.value_and_grad, x, tune["velocity"], lp, g, step, L,
+            _normal_parts(seeds[0], x), _normal_parts(seeds[1], x), aux)
         tune = {**tune, "velocity": u2}
         tuning = step_index < st.b3
 
@@ -401,7 +413,7 @@ class MclmcSampler(_Microcanonical):
         stats = {"acceptance_rate": tf.cast(ok, self.dtype), "energy_error": tf.cast(recorded, self.dtype),
                  "diverging": diverging, "n_steps": tf.fill([self.chains], tf.constant(2, tf.int32)),
                  "step_size": tf.cast(step, self.dtype), "trajectory_length": tf.cast(L, self.dtype)}
-        return x2, lp2, g2, tune, stats
+        return x2, lp2, g2, tune, stats, aux2
 
     def at_boundary(self, step: int, tune: dict) -> dict:
         """The stage transitions that need a whole stage (between chunks, after the engine's
@@ -511,31 +523,31 @@ class MamsSampler(_Microcanonical):
         return {"step_size": step, "L": MAMS_STEPS_PER_L * step, **self._da_fresh(step),
                 **self._moments_fresh()}
 
-    def one_step(self, x, lp, g, tune, seed, step_index):
+    def one_step(self, x, lp, g, tune, seed, step_index, aux=()):
         st = self.stages
         seeds = tf.random.experimental.stateless_split(seed, 4)
         step, L = tune["step_size"], tune["L"]
-        vg = _value_and_grad(self.target)
+        vg = self.value_and_grad
         u = unit_velocity(_normal_parts(seeds[0], x))
         uniform = tf.random.stateless_uniform([], seeds[1], dtype=tf.float64)
         n = mams_trajectory_steps(uniform, L / step)          # (C,)
         dim = self.dim
 
-        def body(i, xt, ut, lpt, gt, kin):
-            x2, u2, lp2, g2, k = isokinetic_mclachlan(vg, xt, ut, gt, step, dim)
+        def body(i, xt, ut, lpt, gt, at, kin):
+            x2, u2, lp2, g2, a2, k = isokinetic_mclachlan(vg, xt, ut, gt, step, dim)
             active = i < n
             return (i + 1, _select(active, x2, xt), _select(active, u2, ut), tf.where(active, lp2, lpt),
-                    _select(active, g2, gt), tf.where(active, kin + k, kin))
+                    _select(active, g2, gt), _select(active, a2, at), tf.where(active, kin + k, kin))
 
-        _, xe, _, lpe, ge, kin = tf.while_loop(
+        _, xe, _, lpe, ge, ae, kin = tf.while_loop(
             lambda i, *_: i < tf.reduce_max(n), body,
-            (tf.constant(0, tf.int32), list(x), u, lp, list(g), tf.zeros([self.chains], tf.float64)))
+            (tf.constant(0, tf.int32), list(x), u, lp, list(g), list(aux), tf.zeros([self.chains], tf.float64)))
         delta = tf.cast(lpe, tf.float64) - tf.cast(lp, tf.float64) - kin      # log acceptance ratio
         finite = tf.math.is_finite(delta) & _all_finite(xe)
         delta = tf.where(finite, delta, tf.fill(tf.shape(delta), tf.constant(-np.inf, tf.float64)))
         p_accept = tf.minimum(tf.exp(delta), 1.0)
         accept = tf.random.stateless_uniform([self.chains], seeds[2], dtype=tf.float64) < p_accept
-        x_out, g_out = _select(accept, xe, x), _select(accept, ge, g)
+        x_out, g_out, aux_out = _select(accept, xe, x), _select(accept, ge, g), _select(accept, ae, aux)
         lp_out = tf.where(accept, lpe, lp)
 
         def dual_average(fix_L):
@@ -563,7 +575,7 @@ class MamsSampler(_Microcanonical):
                  "energy_error": tf.cast(-delta, self.dtype), "diverging": diverging,
                  "n_steps": 2 * n, "step_size": tf.cast(step, self.dtype),
                  "trajectory_length": tf.cast(tf.cast(n, tf.float64) * step, self.dtype)}
-        return x_out, lp_out, g_out, tune, stats
+        return x_out, lp_out, g_out, tune, stats, aux_out
 
     def at_boundary(self, step: int, tune: dict) -> dict:
         st = self.stages

@@ -101,6 +101,17 @@ class FieldModel:
     def target_log_prob_fn(self):
         return self.posterior.target_log_prob_fn()
 
+    @property
+    def target_log_prob_and_field(self):
+        """parts -> (log p, [the field x]): the log-density and the field its likelihood
+        computed (``field`` of the same parts, without a transform of its own)."""
+        post = self.posterior        # its signal is field + observations.field_mean, as ``field``
+
+        def fn(*parts):
+            lp, signal = post.log_prob_and_signal(*parts)
+            return lp, [signal]
+        return fn
+
     def params(self, parts):
         if not self.param_names:
             return tf.zeros([tf.shape(parts[0])[0], 0], self.dtype)

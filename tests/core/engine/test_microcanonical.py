@@ -32,13 +32,8 @@ def _tf_target(precision):
     return target
 
 
-def _value_and_grad(target):
-    import tensorflow_probability as tfp
-
-    def f(x):
-        lp, g = tfp.math.value_and_gradient(lambda *q: target(*q), list(x))
-        return lp, list(g)
-    return f
+#: x -> (log p, gradient, aux) as the samplers evaluate the density
+_value_and_grad = mc._value_and_grad
 
 
 def _split(flat):
@@ -73,12 +68,12 @@ def test_one_integrator_step_and_one_mclmc_step_equal_blackjax():
     vg = _value_and_grad(target)
     x_tf = [tf.constant(p[None]) for p in _split(x0)]
     u_tf = [tf.constant(p[None]) for p in _split(u0)]
-    lp_tf, g_tf = vg(x_tf)
+    lp_tf, g_tf, _ = vg(x_tf)
     eps = tf.constant([step], tf.float64)
 
     # the deterministic integrator step
     bj_state, bj_kinetic = integrators.isokinetic_mclachlan(logdensity)(state, step)
-    x1, u1, lp1, g1, kinetic = mc.isokinetic_mclachlan(vg, x_tf, u_tf, g_tf, eps, 7)
+    x1, u1, lp1, g1, _, kinetic = mc.isokinetic_mclachlan(vg, x_tf, u_tf, g_tf, eps, 7)
     for ours, theirs in ((x1, bj_state.position), (u1, bj_state.momentum), (g1, bj_state.logdensity_grad)):
         for o, t in zip(ours, theirs):
             np.testing.assert_allclose(o.numpy()[0], np.asarray(t), rtol=1e-12, atol=1e-12)
@@ -92,7 +87,7 @@ def test_one_integrator_step_and_one_mclmc_step_equal_blackjax():
     noise = [[tf.constant(p[None]) for p in _split(np.asarray(jax.random.normal(k, (7,), jnp.float64)))]
              for k in (key1, key2)]
     bj_next, bj_info = mclmc.build_kernel()(key, state, logdensity, 1.0, L, step)
-    x2, u2, lp2, g2, energy, ok = mc.mclmc_transition(
+    x2, u2, lp2, g2, _, energy, ok = mc.mclmc_transition(
         vg, x_tf, u_tf, lp_tf, g_tf, eps, tf.constant([L], tf.float64), noise[0], noise[1])
     assert bool(ok.numpy()[0]) and bool(bj_info.nonans)
     for ours, theirs in ((x2, bj_next.position), (u2, bj_next.momentum)):
@@ -109,11 +104,11 @@ def test_a_non_finite_step_is_undone_with_a_fresh_velocity():
     vg = _value_and_grad(target)
     x = [tf.constant([[1.4, 0.0, 0.0], [0.0, 0.0, 0.0]], tf.float64), tf.zeros([2, 2, 2], tf.float64)]
     u = [tf.constant([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], tf.float64), tf.zeros([2, 2, 2], tf.float64)]
-    lp, g = vg(x)
+    lp, g, _ = vg(x)
     zero = [tf.zeros_like(p) for p in x]
     reset = [tf.ones_like(p) for p in x]
-    x2, u2, lp2, g2, energy, ok = mc.mclmc_transition(vg, x, u, lp, g, tf.constant([1.0, 1.0], tf.float64),
-                                                       tf.constant([np.inf, np.inf], tf.float64), zero, reset)
+    x2, u2, lp2, g2, _, energy, ok = mc.mclmc_transition(vg, x, u, lp, g, tf.constant([1.0, 1.0], tf.float64),
+                                                          tf.constant([np.inf, np.inf], tf.float64), zero, reset)
     assert ok.numpy().tolist() == [False, True]
     np.testing.assert_array_equal(x2[0].numpy()[0], x[0].numpy()[0])          # chain 0 stayed
     assert energy.numpy()[0] == 0.0 and np.isfinite(lp2.numpy()).all()
@@ -121,10 +116,32 @@ def test_a_non_finite_step_is_undone_with_a_fresh_velocity():
     assert x2[0].numpy()[1, 0] == pytest.approx(1.0)                          # chain 1 moved by eps
 
 
+
+def test_the_aux_of_the_density_follows_the_state_and_an_undone_step_keeps_the_old_one():
+    """``has_aux``: what the density computes beside log p (the engine's field) comes out for
+    the new state, equal to a fresh evaluation there, and an undone step keeps the old one."""
+    def target(a):   # log-density -inf beyond |x| > 1.5 for the first coordinate; aux: 3 x
+        lp = tf.where(tf.abs(a[:, 0]) < 1.5, -0.5 * tf.reduce_sum(a * a, 1), tf.constant(-np.inf, tf.float64))
+        return lp, [3.0 * a]
+    vg = _value_and_grad(target, has_aux=True)
+    x = [tf.constant([[1.4, 0.0, 0.0], [0.0, 0.2, 0.0]], tf.float64)]
+    u = [tf.constant([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], tf.float64)]
+    lp, g, aux = vg(x)
+    np.testing.assert_array_equal(aux[0].numpy(), 3.0 * x[0].numpy())
+    zero = [tf.zeros_like(x[0])]
+    x2, _, lp2, _, aux2, _, ok = mc.mclmc_transition(vg, x, u, lp, g, tf.constant([1.0, 1.0], tf.float64),
+                                                      tf.constant([np.inf, np.inf], tf.float64), zero, zero, aux)
+    assert ok.numpy().tolist() == [False, True]
+    np.testing.assert_array_equal(aux2[0].numpy()[0], aux[0].numpy()[0])          # undone: the old aux
+    np.testing.assert_array_equal(aux2[0].numpy()[1], vg(x2)[2][0].numpy()[1])    # moved: the new one
+    assert not np.array_equal(aux2[0].numpy()[1], aux[0].numpy()[1])
+    np.testing.assert_array_equal(lp2.numpy(), vg(x2)[0].numpy())
+
+
 def _drive(sampler, target, parts, warmup, samples, seed=5):
     """The engine's loop in miniature: steps, the stage transitions between them, the draws."""
     vg = _value_and_grad(target)
-    lp, g = vg(parts)
+    lp, g, _ = vg(parts)
     tune = sampler.fresh(parts, seed)
     base = tf.constant([seed, 11], tf.int32)
 
@@ -132,7 +149,7 @@ def _drive(sampler, target, parts, warmup, samples, seed=5):
     def steps(x, lp, g, tune, first, n):
         def body(t, x, lp, g, tune, draws):
             i = first + t
-            x, lp, g, tune, _ = sampler.one_step(x, lp, g, tune, tf.random.experimental.stateless_fold_in(base, i), i)
+            x, lp, g, tune, _, _ = sampler.one_step(x, lp, g, tune, tf.random.experimental.stateless_fold_in(base, i), i)
             return t + 1, x, lp, g, tune, draws.write(t, tf.concat([tf.reshape(p, [sampler.chains, -1]) for p in x], 1))
         out = tf.while_loop(lambda t, *_: t < n, body,
                             (0, list(x), lp, list(g), tune, tf.TensorArray(tf.float64, size=n)))
@@ -292,7 +309,11 @@ def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_th
     def nan_away_from_start(c):
         model = real(c)
         x0 = tf.constant(np.asarray(model.initial_state(c.sampler.chains, c.sampler.seed)[0]), model.dtype)
-        f = model.target_log_prob_fn
+        f, f_field = model.target_log_prob_fn, model.target_log_prob_and_field
+
+        def nan_away(parts, lp):
+            same = tf.reduce_all(tf.reshape(tf.equal(parts[0], x0), [tf.shape(parts[0])[0], -1]), axis=1)
+            return tf.where(same, lp, tf.constant(np.nan, lp.dtype))
 
         class Wrapped:
             def __getattr__(self, name):
@@ -300,10 +321,13 @@ def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_th
 
             @property
             def target_log_prob_fn(self):
+                return lambda *parts: nan_away(parts, f(*parts))
+
+            @property
+            def target_log_prob_and_field(self):     # the engine's MCLMC chunk evaluates this one
                 def target(*parts):
-                    lp = f(*parts)
-                    same = tf.reduce_all(tf.reshape(tf.equal(parts[0], x0), [tf.shape(parts[0])[0], -1]), axis=1)
-                    return tf.where(same, lp, tf.constant(np.nan, lp.dtype))
+                    lp, field = f_field(*parts)
+                    return nan_away(parts, lp), field
                 return target
         return Wrapped()
 
@@ -317,3 +341,40 @@ def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_th
     assert reader.progress["chunks"] == STALL_CHUNKS        # ended as soon as it could be told
     assert (reader.stat("acceptance_rate", warmup=True) == 0).all()
     assert np.isnan(reader.stat("energy_error", warmup=True)).all()
+
+
+@pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
+def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_transform(tmp_path, algorithm):
+    """The microcanonical chunk takes each step's field from the density's own evaluation
+    (``FieldModel.target_log_prob_and_field``): every kept draw (thin 1) is the field of the
+    state that step ended at. Checked against ``model.field`` of the chunk's end state and of
+    a one-step chunk from the same start, and the chunk's moment sums against its draws."""
+    from core.engine.engine import Engine
+    from support.engine_cases import write_field_case
+
+    config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=20, samples=6, chunk=6, thin=1,
+                                        mass=False, algorithm=algorithm)
+    engine = Engine(config, text, tmp_path / "run")
+    engine._build()
+    st = engine._fresh_state()
+    model = engine.model
+    args = (st["state"], st["tlp"], st["grads"], st["da"], st["scale"], st["mass_acc"])
+    first = tf.constant(20, tf.int32)          # post-warmup steps: each one kept
+    out = engine._chunk_fn(*args, first, tf.constant(6, tf.int32))
+    state, moments, field_buf, n_fields = out[0], out[5], out[8], out[10]
+    assert int(n_fields) == 6
+
+    def field_of(parts):
+        return model.field([si * zi for si, zi in zip(st["scale"], parts)]).numpy()
+
+    draws = field_buf.numpy()[:6]
+    np.testing.assert_allclose(draws[-1], field_of(state), rtol=1e-5, atol=1e-5)
+    one = engine._chunk_fn(*args, first, tf.constant(1, tf.int32))
+    np.testing.assert_array_equal(one[8].numpy()[0], draws[0])     # the same first step
+    np.testing.assert_allclose(draws[0], field_of(one[0]), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(draws[0], draws[-1])                     # the chain moved
+    count, total, total_sq = (np.asarray(m, np.float64) for m in moments)
+    dev = draws.astype(np.float64) - float(model.observations.field_mean)
+    assert count == 6 * 2
+    np.testing.assert_allclose(total, dev.sum(axis=(0, 1)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(total_sq, (dev**2).sum(axis=(0, 1)), rtol=1e-4, atol=1e-4)
