@@ -54,7 +54,11 @@ algorithm x preconditioner the config schema accepts (``core.config.schema.ALGOR
 everything else, one config per combination written by ``core.config``'s writer; a combination
 the config refuses is skipped with the reason. Gradient evaluations are the store's
 ``sample_stats.n_steps`` (post-warmup) and ``warmup_sample_stats.n_steps``, times its ``timing``
-attribute (warmup_seconds includes the XLA compilation).
+attribute (warmup_seconds includes the XLA compilation). Warmup: the config's ``num_warmup``
+(``--num-warmup``) for HMC and NUTS; the MCLMC / MAMS combinations tune for as many steps as
+BlackJAX MCLMC does with the same budget (``peer_mclmc_tuning_steps`` of its budget / 2 steps:
+4000 at 24 000 gradients), so that both are compared after the same tuning
+(``--microcanonical-warmup config`` or a number instead); the table's warmup column shows each.
 
 Peers (``--peers``, in a subprocess of their own: JAX and TensorFlow never share a process):
 BlackJAX NUTS with ``window_adaptation`` (diagonal mass, as many warmup steps as the engine's
@@ -69,6 +73,7 @@ their compilation (the sampling loop is compiled before its clock starts, as the
 Usage:
 python bench/sampler_efficiency.py [--quick] [--cases nomask slab index] [--algorithms hmc nuts/diagonal]
        [--peers | --no-peers] [--grid 32] [--budget 24000] [--reference-draws 256] [--json out.json]
+       [--num-warmup N] [--microcanonical-warmup peer|config|N] [--peer-algorithms nuts mclmc]
 
 ``--quick``: a 16^3 grid, 4000 gradients per chain, 64 reference draws (a few minutes). The
 machine's timings are noisy when its cores are shared; the gradient counts are not.
@@ -95,7 +100,7 @@ if str(ROOT) not in sys.path:
 
 __all__ = ["CASES", "Case", "Reference", "unit_variance_amplitude", "write_cases", "case_document",
            "fieldscope_combinations", "exact_reference", "index_reference", "index_log_likelihood",
-           "field_efficiency", "main"]
+           "field_efficiency", "peer_mclmc_tuning_steps", "warmup_steps", "main"]
 
 BOX = 200.0
 K_PIVOT = 0.1
@@ -106,6 +111,16 @@ INDEX_PRIOR = {"dist": "normal", "loc": -2.0, "scale": 0.5}
 CHAINS = 2
 DATA_SEED = 12
 MCLMC_GRADIENTS_PER_STEP = 2        # isokinetic McLachlan: two new forces per step
+PEER_MCLMC_FRACTIONS = (0.1, 0.1, 0.1)   # mclmc_find_L_and_step_size's frac_tune1, 2, 3 (its defaults)
+
+
+def peer_mclmc_tuning_steps(num_steps: int) -> int:
+    """The steps BlackJAX's ``mclmc_find_L_and_step_size`` tunes for in a run of ``num_steps``
+    (diagonal preconditioning: a third of stage 2 more; stage 3 only with >= 2 steps)."""
+    f1, f2, f3 = PEER_MCLMC_FRACTIONS
+    s1, s2, s3 = round(num_steps * f1), round(num_steps * f2), round(num_steps * f3)
+    s2 += s2 // 3
+    return s1 + s2 + (s3 if s3 >= 2 else 0)
 DENSITY_RTOL = 2e-5                  # float32 log-density: relative to |log p|
 GRADIENT_RTOL = 1e-4                 # float32 gradient: ||g_jax - g_tf|| / ||g_tf||
 
@@ -804,6 +819,27 @@ def _jsonable(value):
     return value
 
 
+def warmup_steps(algorithm: str, args, budget: int) -> int:
+    """The warmup steps of a combination: ``--microcanonical-warmup`` for MCLMC / MAMS (by
+    default the tuning steps BlackJAX MCLMC takes for the same post-warmup budget, so that both
+    are measured after the same tuning), else ``--num-warmup`` or the config schema's."""
+    from core.config import schema
+
+    config_warmup = args.num_warmup or schema.SamplerSection().num_warmup
+    choice = str(args.microcanonical_warmup)
+    if algorithm not in ("mclmc", "mams") or choice == "config":
+        return int(config_warmup)
+    if choice == "peer":
+        return peer_mclmc_tuning_steps(budget // MCLMC_GRADIENTS_PER_STEP)
+    try:
+        steps = int(choice)
+    except ValueError:
+        raise SystemExit(f"--microcanonical-warmup {choice!r}: 'peer', 'config' or a number of steps") from None
+    if steps < 0:
+        raise SystemExit(f"--microcanonical-warmup {steps}: a number of steps is >= 0")
+    return steps
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16^3, 4000 gradients per chain, 64 reference draws")
@@ -820,6 +856,10 @@ def main(argv=None):
     parser.add_argument("--num-warmup", type=int, default=None,
                         help="warmup steps of every Fieldscope combination and of BlackJAX NUTS "
                              "(default: the config schema's num_warmup, 200)")
+    parser.add_argument("--microcanonical-warmup", default="peer",
+                        help="warmup steps of the MCLMC / MAMS combinations: 'peer' (the default: as "
+                             "many as BlackJAX MCLMC tunes for with this budget, a third of its steps), "
+                             "'config' (as --num-warmup) or a number")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -860,8 +900,8 @@ def main(argv=None):
         folder = Path(tmp)
         amplitude = write_cases(folder, n)["amplitude"]
         default_warmup = args.num_warmup or schema.SamplerSection().num_warmup
-        if args.num_warmup:
-            combos = [(label, {**settings, "num_warmup": args.num_warmup}) for label, settings in combos]
+        combos = [(label, {**settings, "num_warmup": warmup_steps(settings["algorithm"], args, budget)})
+                  for label, settings in combos]
         for name in args.cases:
             case = CASES[name]
             reference = exact_reference(case, folder, amplitude, draws)

@@ -120,3 +120,44 @@ def test_every_combination_makes_a_valid_config(cases, tmp_path):
             config = config_from_dict(se.case_document(case, amplitude, {**settings, "chains": 2}), folder)
             assert config.sampler.algorithm == settings["algorithm"]
             assert isinstance(config.prior.index, float) != case.sampled_index
+
+
+def test_the_microcanonical_warmup_is_the_peers_tuning_steps_unless_told_otherwise():
+    class Args:
+        num_warmup, microcanonical_warmup = None, "peer"
+
+    args = Args()
+    config_default = se.warmup_steps("hmc", args, 24000)
+    assert se.warmup_steps("mclmc", args, 24000) == se.warmup_steps("mams", args, 24000) == 4000
+    assert se.warmup_steps("nuts", args, 24000) == config_default            # HMC / NUTS: the config's
+    args.num_warmup = 700
+    assert se.warmup_steps("hmc", args, 24000) == 700 and se.warmup_steps("mclmc", args, 24000) == 4000
+    args.microcanonical_warmup = "config"
+    assert se.warmup_steps("mclmc", args, 24000) == 700
+    args.microcanonical_warmup = "1234"
+    assert se.warmup_steps("mams", args, 24000) == 1234
+    for bad in ("many", "-3"):
+        args.microcanonical_warmup = bad
+        with pytest.raises(SystemExit, match="--microcanonical-warmup"):
+            se.warmup_steps("mclmc", args, 24000)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("blackjax") is None, reason="BlackJAX is not installed (the bench extra)")
+@pytest.mark.parametrize("num_steps", [12000, 50, 7])
+def test_the_peer_tuning_steps_are_those_blackjax_reports(num_steps):
+    """BlackJAX's own count (in a process of its own: JAX and TensorFlow never share one)."""
+    import subprocess
+
+    code = f"""
+import jax, jax.numpy as jnp, blackjax
+from blackjax.mcmc.integrators import isokinetic_mclachlan
+logdensity = lambda x: -0.5 * jnp.sum(x * x)
+kernel = blackjax.mcmc.mclmc.build_kernel(integrator=isokinetic_mclachlan)
+state = blackjax.mcmc.mclmc.init(jnp.ones(3), logdensity, jax.random.PRNGKey(0))
+_, _, n = blackjax.mclmc_find_L_and_step_size(mclmc_kernel=kernel, num_steps={num_steps}, state=state,
+    rng_key=jax.random.PRNGKey(1), logdensity_fn=logdensity, diagonal_preconditioning=True)
+print(int(n))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == se.peer_mclmc_tuning_steps(num_steps)
