@@ -105,6 +105,11 @@ class SamplerPanel(SetupPanel):
         warmup, samples, chains, thin = values
         text = (f"{warmup + samples} steps per chain; {samples * chains:,} draws kept in all "
                 f"(scalars at every draw)")
+        if algorithm in ("mclmc", "mams") and warmup < samples // 3:
+            text += (f". {algorithm.upper()} tunes its step size and trajectory length in warmup: "
+                     f"BlackJAX tunes for a third as many steps as it samples, {samples // 3:,} here; "
+                     "fewer leave the step size short (at 32³ 700 warmup steps gave 0.62 of the "
+                     "effective samples of 4000: docs/benchmarks.md)")
         shape = s.data_shape() if field else None
         self.disk_cost.setText(self.disk_text(shape, warmup, samples, chains, thin))
         self.form.setRowVisible(self.disk_cost, bool(self.disk_cost.text()))

@@ -24,3 +24,17 @@ def test_the_preconditioner_choice_is_saved_and_checked(make_window, tmp_path):
     assert "needs field.parameterisation" in message_of(window, "sampler.preconditioner")
     latent.setCurrentIndex(latent.findData("whitened"))
     assert message_of(window, "sampler.preconditioner") == "" and window.errors == {}
+
+
+def test_a_short_microcanonical_warmup_is_pointed_out_next_to_the_run_length(make_window, tmp_path):
+    window = make_window(tiny_case(tmp_path, warmup=10, samples=300), engine=None)
+    panel = window.panel["sampler"]
+    algorithm = window.findChild(QComboBox, "sampler.algorithm")
+    assert "tunes its step size" not in panel.info.text()            # HMC: its own adaptation
+    for name in ("mclmc", "mams"):
+        algorithm.setCurrentIndex(algorithm.findData(name))
+        text = panel.info.text()
+        assert f"{name.upper()} tunes its step size" in text and "100 here" in text, text
+    window.state.set("sampler.num_warmup", 100)
+    assert "tunes its step size" not in panel.info.text()            # a third of the draws: enough
+    assert "400 steps per chain" in panel.info.text()
