@@ -6,12 +6,12 @@ which touches no Qt object in the worker: a queue and a byte written to a pipe w
 ``QSocketNotifier`` (in the GUI thread) runs the calls there. A worker that emitted a Qt
 signal itself could deadlock with the GUI thread deleting the receiving object (Qt locks
 the object's connection mutex and then needs the GIL to drop its Python slots, while the
-worker holds the GIL and waits for that mutex). A ``LatestJob`` keeps one worker thread for its stream of requests (it ends
-after ``IDLE_EXIT_S`` without one, or at ``close``) instead of a new thread per request:
-glibc gives each new thread that finds no free malloc arena one of its own, and a view
-that asks again every second through a long run would otherwise spread its buffers over
-many of them. The worker holds no Qt state and touches no widget; results come out as
-signals (superqt's pattern). Neither decides whether a result is stale: the view that
+worker holds the GIL and waits for that mutex). A ``LatestJob`` keeps one worker thread
+for its stream of requests (it ends after ``IDLE_EXIT_S`` without one, or at ``close``)
+instead of a new thread per request: glibc gives each new thread that finds no free
+malloc arena one of its own, and a view that asks again every second through a long run
+would otherwise spread its buffers over many of them. The worker holds no Qt state and
+touches no widget; results come out as signals emitted in the GUI thread. Neither decides whether a result is stale: the view that
 asked tags each request (a key, or the job object itself) and drops results that no
 longer match what it shows.
 
