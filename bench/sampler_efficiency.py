@@ -100,7 +100,8 @@ if str(ROOT) not in sys.path:
 
 __all__ = ["CASES", "Case", "Reference", "unit_variance_amplitude", "write_cases", "case_document",
            "fieldscope_combinations", "exact_reference", "index_reference", "index_log_likelihood",
-           "field_efficiency", "peer_mclmc_tuning_steps", "warmup_steps", "main"]
+           "field_efficiency", "peer_mclmc_tuning_steps", "warmup_steps", "did_not_sample",
+           "comparison_lines", "main"]
 
 BOX = 200.0
 K_PIVOT = 0.1
@@ -799,14 +800,43 @@ def _print_case(case: Case, n: int, rows: list[dict], skipped: list[str], refere
         print("   " + f"{'sampler':<16} | " + " | ".join(f"{ks[i]:6.3f}" for i in picks))
         for r in rows:
             print("   " + f"{r['label']:<16} | " + " | ".join(f"{r['shell_per_1000'][i]:6.1f}" for i in picks))
-    fs = [r for r in rows if not r["label"].startswith("blackjax")]
-    peers = [r for r in rows if r["label"].startswith("blackjax")]
+    for line in comparison_lines(rows):
+        print("   " + line)
+
+
+#: a run whose median std / exact std is outside this range did not sample the posterior
+SAMPLED_STD_RANGE = (0.5, 2.0)
+
+
+def did_not_sample(row: dict) -> str:
+    """Why ``row``'s run did not sample the posterior ("" when it did): a median std / exact
+    outside ``SAMPLED_STD_RANGE`` (a collapsed or exploded chain), or no effective sample."""
+    lo, hi = SAMPLED_STD_RANGE
+    ratio = row["std_ratio"]
+    if not np.isfinite(ratio) or not lo <= ratio <= hi:
+        return f"median std / exact {ratio:.3g}"
+    if not row["n_eff"] >= 1:
+        return f"n_eff {row['n_eff']:.3g}"
+    return ""
+
+
+def comparison_lines(rows: list[dict]) -> list[str]:
+    """Best Fieldscope / best peer, per 1000 gradients and per second, over the runs that
+    sampled the posterior (``did_not_sample``); those that did not are named instead."""
+    lines = [f"{r['label']} did not sample this posterior ({why}): left out of the comparison"
+             for r in rows if (why := did_not_sample(r))]
+    good = [r for r in rows if not did_not_sample(r)]
+    fs = [r for r in good if not r["label"].startswith("blackjax")]
+    peers = [r for r in good if r["label"].startswith("blackjax")]
     if fs and peers:
         for key, what in (("per_1000", "per 1000 gradients"), ("per_s", "per second")):
             best_f = max(fs, key=lambda r: r[key])
             best_p = max(peers, key=lambda r: r[key])
-            print(f"   best Fieldscope / best peer, n_eff {what}: {best_f['label']} {best_f[key]:.1f} / "
-                  f"{best_p['label']} {best_p[key]:.1f} = {best_f[key] / best_p[key]:.2f}")
+            lines.append(f"best Fieldscope / best peer, n_eff {what}: {best_f['label']} {best_f[key]:.1f} / "
+                         f"{best_p['label']} {best_p[key]:.1f} = {best_f[key] / best_p[key]:.2f}")
+    elif fs and len(good) < len(rows):
+        lines.append("no peer sampled this posterior: no ratio")
+    return lines
 
 
 def _jsonable(value):

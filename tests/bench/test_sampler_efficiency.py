@@ -161,3 +161,20 @@ print(int(n))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) == se.peer_mclmc_tuning_steps(num_steps)
+
+
+def test_a_run_that_did_not_sample_the_posterior_is_named_not_compared():
+    def row(label, n_eff, per_1000, per_s, std_ratio):
+        return {"label": label, "n_eff": n_eff, "per_1000": per_1000, "per_s": per_s, "std_ratio": std_ratio}
+
+    good = [row("mclmc/diagonal", 2585.0, 53.8, 35.9, 0.999), row("mclmc/fourier", 135.0, 2.8, 1.7, 0.994)]
+    collapsed = row("blackjax/mclmc", 0.0, 0.0, 0.0, 2181704.651)     # the 32^3 index case's peer
+    lines = se.comparison_lines([*good, collapsed])
+    assert lines[0].startswith("blackjax/mclmc did not sample this posterior (median std / exact 2.18e+06)")
+    assert lines[1:] == ["no peer sampled this posterior: no ratio"]
+    lines = se.comparison_lines([*good, row("blackjax/mclmc", 4801.0, 100.0, 89.2, 1.001)])
+    assert lines == ["best Fieldscope / best peer, n_eff per 1000 gradients: mclmc/diagonal 53.8 / "
+                     "blackjax/mclmc 100.0 = 0.54",
+                     "best Fieldscope / best peer, n_eff per second: mclmc/diagonal 35.9 / blackjax/mclmc 89.2 = 0.40"]
+    assert se.did_not_sample(row("x", 10.0, 1.0, 1.0, float("nan"))) and not se.did_not_sample(good[0])
+    assert se.did_not_sample(row("x", 0.2, 1.0, 1.0, 1.0)) == "n_eff 0.2"
