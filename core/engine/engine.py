@@ -247,7 +247,7 @@ class Engine:
 
         shift = float(model.observations.field_mean) if has_field else 0.0
 
-        def chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps):
+        def chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps, with_mass):
             # da, HMC / NUTS: step_size, error_sum, log_avg (lists per part), da_step, num_adapt,
             # shrink (list); MCLMC / MAMS: their tuning state (core.engine.microcanonical)
             def x_of(z):
@@ -288,7 +288,7 @@ class Engine:
                 x_parts = x_of(state)
                 field_now = results[3][0] if self._is_microcanonical() and has_field else None
                 params_ta = params_ta.write(t, tf.reshape(model.params(x_parts), [chains, n_params]))
-                if adapt_mass:
+                if with_mass:
                     in_window = tf.logical_and(g >= sched.mass_start, g < sched.mass_end)
                     count, mean, m2 = mass_acc
 
@@ -347,7 +347,17 @@ class Engine:
             return (list(state), tlp_out, list(grads_out), da_out, mass_acc, moments, stacked,
                     params_ta.stack(), field_buf, power_buf, n_fields)
 
-        return tf.function(chunk, jit_compile=True)
+        # two programs: with the mass-matrix accumulation, for the chunks that overlap its window,
+        # and without, for every other chunk (its per-step tf.cond costs 6-9 % of an MCLMC step at
+        # 32^3 even where it does nothing: docs/benchmarks.md); the second compiles when first needed
+        programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag), jit_compile=True)
+                    for flag in (False, True)}
+
+        def run_chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps):
+            first = int(step0)
+            overlaps = adapt_mass and first < sched.mass_end and first + int(n_steps) > sched.mass_start
+            return programs[bool(overlaps)](state, tlp, grads, da, scale, mass_acc, step0, n_steps)
+        return run_chunk
 
     def _tfp_step(self, state, tlp, grads, da, scale):
         """DA(HMC or NUTS) in the chunk: its kernel results, bootstrapped from the chunk's
