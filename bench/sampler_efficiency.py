@@ -929,7 +929,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         amplitude = write_cases(folder, n)["amplitude"]
-        default_warmup = args.num_warmup or schema.SamplerSection().num_warmup
+        default_warmup = warmup_steps("nuts", args, budget)       # BlackJAX NUTS's, as ours
         combos = [(label, {**settings, "num_warmup": warmup_steps(settings["algorithm"], args, budget)})
                   for label, settings in combos]
         for name in args.cases:

@@ -347,16 +347,20 @@ class Engine:
             return (list(state), tlp_out, list(grads_out), da_out, mass_acc, moments, stacked,
                     params_ta.stack(), field_buf, power_buf, n_fields)
 
-        # two programs: with the mass-matrix accumulation, for the chunks that overlap its window,
-        # and without, for every other chunk (its per-step tf.cond costs 6-9 % of an MCLMC step at
-        # 32^3 even where it does nothing: docs/benchmarks.md); the second compiles when first needed
+        if not (adapt_mass and self._is_microcanonical()):
+            # one program (HMC / NUTS: a step is many gradients, the accumulation's per-step
+            # tf.cond is noise beside them and a second compilation would cost start-up time)
+            return tf.function(lambda *a: chunk(*a, with_mass=adapt_mass), jit_compile=True)
+        # MCLMC / MAMS (two gradients a step): two programs, with the mass-matrix accumulation for
+        # the chunks that overlap its window and without for the others (its per-step tf.cond
+        # cost 6-15 % of a 32^3 step where it did nothing: docs/benchmarks.md)
         programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag), jit_compile=True)
                     for flag in (False, True)}
 
         def run_chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps):
             first = int(step0)
-            overlaps = adapt_mass and first < sched.mass_end and first + int(n_steps) > sched.mass_start
-            return programs[bool(overlaps)](state, tlp, grads, da, scale, mass_acc, step0, n_steps)
+            overlaps = first < sched.mass_end and first + int(n_steps) > sched.mass_start
+            return programs[overlaps](state, tlp, grads, da, scale, mass_acc, step0, n_steps)
         return run_chunk
 
     def _tfp_step(self, state, tlp, grads, da, scale):
