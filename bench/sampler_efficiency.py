@@ -198,6 +198,17 @@ def fieldscope_combinations() -> list[tuple[str, dict]]:
     return out
 
 
+def with_dense_modes(combos, values) -> list[tuple[str, dict]]:
+    """Each fourier combination once per ``sampler.dense_modes`` value, labelled alg/fourier-N."""
+    out = []
+    for label, settings in combos:
+        if settings.get("preconditioner") != "fourier":
+            out.append((label, settings))
+            continue
+        out.extend((f"{label}-{v}", {**settings, "dense_modes": v}) for v in values)
+    return out
+
+
 # --------------------------------------------------------------------------- exact answers
 
 
@@ -890,6 +901,9 @@ def main(argv=None):
                         help="warmup steps of the MCLMC / MAMS combinations: 'peer' (the default: as "
                              "many as BlackJAX MCLMC tunes for with this budget, a third of its steps), "
                              "'config' (as --num-warmup) or a number")
+    parser.add_argument("--dense-modes", type=int, nargs="+", default=None,
+                        help="run each fourier combination once per value of sampler.dense_modes "
+                             "(labelled alg/fourier-N; default: the schema's value, one run)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -907,6 +921,8 @@ def main(argv=None):
     if args.algorithms:
         wanted = set(args.algorithms)
         combos = [(label, s) for label, s in combos if label in wanted or s["algorithm"] in wanted]
+    if args.dense_modes is not None:
+        combos = with_dense_modes(combos, args.dense_modes)
     peers = []
     if args.peers:
         try:

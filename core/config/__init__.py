@@ -24,7 +24,8 @@ Layout (field model; every key but ``data.path`` has a default, see ``default_co
                   dtype = "float32" | "float64"
     [sampler]     algorithm, num_warmup, num_samples, num_leapfrog_steps, step_size,
                   target_accept, preconditioner = "identity" | "diagonal" | "fourier"
-                  (``adapt_mass_matrix = true`` is read as "diagonal"), chains, seed,
+                  (``adapt_mass_matrix = true`` is read as "diagonal"), dense_modes
+                  (the fourier preconditioner's dense low-k block), chains, seed,
                   thin, chunk_size
 
 Integral model: ``[model] kind = "integral"``, ``[data] path`` (.csv .txt .dat),

@@ -23,6 +23,11 @@ refusal a ``ConfigError`` naming the key, the limit and why:
                          gradient evaluations, and a chunk of draws runs as one XLA call
                          that can be stopped only at its end, so 10^7 steps would make one
                          chunk run for days
+    MAX_DENSE_MODES      4096 for sampler.dense_modes: the block is an m x m matrix, built
+                         and factorised once (4096: 128 MiB in float64, seconds) and applied
+                         twice a gradient (2 x 16.8 M multiply-adds a chain, several FFTs of
+                         64^3); the low-k modes where it helps number hundreds to a few
+                         thousand
 
 Float settings and the run's dtype (``field.dtype``; the integral model always runs in
 float64, which ``_float`` already bounds). A float32 run casts every number to float32:
@@ -44,7 +49,7 @@ import numpy as np
 from core.config.schema import ConfigError
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_PATH_CHARS", "MAX_STRING_CHARS", "MAX_ARRAY_ITEMS",
-           "MAX_DRAWS", "MAX_LEAPFROG_STEPS", "PATH_KEYS", "read_config_text",
+           "MAX_DRAWS", "MAX_LEAPFROG_STEPS", "MAX_DENSE_MODES", "PATH_KEYS", "read_config_text",
            "check_text_size", "check_document_sizes", "check_dtype_range"]
 
 MAX_CONFIG_BYTES = 2**20
@@ -53,6 +58,7 @@ MAX_STRING_CHARS = 1024
 MAX_ARRAY_ITEMS = 16
 MAX_DRAWS = 10**7
 MAX_LEAPFROG_STEPS = 2048
+MAX_DENSE_MODES = 4096
 
 #: Keys whose value is a file name (or "file.npz:key").
 PATH_KEYS = ("data.path", "data.mask", "data.noise_map", "prior.table")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from core.config.limits import (
+    MAX_DENSE_MODES,
     MAX_DRAWS,
     MAX_LEAPFROG_STEPS,
     check_document_sizes,
@@ -206,6 +207,8 @@ def _parse_sampler(raw) -> SamplerSection:
         step_size=_float("sampler.step_size", get("step_size"), "positive"),
         target_accept=_float("sampler.target_accept", get("target_accept"), "open_unit"),
         preconditioner=_preconditioner(t),
+        dense_modes=_int("sampler.dense_modes", get("dense_modes"), 0, MAX_DENSE_MODES,
+                         "the dense block is an m x m matrix applied twice a gradient"),
         chains=_int("sampler.chains", get("chains"), 1),
         seed=_int("sampler.seed", get("seed"), 0),
         thin=_int("sampler.thin", get("thin"), 1),

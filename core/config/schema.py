@@ -33,6 +33,10 @@ ALGORITHMS = ("hmc", "nuts", "mclmc", "mams")
 #: "fourier" (the field model's own per-mode posterior scale, ``core.field.preconditioner``;
 #: field model, parameterisation whitened or raw_modes).
 PRECONDITIONERS = ("identity", "diagonal", "fourier")
+#: ``sampler.dense_modes``: with the "fourier" preconditioner and data that couple the modes (a
+#: mask, a noise map), this many low-k modes get the exact block of the posterior precision among
+#: themselves (``core.field.preconditioner.dense_block``); 0 = the per-mode scale alone.
+DEFAULT_DENSE_MODES = 1024
 #: The parameterisations whose latent is indexed by wavevector, so that a per-mode scale is a
 #: per-element one: the "fourier" preconditioner applies to these.
 FOURIER_PARAMETERISATIONS = ("whitened", "raw_modes")
@@ -176,6 +180,7 @@ class SamplerSection:
     step_size: float = 0.1            # first guess of the initial step-size search; then adapted in warmup
     target_accept: float = 0.75
     preconditioner: str = "identity"  # PRECONDITIONERS
+    dense_modes: int = DEFAULT_DENSE_MODES  # the fourier preconditioner's dense low-k block
     chains: int = 2
     seed: int = 42
     thin: int = 5

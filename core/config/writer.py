@@ -91,6 +91,7 @@ _COMMENTS = {
     ("sampler", "step_size"): "first guess of the initial step-size search; adapted during warmup",
     ("sampler", "target_accept"): "in (0, 1)",
     ("sampler", "preconditioner"): " | ".join(PRECONDITIONERS),
+    ("sampler", "dense_modes"): "fourier: low-k modes in its dense block; 0 = none",
     ("integral", "refine"): "trapezoid steps per data interval",
 }
 

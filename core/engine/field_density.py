@@ -55,7 +55,11 @@ density of the state is
     log p(v, eta) = log p_u(w(eta) v, eta) + sum_k log w_k(eta)
 
 (the Jacobian term matters only when hyperparameters are sampled: w follows the spectrum as
-it moves). Every public method below takes the state (v with "fourier", u without);
+it moves). With ``dense_modes`` > 0 and a likelihood that couples modes (a mask, a noise map),
+the ``dense_modes`` modes with the largest S_k q_k instead get the exact block of the posterior
+precision among themselves (``core.field.preconditioner.dense_block``): u_L = T v_L with T a
+constant m x m matrix (T^T P_LL T = I at the reference spectrum), the per-mode w everywhere
+else, and log |det T| joins the Jacobian. Every public method below takes the state (v with "fourier", u without);
 ``latent_of`` maps it to u. Any kernel gets the preconditioning this way, as a change of
 variables inside the model.
 
@@ -78,7 +82,7 @@ from core.engine.prior_density import tf_prior
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_spectrum import PowerLaw, PowerLawCutoff, PowerSpectrum
-from core.field.preconditioner import MODE_PRECISION_METHODS, fourier_scale, likelihood_mode_precision
+from core.field.preconditioner import MODE_PRECISION_METHODS, dense_block, fourier_scale, likelihood_mode_precision
 from core.priors import Prior, SampledPrior
 
 __all__ = ["mirror", "hermitian_from_real", "SampledHyper", "FieldPosterior", "MODEL_PRECONDITIONERS"]
@@ -143,13 +147,15 @@ class FieldPosterior:
     ``tf.function(jit_compile=True)`` and with TFP kernels; gradients are exact
     (core.engine.fft). ``dtype`` is tf.float32 or tf.float64. With ``preconditioner =
     "fourier"`` the latent part of the state is v (module docstring); ``precision_method``
-    chooses how the mask and noise map enter it (``core.field.preconditioner``).
+    chooses how the mask and noise map enter it (``core.field.preconditioner``), ``dense_modes``
+    how many low-k modes get the dense block (0: none; module docstring).
     """
 
     def __init__(self, grid: Grid, spectrum: PowerSpectrum, observations: Observations, *,
                  hyper_priors: dict[str, Prior] | None = None,
                  parameterisation: str = "whitened", dtype=tf.float32,
-                 preconditioner: str = "identity", precision_method: str = "mean"):
+                 preconditioner: str = "identity", precision_method: str = "mean",
+                 dense_modes: int = 0):
         if parameterisation not in PARAMETERISATIONS:
             raise ValueError(f"parameterisation {parameterisation!r} is not known "
                              f"(known: {', '.join(PARAMETERISATIONS)})")
@@ -173,6 +179,7 @@ class FieldPosterior:
         self.parameterisation = parameterisation
         self.preconditioner = preconditioner
         self.precision_method = precision_method
+        self.dense_modes = int(dense_modes)
         self.dtype = dtype
         self.cdtype = tf.complex64 if dtype == tf.float32 else tf.complex128
         self.sampled = self._sampled_hypers(spectrum, hyper_priors or {})
@@ -222,13 +229,25 @@ class FieldPosterior:
             self._k2_full = tf.constant(np.where(k_full > 0, k_full, 1.0)**2, rd)
             self._fixed_s_full = tf.constant(
                 np.where(k_full > 0, self._mode_variance_numpy(k_full), 1.0), rd) if not self.sampled else None
+        self.block = None
         if self.preconditioner == "fourier":
             self._mode_precision = tf.constant(likelihood_mode_precision(g, obs, self.precision_method), rd)
+            self.block = dense_block(g, spec, obs, self.dense_modes, parameterisation=self.parameterisation)
+            outside = np.ones(g.n_cells)
+            if self.block is not None:
+                outside[self.block.index] = 0.0
+                self._block_index = tf.constant(self.block.index, tf.int32)
+                self._block_factor_t = tf.constant(self.block.factor.T, rd)     # rows: v_L @ T^T
+                self._block_inverse_t = tf.constant(self.block.inverse.T, rd)
+                self._block_log_det = tf.constant(self.block.log_det, rd)
+                self._outside_block = tf.constant(outside.reshape(g.shape), rd)
             if not self.sampled:
                 w = fourier_scale(g, spec, obs, parameterisation=self.parameterisation,
                                   method=self.precision_method)
                 self._fixed_scale = tf.constant(w, rd)
-                self._fixed_log_scale_sum = tf.constant(np.sum(np.log(w)), rd)
+                log_w = np.log(w).reshape(-1) * outside
+                log_det = np.sum(log_w) + (self.block.log_det if self.block is not None else 0.0)
+                self._fixed_log_scale_sum = tf.constant(log_det, rd)
         beam = None
         if obs.smoothing_scale is not None:
             beam = np.exp(-0.5 * (k_half * obs.smoothing_scale)**2)
@@ -324,19 +343,36 @@ class FieldPosterior:
         """The latent u (the parameterisation's) of a state's field part."""
         if self.preconditioner != "fourier":
             return state
-        return state * self.scale(eta)
+        return self._with_block(state * self.scale(eta), state, self._block_factor_t if self.block else None)
 
     def state_of(self, latent, eta=None) -> tf.Tensor:
-        """The state's field part for a latent u: v = u / w."""
+        """The state's field part for a latent u: v = u / w (v_L = L^T u_L in the block)."""
         if self.preconditioner != "fourier":
             return latent
-        return latent / self.scale(eta)
+        return self._with_block(latent / self.scale(eta), latent, self._block_inverse_t if self.block else None)
+
+    def _with_block(self, scaled, source, matrix_t):
+        """``scaled`` with its dense-block entries replaced by ``matrix`` times ``source``'s
+        (the block's entries of the trailing grid axes, any leading axes)."""
+        if matrix_t is None:
+            return scaled
+        n = self.grid.n_cells
+        flat_source = tf.reshape(source, [-1, n])
+        values = tf.matmul(tf.gather(flat_source, self._block_index, axis=1), matrix_t)    # (B, m)
+        rows = tf.shape(values)[0]
+        m = self.block.size
+        where = tf.stack([tf.repeat(tf.range(rows), m), tf.tile(self._block_index, [rows])], axis=1)
+        flat = tf.tensor_scatter_nd_update(tf.reshape(scaled, [-1, n]), where, tf.reshape(values, [-1]))
+        return tf.reshape(flat, tf.shape(scaled))
 
     def _log_jacobian(self, eta):
-        """sum_k log w_k(eta): log |du/dv|."""
+        """log |du/dv|: sum_k log w_k(eta) over the modes outside the dense block, plus log |det T|."""
         if not self.sampled:
             return self._fixed_log_scale_sum
-        return tf.reduce_sum(self._log_scale(eta), axis=[-3, -2, -1])
+        log_w = self._log_scale(eta)
+        if self.block is None:
+            return tf.reduce_sum(log_w, axis=[-3, -2, -1])
+        return tf.reduce_sum(log_w * self._outside_block, axis=[-3, -2, -1]) + self._block_log_det
 
     # -- the field ------------------------------------------------------------
 

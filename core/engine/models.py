@@ -75,7 +75,8 @@ class FieldModel:
         model_preconditioner = "fourier" if config.sampler.preconditioner == "fourier" else "identity"
         self.posterior = FieldPosterior(self.grid, spectrum, self.observations, hyper_priors=hyper,
                                         parameterisation=config.field.parameterisation, dtype=self.dtype,
-                                        preconditioner=model_preconditioner)
+                                        preconditioner=model_preconditioner,
+                                        dense_modes=config.sampler.dense_modes)
         self.param_names = self.posterior.hyper_names
         self.has_field = True
         self._build_power_estimator()

@@ -43,7 +43,9 @@ The named arrays at a chunk's peak (``RunEstimate.arrays``, bytes):
                     draws per chain
     model_constants data and 1 / noise (0 where masked; Poisson: the mask) as the
                     model's tensors (2 N b; 1 / noise is a scalar for uniform noise
-                    without a mask, not counted apart)
+                    without a mask, not counted apart), and with the fourier
+                    preconditioner its dense low-k block and the block's inverse (2 m^2 b,
+                    m = sampler.dense_modes at most; its float64 build is in ``setup``)
     chunk_copies    the chunk's field draws as the store takes them (2 copies), the run's
                     float64 moment totals (host memory: the chunk's sums are added to them
                     after each chunk, ``Engine._fold_moments``), their mean / std (float64)
@@ -270,7 +272,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
                  num_leapfrog_steps: int = 10, chunk_size: int = 25, thin: int = 5,
                  num_warmup: int = 0, num_samples: int = 0,
                  parameterisation: str = "whitened", noise_map: bool = False,
-                 truth: bool = True) -> RunEstimate:
+                 truth: bool = True, dense_modes: int = 0) -> RunEstimate:
     """The estimate for a field run on a grid of ``shape`` (see the module docstring)."""
     shape = tuple(int(n) for n in shape)
     grid = Grid(shape, 1.0)
@@ -281,7 +283,9 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     maps = 1 + 1 + int(noise_map) + int(truth)           # data, mask, noise, truth
     arrays = {
         "model_state": model,
-        "model_constants": 2 * n * b,                    # data and 1 / noise (or the mask) as tensors
+        # data and 1 / noise (or the mask) as tensors; the fourier preconditioner's dense block
+        # and its inverse (at most dense_modes^2 each: fewer modes may qualify)
+        "model_constants": 2 * n * b + 2 * int(dense_modes) ** 2 * b,
         # the draws as the store takes them, the run's float64 moment totals, their mean / std
         # and float32 copies
         "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
@@ -290,7 +294,9 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
         "checkpoint": max(c * n * b, n * 8),
     }
-    setup = 2 * maps * n * 8      # the loaded maps and the store's observed_data copies
+    # the loaded maps and the store's observed_data copies; the dense block's float64 build
+    # (the mode couplings, the precision, its factor and the inverse)
+    setup = 2 * maps * n * 8 + 4 * int(dense_modes) ** 2 * 8
     L = int(num_leapfrog_steps) if algorithm == "hmc" else 0
     unrolled = algorithm == "hmc" and unrolls(L, c, n, b)
     if unrolled:       # the engine's choice (core.run.engine_limits.unrolls): L steps' buffers
@@ -326,7 +332,8 @@ def estimate_for_config(config, shape) -> RunEstimate:
                         num_leapfrog_steps=s.num_leapfrog_steps, chunk_size=s.chunk_size,
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
                         parameterisation=f.parameterisation,
-                        noise_map=config.data.noise_map is not None)
+                        noise_map=config.data.noise_map is not None,
+                        dense_modes=s.dense_modes if s.preconditioner == "fourier" else 0)
 
 
 def available_memory() -> int | None:

@@ -63,6 +63,25 @@ def test_the_microcanonical_samplers_are_offered_and_hide_what_does_not_apply(ma
                      "hmc": (True, True)}
 
 
+def test_the_dense_block_setting_shows_with_the_fourier_preconditioner_and_is_saved(make_window, qtbot, tmp_path):
+    window = make_window(tiny_case(tmp_path), engine=None)
+    box = window.findChild(QComboBox, "sampler.preconditioner")
+    dense = edit_of(window, "sampler.dense_modes")
+    shown = {}
+    for preconditioner in ("identity", "fourier", "diagonal"):
+        box.setCurrentIndex(box.findData(preconditioner))
+        shown[preconditioner] = not dense.isHidden()
+    assert shown == {"identity": False, "fourier": True, "diagonal": False}
+    box.setCurrentIndex(box.findData("fourier"))
+    type_into(qtbot, edit_of(window, "sampler.dense_modes"), "5000")
+    assert "sampler.dense_modes: may be at most 4,096" in message_of(window, "sampler.dense_modes")
+    type_into(qtbot, edit_of(window, "sampler.dense_modes"), "300")
+    out = tmp_path / "dense.toml"
+    assert window.save_config(out)
+    saved = load_config(out).sampler
+    assert (saved.preconditioner, saved.dense_modes) == ("fourier", 300)
+
+
 def test_invalid_values_get_an_inline_message_naming_the_key(make_window, qtbot, tmp_path):
     window = make_window(tiny_case(tmp_path), engine=None)
     type_into(qtbot, edit_of(window, "sampler.num_warmup"), "-3")

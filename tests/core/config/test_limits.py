@@ -74,13 +74,14 @@ def test_a_long_array_and_a_long_key_are_refused():
 
 @pytest.mark.parametrize("key,value,limit", [
     ("num_samples", 10**9, "10,000,000"), ("num_warmup", 10**9, "10,000,000"),
-    ("chunk_size", 10**9, "10,000,000"), ("num_leapfrog_steps", 10**7, "2,048")])
+    ("chunk_size", 10**9, "10,000,000"), ("num_leapfrog_steps", 10**7, "2,048"),
+    ("dense_modes", 10**5, "4,096")])
 def test_huge_sampler_counts_are_refused_at_parse_time(key, value, limit):
     err = _error({**BASE, "sampler": {key: value}})
     assert err.key == f"sampler.{key}"
     assert str(err).startswith(f"sampler.{key}: may be at most {limit} (")
     assert str(err).endswith(f"got {value} (an integer)")
-    assert "gradient evaluations" in str(err) or key == "chunk_size"
+    assert "gradient evaluations" in str(err) or key in ("chunk_size", "dense_modes")
     top = int(limit.replace(",", ""))
     assert getattr(C.config_from_dict({**BASE, "sampler": {key: top}}).sampler, key) == top
 

@@ -21,7 +21,14 @@ from core.engine.field_density import FieldPosterior
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_spectrum import PowerLaw
-from core.field.preconditioner import fourier_scale, likelihood_mode_precision, mode_variance_full
+from core.field.preconditioner import (
+    DENSE_BLOCK_MIN_PRECISION,
+    couples_modes,
+    dense_block,
+    fourier_scale,
+    likelihood_mode_precision,
+    mode_variance_full,
+)
 from core.field.synthetic import make_dataset, save_dataset
 from core.priors import LogNormalPrior, NormalPrior
 from core.reference.wiener import dense_posterior
@@ -121,7 +128,7 @@ def test_jacobi_mode_precision_is_the_exact_diagonal_with_a_mask_and_noise_map()
             np.testing.assert_allclose(np.diag(h_v), 1.0, atol=1e-10)
 
 
-def _sampled_case(parameterisation, kind):
+def _sampled_case(parameterisation, kind, dense_modes=0):
     rng = np.random.default_rng(2)
     shape = (4, 4, 4)
     grid = Grid(shape, (30.0, 26.0, 34.0))
@@ -136,15 +143,18 @@ def _sampled_case(parameterisation, kind):
     priors = {"index": NormalPrior(loc=-2.0, scale=0.3), "amplitude": LogNormalPrior(loc=math.log(400.0), scale=0.3)}
     kw = dict(hyper_priors=priors, parameterisation=parameterisation, dtype=tf.float64)
     return (grid, spectrum, obs, FieldPosterior(grid, spectrum, obs, **kw),
-            FieldPosterior(grid, spectrum, obs, preconditioner="fourier", **kw))
+            FieldPosterior(grid, spectrum, obs, preconditioner="fourier", dense_modes=dense_modes, **kw))
 
 
-@pytest.mark.parametrize("parameterisation", ["whitened", "raw_modes"])
-def test_sampled_hyperparameters_change_of_variables_keeps_the_marginal(parameterisation):
+@pytest.mark.parametrize("parameterisation,dense_modes", [("whitened", 0), ("raw_modes", 0), ("whitened", 12),
+                                                          ("raw_modes", 12)])
+def test_sampled_hyperparameters_change_of_variables_keeps_the_marginal(parameterisation, dense_modes):
     """For each eta the density is Gaussian in the field, so its Laplace integral over the
     field state is exact: log p(eta | d) up to a constant. The preconditioned model (state v,
-    Jacobian sum log w(eta)) must integrate to the same function of eta as the plain one."""
-    grid, spectrum, obs, plain, fourier = _sampled_case(parameterisation, "gaussian")
+    Jacobian sum log w(eta), and log |det T| of a dense block held at the reference spectrum)
+    must integrate to the same function of eta as the plain one."""
+    grid, spectrum, obs, plain, fourier = _sampled_case(parameterisation, "gaussian", dense_modes)
+    assert (fourier.block is not None) == (dense_modes > 0)
     n = grid.n_cells
 
     def log_marginal(post, eta):
@@ -168,13 +178,15 @@ def test_sampled_hyperparameters_change_of_variables_keeps_the_marginal(paramete
     assert abs(logw[0] - logw[1]) > 1.0
 
 
-@pytest.mark.parametrize("parameterisation,kind", [("whitened", "gaussian"), ("raw_modes", "gaussian"),
-                                                   ("whitened", "poisson_lognormal")])
-def test_sampled_scale_and_density_agree_with_the_fixed_model(parameterisation, kind):
+@pytest.mark.parametrize("parameterisation,kind,dense_modes", [
+    ("whitened", "gaussian", 0), ("raw_modes", "gaussian", 0), ("whitened", "poisson_lognormal", 0),
+    ("whitened", "gaussian", 12), ("whitened", "poisson_lognormal", 12)])
+def test_sampled_scale_and_density_agree_with_the_fixed_model(parameterisation, kind, dense_modes):
     """w(eta) of the sampled model equals core.field.preconditioner's numpy scale at theta =
-    b(eta); log p(v, eta) = log p_plain(w v, eta) + log |det du/dv| with the determinant taken
-    by autodiff of the map v -> u; the gradient in eta matches central differences."""
-    grid, spectrum, obs, plain, fourier = _sampled_case(parameterisation, kind)
+    b(eta); log p(v, eta) = log p_plain(u(v), eta) + log |det du/dv| with the determinant taken
+    from the map v -> u on basis vectors (a dense block included); the gradient in eta matches
+    central differences."""
+    grid, spectrum, obs, plain, fourier = _sampled_case(parameterisation, kind, dense_modes)
     eta = tf.constant([[-2.4, math.log(300.0)], [-1.7, math.log(600.0)]], tf.float64)
     theta = fourier.hyperparameters(eta)
     v = tf.constant(np.random.default_rng(3).normal(size=(2, *grid.shape)), tf.float64)
@@ -199,6 +211,72 @@ def test_sampled_scale_and_density_agree_with_the_fixed_model(parameterisation, 
         step[:, i] = h
         fd = (fourier.log_prob(v, eta + step).numpy() - fourier.log_prob(v, eta - step).numpy()) / (2 * h)
         np.testing.assert_allclose(grad[:, i], fd, rtol=1e-6, atol=1e-6)
+
+
+def _masked_case(beam, noise_map=True):
+    rng = np.random.default_rng(1)
+    shape = (6, 4, 5)
+    grid = Grid(shape, (30.0, 26.0, 34.0))
+    spectrum = PowerLaw(amplitude=400.0, index=-2.0, k_pivot=0.2)
+    mask = np.ones(shape, bool)
+    mask[:2] = False                                      # a slab
+    obs = Observations.create(rng.normal(size=shape), mask=mask, smoothing_scale=beam,
+                              noise_map=rng.uniform(0.3, 0.6, size=shape) if noise_map else None,
+                              noise_sigma=None if noise_map else 0.5)
+    return grid, spectrum, obs
+
+
+@pytest.mark.parametrize("parameterisation,beam", [("whitened", None), ("whitened", 2.0), ("raw_modes", None),
+                                                   ("raw_modes", 2.0)])
+def test_dense_block_makes_the_low_k_posterior_precision_exactly_white(parameterisation, beam):
+    """The model's own Hessian (TensorFlow autodiff) in the preconditioned state: the block's
+    modes have exactly the identity precision among themselves (the block's mode couplings,
+    built from one FFT of the voxel precision, are the model's); the block's modes are those
+    with the largest S_k q_k; the state -> latent map inverts; the density is the plain
+    model's at u plus log |det du/dv| of the map on basis vectors."""
+    grid, spectrum, obs = _masked_case(beam)
+    kw = dict(dtype=tf.float64, parameterisation=parameterisation)
+    plain = FieldPosterior(grid, spectrum, obs, **kw)
+    per_mode = FieldPosterior(grid, spectrum, obs, preconditioner="fourier", dense_modes=0, **kw)
+    blocked = FieldPosterior(grid, spectrum, obs, preconditioner="fourier", dense_modes=20, **kw)
+    assert per_mode.block is None and blocked.block.size == 20
+    h = hessian(blocked)
+    index = blocked.block.index
+    np.testing.assert_allclose(h[np.ix_(index, index)], np.eye(index.size), atol=1e-10)
+    s_q = (mode_variance_full(grid, spectrum) * likelihood_mode_precision(grid, obs)).reshape(-1)
+    assert s_q[index].min() >= np.delete(s_q, index).max()
+    cond = [np.linalg.cond(hessian(p)) for p in (plain, per_mode, blocked)]
+    print(f"\n{parameterisation}, beam {beam}: condition number plain {cond[0]:.1f}, per mode {cond[1]:.2f}, "
+          f"with the dense block {cond[2]:.2f}")
+    assert cond[2] < 0.85 * cond[1]
+    v = tf.constant(np.random.default_rng(4).normal(size=(2, *grid.shape)))
+    u = blocked.latent_of(v)
+    np.testing.assert_allclose(blocked.state_of(u).numpy(), v.numpy(), atol=1e-12)
+    n = grid.n_cells
+    log_det = np.linalg.slogdet(tf.reshape(blocked.latent_of(_basis(blocked)), (n, n)).numpy())[1]
+    np.testing.assert_allclose(blocked.log_prob(v).numpy(), plain.log_prob(u).numpy() + log_det, rtol=1e-12)
+
+
+def test_dense_block_only_where_the_likelihood_couples_modes():
+    """Uniform noise without a mask: the per-mode scale is exact, no block; a mask alone or a
+    noise map alone couple the modes; the block never takes more modes than asked or a mode
+    whose S_k q_k is below the prior's precision."""
+    grid, spectrum, _ = uniform_case()
+    rng = np.random.default_rng(5)
+    data = rng.normal(size=grid.shape)
+    uniform = Observations.create(data, noise_sigma=0.4)
+    assert not couples_modes(uniform) and dense_block(grid, spectrum, uniform, 50) is None
+    mask = np.ones(grid.shape, bool)
+    mask[0] = False
+    for obs in (Observations.create(data, noise_sigma=0.4, mask=mask),
+                Observations.create(data, noise_map=rng.uniform(0.3, 0.5, size=grid.shape))):
+        assert couples_modes(obs)
+        block = dense_block(grid, spectrum, obs, 7)
+        assert block.size == 7 and np.all(np.diff(block.index) > 0)
+        assert dense_block(grid, spectrum, obs, 0) is None
+        s_q = (mode_variance_full(grid, spectrum) * likelihood_mode_precision(grid, obs)).reshape(-1)
+        everything = dense_block(grid, spectrum, obs, grid.n_cells)
+        assert everything.size == int(np.sum(s_q > DENSE_BLOCK_MIN_PRECISION)) < grid.n_cells
 
 
 def test_initial_state_is_the_same_field_for_every_preconditioner():
