@@ -77,7 +77,7 @@ from core.calibration import (
 from core.calibration.store import STORE_NAME, plan_differences
 from core.config import RunConfig, dump_config
 from core.engine import microcanonical
-from core.engine.engine import DIVERGENCE_THRESHOLD, Control, Engine, EngineError
+from core.engine.engine import DIVERGENCE_THRESHOLD, Control, Engine, EngineError, samples_hyperparameters
 from core.engine.integral_density import IntegralLogDensity
 from core.engine.models import build_model
 from core.engine.prior_density import tf_prior
@@ -548,8 +548,11 @@ def _program_key(config: RunConfig, plan: CalibrationPlan):
     s = config.sampler
     adapt = s.preconditioner == "diagonal" and s.num_warmup >= 20
     precondition = "diagonal" if adapt else ("identity" if s.preconditioner == "diagonal" else s.preconditioner)
-    # MCLMC / MAMS: their stage points (Python ints in the program) depend on num_warmup
+    # MCLMC / MAMS: their stage points (Python ints in the program) depend on num_warmup; with
+    # "fourier" and sampled hyperparameters whether the hyperparameters' diagonal is adapted does
     warmup = s.num_warmup if s.algorithm in microcanonical.SAMPLERS else 0
+    if warmup == 0 and s.preconditioner == "fourier" and s.num_warmup >= 20 and samples_hyperparameters(config):
+        warmup = 20
     neutral = dataclasses.replace(config, sampler=dataclasses.replace(s, seed=0, step_size=0.1, num_warmup=warmup,
                                                                       preconditioner=precondition))
     return dump_config(neutral), str(config.base_dir), dataclasses.replace(plan, seed=0, simulations=plan.batch_size)

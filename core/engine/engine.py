@@ -43,7 +43,10 @@ for the rest of warmup. The mass matrix is applied as the equivalent change of v
 kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity mass in z is
 mass 1/s^2 in x), so the same HMC kernel serves both cases. Everything recorded is in x.
 ``preconditioner = "fourier"`` is the model's own change of variables
-(``core.engine.field_density``): the engine sees an already preconditioned state.
+(``core.engine.field_density``): the engine sees an already preconditioned state. It scales
+the field only; sampled P(k) hyperparameters get the adapted diagonal above (the same window,
+the field's scale held at 1): their posterior sd (0.03 for the index of issue #12's 32^3
+case) is far from the field's unit scale, and an unscaled hyperparameter sets the step size.
 For MCLMC / MAMS the window is their tuning's variance stage and their step size goes on
 from its value (``core.engine.microcanonical``); their stage ends also end chunks
 (``Schedule.tune_stops``), where their stage transitions run between chunks.
@@ -69,6 +72,7 @@ from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonian
 from core.engine.models import build_model, nonfinite_report
 from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
 from core.engine.warmup import WarmupWatch
+from core.field.power_spectrum import hyperparameter_names
 from core.run import run_folder
 from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, unrolls
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
@@ -83,13 +87,21 @@ from core.store.run_store import (
 )
 
 __all__ = ["Engine", "EngineError", "Control", "Schedule", "DIVERGENCE_THRESHOLD",
-           "CHECKPOINT_FORMAT"]
+           "CHECKPOINT_FORMAT", "samples_hyperparameters"]
 
 tfd = tfp.distributions
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
 CHECKPOINT_FORMAT = 1
 
+
+
+def samples_hyperparameters(config) -> bool:
+    """Whether a field config samples a P(k) hyperparameter (a prior table, not a number)."""
+    if config.model.kind != "field":
+        return False
+    return any(not isinstance(getattr(config.prior, name), (int, float))
+               for name in hyperparameter_names(config.prior.kind))
 
 class EngineError(RuntimeError):
     """A run that cannot go on, with a diagnosis a user can act on."""
@@ -163,7 +175,9 @@ class Engine:
         s = config.sampler
         self.sampler = s
         self._part_shapes = None     # the state parts' shapes less the chain axis (MCLMC / MAMS)
-        diagonal = s.preconditioner == "diagonal" and s.num_warmup >= 20
+        # "fourier" scales the field; sampled hyperparameters get the adapted diagonal
+        self._hyper_diagonal = s.preconditioner == "fourier" and samples_hyperparameters(config)
+        diagonal = (s.preconditioner == "diagonal" or self._hyper_diagonal) and s.num_warmup >= 20
         stops = ()
         if self._is_microcanonical():
             # the diagonal's window is the tuning's variance stage (core.engine.microcanonical)
@@ -786,10 +800,12 @@ class Engine:
             return
         chains = self.sampler.chains
         new_scale = []
-        for q in m2:
+        for i, q in enumerate(m2):
             var = q / (c - 1.0)
             # regularised towards 1e-3 as Stan does: (n / (n + 5)) var + 1e-3 (5 / (n + 5))
             var = (c / (c + 5.0)) * var + 1e-3 * (5.0 / (c + 5.0))
+            if self._hyper_diagonal and i == 0:       # the field: the model's fourier scale stays
+                var = tf.ones_like(var)
             new_scale.append(tf.broadcast_to(tf.sqrt(var)[None], [chains, *var.shape]))
         old_scale = st["scale"]
         # same x, new coordinates: z' = z s / s', and d/dz' = (d/dz) s' / s

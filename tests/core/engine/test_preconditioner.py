@@ -32,7 +32,7 @@ from core.field.preconditioner import (
 from core.field.synthetic import make_dataset, save_dataset
 from core.priors import LogNormalPrior, NormalPrior
 from core.reference.wiener import dense_posterior
-from core.store.run_store import RunReader
+from core.store.run_store import RunReader, read_checkpoint
 from support.engine_cases import field_case_document, prior_mode_variance, run
 
 
@@ -326,3 +326,29 @@ def test_engine_run_with_fourier_preconditioner_recovers_the_masked_wiener_poste
     # ESS beyond the draw count (antithetic chains) is estimated to within a factor ~2
     assert 0.25 < scaled < 2.0
     assert abs(np.median(ratio) - 1.0) < 4.0 / math.sqrt(2.0 * np.median(ess))
+
+
+def test_fourier_run_adapts_the_sampled_hyperparameters_scale_and_holds_the_fields(tmp_path):
+    """"fourier" scales the field itself; a sampled hyperparameter gets the adapted diagonal
+    (the engine's window), else its posterior sd (here ~0.1 against the field's unit scale)
+    would set the step size. After warmup the checkpoint's scale of the field is 1 and the
+    index's is its posterior sd, within the spread of a short window."""
+    shape = (8, 8, 8)
+    grid = Grid(shape, 64.0)
+    spectrum = PowerLaw(amplitude=300.0, index=-1.5, k_pivot=0.1)
+    save_dataset(tmp_path / "data.npz", make_dataset(grid, spectrum, 0.5, mask="slab", mask_fraction=0.25, seed=11))
+    doc = field_case_document(True, warmup=120, samples=200, chains=2, thin=10, chunk=40, mass=False,
+                              index={"dist": "normal", "loc": -1.5, "scale": 0.5})
+    doc["sampler"].pop("adapt_mass_matrix")
+    doc["sampler"]["preconditioner"] = "fourier"
+    config = config_from_dict(doc, base_dir=tmp_path)
+    status, _ = run(config, dump_config(config), tmp_path / "run")
+    assert status == "finished"
+    arrays, _ = read_checkpoint(tmp_path / "run")
+    np.testing.assert_array_equal(arrays["scale_0"], 1.0)
+    index_scale = float(np.asarray(arrays["scale_1"]).reshape(-1)[0])
+    draws = RunReader(tmp_path / "run").param("index")
+    sd = float(np.std(draws))
+    print(f"\nindex: adapted scale {index_scale:.4f}, posterior sd of the draws {sd:.4f} (prior 0.5)")
+    assert 0.4 * sd < index_scale < 2.5 * sd
+    assert index_scale < 0.5
