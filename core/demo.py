@@ -5,12 +5,10 @@ numpy only. ``write_demo(outdir)`` writes
     demo_field.npz     a 32^3 Gaussian random field (power law with a cutoff) observed with
                        Gaussian noise through a mask (a slab plus random dropouts); holds
                        data, truth, mask, noise and the grid and prior as metadata
-    field.toml         a config sampling it (HMC, diagonal mass; whitened Fourier modes, the
-                       spectral index sampled with a normal prior). Not MCLMC: with the
-                       index sampled (700 warmup + 1500 / 3000 steps, seeds 42 / 7) its index
-                       ESS per 1000 gradients was 23.8 / 14.2 (HMC 6.9 / 10.3) but its R-hat
-                       1.004 / 1.018 and the index sd 0.0255 / 0.0282 (HMC 0.0296 / 0.0299);
-                       on field_exact.toml it measured 93 n_eff per 1000 gradients (HMC 13)
+    field.toml         a config sampling it (whitened Fourier modes, the spectral index
+                       sampled with a normal prior) with the sampler a new config gets
+                       (``core.config.NEW_CONFIG_SAMPLERS["field"]``: MCLMC with the fourier
+                       preconditioner, 1000 warmup steps, 2000 draws; the figures are there)
     field_exact.toml   the same data with every P(k) hyperparameter fixed at its true
                        value: the posterior is Gaussian and known exactly (the Wiener
                        filter), so the window's "Exact posterior" tab checks the sampler
@@ -72,16 +70,17 @@ parameterisation = "whitened"
 dtype = "float32"
 
 [sampler]
-algorithm = "hmc"
-num_warmup = 150
-num_samples = 300
+algorithm = "mclmc"
+num_warmup = 1000
+num_samples = 2000
 num_leapfrog_steps = 10
 step_size = 0.05
 target_accept = 0.75
-preconditioner = "diagonal"
+preconditioner = "fourier"
+dense_modes = 1024
 chains = 2
 seed = 42
-thin = 5
+thin = 20
 chunk_size = 25
 """
 

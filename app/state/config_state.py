@@ -164,9 +164,9 @@ def _build_defaults() -> dict[str, Any]:
 
 #: What a file's omitted keys mean (``load_document`` resets to these; the sampler: HMC).
 DEFAULTS = _build_defaults()
-#: A new config's values: ``DEFAULTS`` with ``core.config.NEW_CONFIG_SAMPLER`` (HMC with the
-#: adapted diagonal mass); every saved file says so.
-NEW_DEFAULTS = {**DEFAULTS, **{f"sampler.{k}": v for k, v in cfg.NEW_CONFIG_SAMPLER.items()}}
+#: A new config's values: ``DEFAULTS`` with ``core.config.NEW_CONFIG_SAMPLERS["field"]`` (MCLMC
+#: with the fourier preconditioner); every saved file says so.
+NEW_DEFAULTS = {**DEFAULTS, **{f"sampler.{k}": v for k, v in cfg.NEW_CONFIG_SAMPLERS["field"].items()}}
 
 #: Keys in the order the panels show them.
 KEYS = tuple(DEFAULTS)

@@ -39,8 +39,8 @@ prior         a power law. With a box size: k_pivot a round number near sqrt(k_f
               When the fit fails, index normal(-2, 0.5) and the amplitude that gives the
               prior the data's variance less the noise's, with a note. Without a box size:
               ``core.config``'s defaults, and a note.
-likelihood, field, sampler   ``core.config.new_config``'s values (the sampler: HMC with the
-              adapted diagonal mass, ``NEW_CONFIG_SAMPLER``).
+likelihood, field, sampler   ``core.config.new_config``'s values (the sampler: MCLMC with
+              the fourier preconditioner, ``NEW_CONFIG_SAMPLERS["field"]``).
 
 numpy only at import (scipy's optimiser is imported with ``core.field.prior_fit`` when a prior
 is fitted). Problems with the file raise ``core.io.LoadError`` naming the file and the array.

@@ -34,7 +34,7 @@ from core.config.schema import (
     INTEGRAL_DATA_EXTENSIONS,
     INTEGRAL_PARAMETERS,
     MODEL_KINDS,
-    NEW_CONFIG_SAMPLER,
+    NEW_CONFIG_SAMPLERS,
     PARAMETERISATIONS,
     PRECONDITIONERS,
     ConfigError,
@@ -515,11 +515,13 @@ def default_config(kind: str = "field", data_path: str | None = None,
 
 
 def new_config(kind: str = "field", data_path: str | None = None, base_dir=".") -> RunConfig:
-    """A config as Fieldscope creates one: ``default_config`` with ``NEW_CONFIG_SAMPLER``'s
-    sampler (HMC with the adapted diagonal mass) instead of the identity mass a file
-    that omits ``sampler.preconditioner`` means."""
+    """A config as Fieldscope creates one: ``default_config`` with ``NEW_CONFIG_SAMPLERS``'s
+    sampler for the model kind (field: MCLMC with the fourier preconditioner; integral: HMC
+    with the adapted diagonal mass) instead of the HMC with the identity mass that a file
+    which omits ``sampler`` means."""
     cfg = default_config(kind, data_path, base_dir)
-    return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, **NEW_CONFIG_SAMPLER))
+    settings = NEW_CONFIG_SAMPLERS[cfg.model.kind]
+    return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, **settings))
 
 
 # --------------------------------------------------------------------------- writing

@@ -17,7 +17,7 @@ __all__ = [
     "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
     "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "PRECONDITIONERS",
     "FOURIER_PARAMETERISATIONS", "FIELD_DATA_EXTENSIONS",
-    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLER"
+    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLERS"
 ]
 
 MODEL_KINDS = ("field", "integral")
@@ -171,7 +171,7 @@ class SamplerSection:
     without ``sampler.algorithm`` runs HMC (10 leapfrog steps, identity mass), as it always
     has, so old config files keep their results. A config Fieldscope creates (the desktop
     app's new config, File > New from data, ``core.config.new_config``; the demos choose per
-    model) writes ``NEW_CONFIG_SAMPLER`` explicitly instead: the sampler that measured best."""
+    model) writes ``NEW_CONFIG_SAMPLERS[kind]`` explicitly instead: the sampler that measured best."""
 
     algorithm: str = "hmc"
     num_warmup: int = 200
@@ -192,19 +192,27 @@ class SamplerSection:
         return self.preconditioner == "diagonal"
 
 
-#: The sampler settings every newly created config writes (over ``SamplerSection``'s defaults):
-#: HMC with the adapted diagonal mass (learned from warmup draws, ``core.engine.engine``). Measured (issue #12, the 32^3 posterior, n_eff per 1000 gradients):
-#: 27.1 (no mask) and 12.7 (25 % slab) against the identity mass's 10.2 and 8.0. MCLMC +
-#: diagonal measured 322 / 138 there, and since its chains share the stage-3-checked step size
-#: it agrees with the exact answer on the field demo with P(k) fixed (92.5 / 94.5 per 1000
-#: gradients per chain against HMC's 12.7 / 13.9; lp R-hat 1.000; std 0.991 of exact). It is not
-#: the default because a new config samples the spectral index, and there MCLMC is not yet
-#: robust: on the field demo (700 warmup + 1500 / 3000 steps, seeds 42 / 7) its step size came
-#: out 24.8 / 11.3, the index ESS per 1000 gradients 23.8 / 14.2 (HMC 6.9 / 10.3) but R-hat
-#: 1.004 / 1.018 and lp R-hat 1.005 / 1.025 (HMC 1.002 / 1.002), and the index posterior sd
-#: 0.0255 / 0.0282 against HMC's 0.0296 / 0.0299 (under-dispersed, or mixing slowly). On the
-#: integral demo HMC measured best (0.024 ESS per gradient, MCLMC 0.017, NUTS 0.012).
-NEW_CONFIG_SAMPLER = {"algorithm": "hmc", "preconditioner": "diagonal"}
+#: The sampler settings every newly created config writes over ``SamplerSection``'s defaults, by
+#: model kind (docs/benchmarks.md, issue #12).
+#:
+#: field: MCLMC with the fourier preconditioner (its dense low-k block with a mask or noise map;
+#: sampled hyperparameters get the adapted diagonal), 1000 warmup steps and 2000 draws (6000
+#: gradient evaluations a chain, against the old default's 7000), keeping every 20th field draw.
+#: On the 32^3 benchmark posterior, n_eff per 1000 gradients with these settings: 327 (no mask)
+#: and 241 (25 % slab), against 10.2 / 8.0 for the first default (HMC, identity) and 27.1 / 12.7
+#: for the one before this (HMC, diagonal). On the field demo with the index sampled (three
+#: seeds) its index R-hat was 1.001-1.003 and the index ESS 348-720 for 12000 post-warmup
+#: gradients, where HMC + diagonal with its 200 warmup steps had R-hat 1.073 and ESS 27 on
+#: one of two seeds. MCLMC is unadjusted: the field's posterior std comes out 0.99 of the exact
+#: one, and the index's sd 0.0284-0.0293 against 0.0301 +- 0.0006 from a long HMC run (3-6 %
+#: low); MAMS or HMC are exact where that matters.
+#: integral: HMC with the adapted diagonal mass: on the integral demo's 3-parameter posterior it
+#: measured best (0.024 ESS per gradient, MCLMC 0.017, NUTS 0.012).
+NEW_CONFIG_SAMPLERS = {
+    "field": {"algorithm": "mclmc", "preconditioner": "fourier", "num_warmup": 1000,
+              "num_samples": 2000, "thin": 20},
+    "integral": {"algorithm": "hmc", "preconditioner": "diagonal"},
+}
 
 
 @dataclass(frozen=True)

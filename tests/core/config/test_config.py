@@ -105,15 +105,18 @@ def test_defaults_are_filled():
     assert C.default_config("integral") == icfg
 
 
-def test_a_file_without_a_sampler_means_identity_mass_and_a_new_config_says_diagonal():
+def test_a_file_without_a_sampler_means_identity_mass_and_a_new_config_says_what_measured_best():
     old = C.parse_config(FIELD, base_dir="/tmp/run")
     assert old.sampler.algorithm == "hmc" and old.sampler.preconditioner == "identity"
+    expected = {"field": C.SamplerSection(algorithm="mclmc", preconditioner="fourier", num_warmup=1000,
+                                          num_samples=2000, thin=20),
+                "integral": C.SamplerSection(algorithm="hmc", preconditioner="diagonal")}
     for kind in C.MODEL_KINDS:
         new = C.new_config(kind, base_dir="/tmp/run")
-        assert new.sampler == C.SamplerSection(algorithm="hmc", preconditioner="diagonal")
+        assert new.sampler == expected[kind]
         assert dataclasses.replace(new, sampler=C.SamplerSection()) == C.default_config(
             kind, base_dir="/tmp/run")
-        # written out, the new sampler is explicit: it reads back with the diagonal mass
+        # written out, the new sampler is explicit: it reads back as it was
         assert C.parse_config(C.dump_config(new), base_dir="/tmp/run") == new
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core import demo
-from core.config import NEW_CONFIG_SAMPLER, config_to_dict, default_config, new_config, parse_config
+from core.config import NEW_CONFIG_SAMPLERS, config_to_dict, default_config, new_config, parse_config
 from core.config.from_data import config_for_data, estimate_noise_sigma, is_data_file
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
@@ -75,9 +75,9 @@ def test_a_plain_npy_has_no_mask_no_box_no_cutoff_and_an_estimated_noise(tmp_pat
     assert cfg.data.mask is None and cfg.prior.kind == "power_law"
     # a new config writes the sampler that measured best, not the HMC an omitted key means
     assert cfg.sampler == new_config().sampler != default_config().sampler
-    assert {k: getattr(cfg.sampler, k) for k in NEW_CONFIG_SAMPLER} == NEW_CONFIG_SAMPLER
-    assert cfg.sampler.algorithm == "hmc" and cfg.sampler.preconditioner == "diagonal"
-    assert 'preconditioner = "diagonal"' in text
+    assert {k: getattr(cfg.sampler, k) for k in NEW_CONFIG_SAMPLERS["field"]} == NEW_CONFIG_SAMPLERS["field"]
+    assert cfg.sampler.algorithm == "mclmc" and cfg.sampler.preconditioner == "fourier"
+    assert 'preconditioner = "fourier"' in text
     no_demo_leftovers(text)
 
     # with the box size the user gives, the prior is fitted to the data's P(k)
