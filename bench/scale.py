@@ -20,7 +20,8 @@ Kernels: ``looped`` (tfp.mcmc.HamiltonianMonteCarlo, its leapfrog a tf.while_loo
 iteration of its while loop) and ``unrolled`` (core.engine.kernels.UnrolledHamiltonianMonteCarlo,
 the engine before issue #13 for L <= 64), and ``engine``: the engine's own choice (the
 unrolled kernel where it costs at most core.run.engine_limits.UNROLL_BUDGET_BYTES, else the loop). Cases alternate kernels so that both see the same machine load; with
-``--repeats`` > 1 the medians are printed. NUTS with ``--algorithm nuts`` (L ignored).
+``--repeats`` > 1 the medians are printed. NUTS with ``--algorithm nuts`` (L ignored; kernels
+``engine``, core.engine.nuts, and ``tfp``, TFP's NoUTurnSampler that the engine used before).
 
 Usage: python bench/scale.py [--sizes 64 96] [--leapfrog 5 10 40] [--chains 1 2]
        [--kernels looped unrolled] [--chunks 3] [--chunk-size 5] [--repeats 1]
@@ -81,17 +82,20 @@ def worker(spec: dict) -> dict:
                                                    steps_per_iteration=int(spec["kernel"][4:]))
 
     class CaseEngine(Engine):
-        """The engine with the case's HMC kernel for every L (NUTS: the engine's own)."""
+        """The engine with the case's HMC kernel for every L (NUTS: the engine's own, or
+        with kernel "tfp" TFP's NoUTurnSampler, the engine's before issue #13)."""
 
         def _make_kernel(self, step_size, scale, num_adapt):
-            if self.sampler.algorithm == "nuts" or spec["kernel"] == "engine":
+            nuts = self.sampler.algorithm == "nuts"
+            if spec["kernel"] == "engine" or (nuts and spec["kernel"] != "tfp"):
                 return super()._make_kernel(step_size, scale, num_adapt)
             target = self.model.target_log_prob_fn
 
             def target_z(*z):
                 return target(*[si * zi for si, zi in zip(scale, z)])
 
-            inner = hmc_class(target_z, step_size, self.sampler.num_leapfrog_steps)
+            inner = (tfp.mcmc.NoUTurnSampler(target_z, step_size) if nuts
+                     else hmc_class(target_z, step_size, self.sampler.num_leapfrog_steps))
             return tfp.mcmc.DualAveragingStepSizeAdaptation(
                 inner, num_adaptation_steps=num_adapt,
                 target_accept_prob=tf.constant(self.sampler.target_accept, self.dtype))
@@ -135,10 +139,11 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 96])
     parser.add_argument("--leapfrog", type=int, nargs="+", default=[5, 10, 40])
     parser.add_argument("--chains", type=int, nargs="+", default=[1])
-    parser.add_argument("--kernels", nargs="+", default=["looped", "unrolled"], 
+    parser.add_argument("--kernels", nargs="+", default=["looped", "unrolled"],
                         help="engine (the engine's own choice, core.run.engine_limits.unrolls), looped "
                              "(TFP's HMC), unrolled, or loopK (core.engine.kernels' looped leapfrog, K "
-                             "steps per iteration)")
+                             "steps per iteration); with --algorithm nuts: engine (core.engine.nuts) or tfp "
+                             "(TFP's NoUTurnSampler)")
     parser.add_argument("--algorithm", default="hmc", choices=["hmc", "nuts"])
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--chunk-size", type=int, default=5)

@@ -4,7 +4,8 @@ One run = one config + one run directory. The engine
 
 * builds the model (``core.engine.models``) and a TFP kernel: HamiltonianMonteCarlo (its leapfrog
   a while loop whose buffers XLA reuses; unrolled where that costs little memory,
-  ``core.run.engine_limits.unrolls``) or NoUTurnSampler, wrapped in
+  ``core.run.engine_limits.unrolls``) or NUTS (``core.engine.nuts``: its memory bounded by
+  the tree depth, not TFP's NoUTurnSampler's 312 grid-sized buffers a chain), wrapped in
   DualAveragingStepSizeAdaptation with one step size per chain; or MCLMC / MAMS
   (``core.engine.microcanonical``: the microcanonical samplers and their own warmup tuning,
   each chain its own step size and L, their tuning state carried through the chunks and the
@@ -70,6 +71,7 @@ from core.engine import microcanonical
 from core.engine.devices import compute_device, gpu_free_memory, memory_kind
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
 from core.engine.models import build_model, nonfinite_report
+from core.engine.nuts import IterativeNoUTurnSampler
 from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
 from core.engine.warmup import WarmupWatch
 from core.field.power_spectrum import hyperparameter_names
@@ -213,7 +215,7 @@ class Engine:
 
         n_values = model.grid.n_cells if model.has_field else 1
         if s.algorithm == "nuts":
-            inner = tfp.mcmc.NoUTurnSampler(target_z, step_size)
+            inner = IterativeNoUTurnSampler(target_z, step_size)
         elif unrolls(s.num_leapfrog_steps, s.chains, n_values, self.dtype.size):
             # small runs: the unrolled loop is faster on CPU, and its memory is small
             inner = UnrolledHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)

@@ -15,10 +15,12 @@ Memory. A field run's peak resident memory is modelled as three parts::
 with C chains, N cells, b bytes per value (float32: 4, float64: 8). None of it depends
 on the trajectory's length L: the engine's HMC runs its leapfrog steps in a while loop
 (``core.engine.kernels.LoopedHamiltonianMonteCarlo``) whose buffers XLA reuses from one
-step to the next. NUTS's trees are while loops too, but TFP's NoUTurnSampler needs far
-more: W = 312 grid-sized buffers per chain and a larger program (NUTS_PROGRAM_BYTES),
-measured at 32^3 and 64^3 with one chain, the same as before issue #13 (the old model
-counted it as 13 unrolled HMC steps of 24 buffers). Measured (bench/scale.py, fresh engine
+step to the next. NUTS's trees are while loops too (``core.engine.nuts``); beyond the named
+arrays they hold W = 36 grid-sized buffers per chain (the two trajectory ends, the proposals, the
+momentum sums and 2 x 10 U-turn checkpoints), with its own program size (NUTS_PROGRAM_BYTES),
+fitted on bench/scale.py's NUTS runs at 32^3 to 128^3 with 1, 2 and 4 chains (within 5 % of each;
+TFP's NoUTurnSampler, which the engine used before, needed W = 312). Measured for HMC
+(bench/scale.py, fresh engine
 processes on CPU, TensorFlow 2.21, TFP 0.25, float32; 32^3 to 128^3, 1 and 2 chains,
 L = 5 to 40; docs/benchmarks.md): the peak is the same for L = 5 and L = 40 (within
 1 %), it grows by 16 grid-sized buffers per chain, fewer than the ~18 named arrays per
@@ -133,8 +135,9 @@ UNROLLED_PROGRAM_BASE_BYTES = 290 * MiB   # the unrolled kernel's program: one s
 #                                           engine_limits.UNROLLED_PROGRAM_STEP_BYTES per further step
 XLA_BUFFERS_PER_CHAIN = 0            # looped HMC: beyond the named arrays, per chain, any L
 XLA_SHARED_BUFFERS = 19              # looped HMC and NUTS: grid-sized buffers once per run
-NUTS_BUFFERS_PER_CHAIN = 312         # NUTS (max tree depth 10): grid-sized buffers per chain
-NUTS_PROGRAM_BYTES = 367 * MiB       # ... and its compiled program
+NUTS_BUFFERS_PER_CHAIN = 36          # NUTS (core.engine.nuts, max tree depth 10): grid-sized
+#                                      buffers per chain (TFP's NoUTurnSampler needed 312)
+NUTS_PROGRAM_BYTES = 265 * MiB       # ... and its compiled program (TFP's: 367 MiB)
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
