@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from core.config import config_from_dict, dump_config
-from core.engine.engine import Engine
+from core.engine.engine import Control, Engine
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
-from core.store.run_store import RunReader
+from core.store.run_store import RunReader, stored_run_config
 
 DEFAULTS = dict(sigma=0.5, box=64.0, amplitude=300.0, index=-1.5, dtype="float32",
                 algorithm="hmc", warmup=150, samples=300, leapfrog=10, mass=True, chains=2, seed=3,
@@ -63,6 +63,25 @@ def run(config, text, run_dir, **kwargs):
     engine = Engine(config, text, run_dir, emit=events.append, **kwargs)
     status = engine.start()
     return status, events
+
+
+def stop_then_resume(config, text, run_dir, stop_when) -> dict:
+    """Start a run in ``run_dir``, stop it after the first chunk whose progress satisfies
+    ``stop_when(progress)``, then resume it from its stored config to the end -> the
+    progress it had stopped at."""
+    control = Control()
+
+    def emit(event):
+        if event.get("type") == "chunk" and stop_when(event["progress"]):
+            control.stop = True
+
+    assert Engine(config, text, run_dir, emit=emit, control=control).start() == "stopped"
+    stopped = RunReader(run_dir)
+    assert stopped.status == "stopped"
+    progress = dict(stopped.progress)
+    config2, text2 = stored_run_config(run_dir)
+    assert Engine(config2, text2, run_dir).resume() == "finished"
+    return progress
 
 
 def prior_mode_variance(grid, spectrum):

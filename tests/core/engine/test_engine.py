@@ -14,12 +14,12 @@ import tensorflow as tf
 
 from core import integral as im
 from core.config import parse_config
-from core.engine.engine import Control, Engine, EngineError
+from core.engine.engine import Engine, EngineError
 from core.io import save_series_csv
 from core.reference.wiener import wiener_posterior
 from core.run.engine_limits import unrolls
 from core.store.run_store import RunReader, stored_run_config
-from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
+from support.engine_cases import assert_same_run, prior_mode_variance, run, stop_then_resume, write_field_case
 
 
 def test_gaussian_field_matches_the_wiener_filter(tmp_path):
@@ -109,18 +109,8 @@ def test_stop_and_resume_give_the_same_draws_as_one_run(tmp_path, leapfrog):
     status, _ = run(config, text, tmp_path / "straight")
     assert status == "finished"
 
-    control = Control()
-
-    def stop_midway(event):
-        if event.get("type") == "chunk" and event["progress"]["draws"] >= 40:
-            control.stop = True
-
-    engine = Engine(config, text, tmp_path / "resumed", emit=stop_midway, control=control)
-    assert engine.start() == "stopped"
-    stopped = RunReader(tmp_path / "resumed")
-    assert stopped.status == "stopped" and 40 <= stopped.progress["draws"] < 90
-    config2, text2 = stored_run_config(tmp_path / "resumed")
-    assert Engine(config2, text2, tmp_path / "resumed").resume() == "finished"
+    stopped = stop_then_resume(config, text, tmp_path / "resumed", lambda p: p["draws"] >= 40)
+    assert 40 <= stopped["draws"] < 90
     assert_same_run(tmp_path / "straight", tmp_path / "resumed")
 
 

@@ -235,11 +235,10 @@ def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
 def test_engine_run_matches_the_wiener_posterior_and_resumes_bit_identically(tmp_path, algorithm, mass):
     """A tiny field posterior (8^3, hyperparameters fixed) against its exact Wiener answer, and a
     run stopped mid-warmup (in the middle of a tuning stage) and resumed against the straight run."""
-    from core.engine.engine import Control, Engine
     from core.reference.wiener import wiener_posterior
     from core.store.diagnostics import field_ess_summary
-    from core.store.run_store import RunReader, stored_run_config
-    from support.engine_cases import assert_same_run, prior_mode_variance, run, write_field_case
+    from core.store.run_store import RunReader
+    from support.engine_cases import assert_same_run, prior_mode_variance, run, stop_then_resume, write_field_case
 
     config, text, data, grid, spectrum = write_field_case(
         tmp_path, shape=(8, 8, 8), warmup=150, samples=400, chunk=40, algorithm=algorithm, mass=mass, thin=2)
@@ -276,16 +275,8 @@ def test_engine_run_matches_the_wiener_posterior_and_resumes_bit_identically(tmp
     assert np.sqrt(np.mean(z**2)) < 1.5 / np.sqrt(ess), (np.sqrt(np.mean(z**2)), ess)
     assert abs(float(np.median(std / exact.std)) - 1.0) < 0.025   # MCLMC's bias included
 
-    control = Control()
-
-    def stop_mid_warmup(event):
-        if event.get("type") == "chunk" and event["progress"]["warmup_draws"] >= 110:
-            control.stop = True
-
-    assert Engine(config, text, tmp_path / "resumed", emit=stop_mid_warmup, control=control).start() == "stopped"
-    assert 110 <= RunReader(tmp_path / "resumed").progress["warmup_draws"] < 150
-    config2, text2 = stored_run_config(tmp_path / "resumed")
-    assert Engine(config2, text2, tmp_path / "resumed").resume() == "finished"
+    stopped = stop_then_resume(config, text, tmp_path / "resumed", lambda p: p["warmup_draws"] >= 110)
+    assert 110 <= stopped["warmup_draws"] < 150
     assert_same_run(tmp_path / "straight", tmp_path / "resumed")
     resumed = RunReader(tmp_path / "resumed")
     for name in ("energy_error", "trajectory_length", "n_steps"):

@@ -157,21 +157,11 @@ def test_engine_nuts_field_run_matches_the_masked_wiener_posterior(tmp_path):
 
 
 def test_engine_nuts_stop_and_resume_give_the_same_draws_as_one_run(tmp_path):
-    from core.engine.engine import Control, Engine
-    from core.store.run_store import RunReader, stored_run_config
-    from support.engine_cases import assert_same_run, run, write_field_case
+    from support.engine_cases import assert_same_run, run, stop_then_resume, write_field_case
 
     config, text, *_ = write_field_case(tmp_path, algorithm="nuts", warmup=40, samples=60, chunk=20,
                                         shape=(8, 8, 8))
     assert run(config, text, tmp_path / "straight")[0] == "finished"
-    control = Control()
-
-    def stop_midway(event):
-        if event.get("type") == "chunk" and event["progress"]["draws"] >= 20:
-            control.stop = True
-
-    assert Engine(config, text, tmp_path / "resumed", emit=stop_midway, control=control).start() == "stopped"
-    assert 20 <= RunReader(tmp_path / "resumed").progress["draws"] < 60
-    config2, text2 = stored_run_config(tmp_path / "resumed")
-    assert Engine(config2, text2, tmp_path / "resumed").resume() == "finished"
+    stopped = stop_then_resume(config, text, tmp_path / "resumed", lambda p: p["draws"] >= 20)
+    assert 20 <= stopped["draws"] < 60
     assert_same_run(tmp_path / "straight", tmp_path / "resumed")

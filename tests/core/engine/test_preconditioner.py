@@ -101,14 +101,7 @@ def test_fourier_preconditioned_posterior_is_white_for_uniform_noise(beam):
 def test_jacobi_mode_precision_is_the_exact_diagonal_with_a_mask_and_noise_map():
     """"jacobi" is the diagonal of the posterior precision in the whitened latent exactly;
     "mean" (the default) differs only by the term at twice the wavevector."""
-    rng = np.random.default_rng(1)
-    shape = (6, 4, 5)
-    grid = Grid(shape, (30.0, 26.0, 34.0))
-    spectrum = PowerLaw(amplitude=400.0, index=-2.0, k_pivot=0.2)
-    mask = np.ones(shape, bool)
-    mask[:2] = False                                      # a slab
-    obs = Observations.create(rng.normal(size=shape), mask=mask, smoothing_scale=2.0,
-                              noise_map=rng.uniform(0.3, 0.6, size=shape))
+    grid, spectrum, obs = _masked_case(2.0)
     h_u = hessian(FieldPosterior(grid, spectrum, obs, dtype=tf.float64))
     s = mode_variance_full(grid, spectrum).reshape(-1)
     for method in ("mean", "jacobi"):
