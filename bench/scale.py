@@ -21,7 +21,8 @@ iteration of its while loop) and ``unrolled`` (core.engine.kernels.UnrolledHamil
 the engine before issue #13 for L <= 64), and ``engine``: the engine's own choice (the
 unrolled kernel where it costs at most core.run.engine_limits.UNROLL_BUDGET_BYTES, else the loop). Cases alternate kernels so that both see the same machine load; with
 ``--repeats`` > 1 the medians are printed. NUTS with ``--algorithm nuts`` (L ignored; kernels
-``engine``, core.engine.nuts, and ``tfp``, TFP's NoUTurnSampler that the engine used before).
+``engine``, core.engine.nuts, and ``tfp``, TFP's NoUTurnSampler that the engine used before);
+MCLMC and MAMS with ``--algorithm mclmc`` / ``mams`` (the engine's own, L ignored).
 
 Usage: python bench/scale.py [--sizes 64 96] [--leapfrog 5 10 40] [--chains 1 2]
        [--kernels looped unrolled] [--chunks 3] [--chunk-size 5] [--repeats 1]
@@ -144,7 +145,7 @@ def main():
                              "(TFP's HMC), unrolled, or loopK (core.engine.kernels' looped leapfrog, K "
                              "steps per iteration); with --algorithm nuts: engine (core.engine.nuts) or tfp "
                              "(TFP's NoUTurnSampler)")
-    parser.add_argument("--algorithm", default="hmc", choices=["hmc", "nuts"])
+    parser.add_argument("--algorithm", default="hmc", choices=["hmc", "nuts", "mclmc", "mams"])
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--chunk-size", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1)

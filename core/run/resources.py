@@ -6,11 +6,12 @@ numpy only (the GUI's Grid panel and ``app.state.config_state`` import it; no Te
 Memory. A field run's peak resident memory is modelled as three parts::
 
     runtime      TensorFlow + TFP imported (ENGINE_IMPORT_BYTES), plus XLA's compiled
-                 chunk program and its runtime (PROGRAM_BYTES)
+                 chunk program and its runtime (PROGRAM_BYTES; ``program_bytes``)
     arrays       the arrays the engine holds, named and counted one by one (below)
     xla          XLA's working set inside a chunk beyond them: (W C + S) grid-sized
-                 buffers, W = XLA_BUFFERS_PER_CHAIN (HMC) or NUTS_BUFFERS_PER_CHAIN,
-                 S = XLA_SHARED_BUFFERS
+                 buffers, W = XLA_BUFFERS_PER_CHAIN (HMC), NUTS_BUFFERS_PER_CHAIN or
+                 MICROCANONICAL_BUFFERS_PER_CHAIN, S = XLA_SHARED_BUFFERS (HMC, NUTS) or
+                 MICROCANONICAL_SHARED_BUFFERS (``xla_buffers_per_chain``, ``xla_shared_buffers``)
 
 with C chains, N cells, b bytes per value (float32: 4, float64: 8). None of it depends
 on the trajectory's length L: the engine's HMC runs its leapfrog steps in a while loop
@@ -27,8 +28,9 @@ L = 5 to 40; docs/benchmarks.md): the peak is the same for L = 5 and L = 40 (wit
 chain (the checkpoint's and the store's copies are not live while XLA runs: W = 0), and
 by S = 19 more once per run (XLA's copies of the data, mask and the model's constant
 maps); the estimate is within 5 % of each HMC measurement. MCLMC and MAMS
-(``core.engine.microcanonical``) integrate in while loops too and are counted as looped HMC
-(W = 0), with two gradients a step (MAMS: at least two).
+(``core.engine.microcanonical``) integrate in while loops too, with a smaller program
+(MICROCANONICAL_PROGRAM_BYTES), W = 6 and S = 35 (bench/scale.py --algorithm mclmc / mams at
+64^3 and 128^3 with 1 and 2 chains: within 4 % of each), two gradients a step (MAMS: at least two).
 
 Small HMC runs keep the unrolled leapfrog, which is faster on CPU
 (``core.run.engine_limits.unrolls``: while it costs at most UNROLL_BUDGET_BYTES more).
@@ -124,7 +126,8 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
            "ENGINE_IMPORT_BYTES", "PROGRAM_BYTES", "UNROLLED_PROGRAM_BASE_BYTES", "XLA_BUFFERS_PER_CHAIN",
            "XLA_SHARED_BUFFERS",
-           "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS"]
+           "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "MICROCANONICAL_BUFFERS_PER_CHAIN",
+           "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS"]
 
 MiB = 2**20
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
@@ -138,6 +141,9 @@ XLA_SHARED_BUFFERS = 19              # looped HMC and NUTS: grid-sized buffers o
 NUTS_BUFFERS_PER_CHAIN = 36          # NUTS (core.engine.nuts, max tree depth 10): grid-sized
 #                                      buffers per chain (TFP's NoUTurnSampler needed 312)
 NUTS_PROGRAM_BYTES = 265 * MiB       # ... and its compiled program (TFP's: 367 MiB)
+MICROCANONICAL_BUFFERS_PER_CHAIN = 6    # MCLMC / MAMS: grid-sized buffers per chain beyond the named
+MICROCANONICAL_SHARED_BUFFERS = 35      # arrays, once per run, and the program (fitted 2026-12-03 on
+MICROCANONICAL_PROGRAM_BYTES = 165 * MiB   # 64^3 and 128^3 with 1 and 2 chains, within 4 %)
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
@@ -268,7 +274,19 @@ class RunEstimate:
 
 def xla_buffers_per_chain(algorithm: str) -> int:
     """W of the module docstring: XLA's grid-sized buffers per chain (looped kernels)."""
-    return NUTS_BUFFERS_PER_CHAIN if algorithm == "nuts" else XLA_BUFFERS_PER_CHAIN
+    return {"nuts": NUTS_BUFFERS_PER_CHAIN, "mclmc": MICROCANONICAL_BUFFERS_PER_CHAIN,
+            "mams": MICROCANONICAL_BUFFERS_PER_CHAIN}.get(algorithm, XLA_BUFFERS_PER_CHAIN)
+
+
+def xla_shared_buffers(algorithm: str) -> int:
+    """S of the module docstring: XLA's grid-sized buffers once per run."""
+    return MICROCANONICAL_SHARED_BUFFERS if algorithm in ("mclmc", "mams") else XLA_SHARED_BUFFERS
+
+
+def program_bytes(algorithm: str) -> int:
+    """The compiled chunk program of a looped kernel, with XLA's runtime."""
+    return {"nuts": NUTS_PROGRAM_BYTES, "mclmc": MICROCANONICAL_PROGRAM_BYTES,
+            "mams": MICROCANONICAL_PROGRAM_BYTES}.get(algorithm, PROGRAM_BYTES)
 
 
 def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: str = "hmc",
@@ -306,8 +324,8 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         xla = UNROLLED_BUFFERS_PER_STEP * L * c * n * b
         program = UNROLLED_PROGRAM_BASE_BYTES + UNROLLED_PROGRAM_STEP_BYTES * (L - 1)
     else:
-        xla = (xla_buffers_per_chain(algorithm) * c + XLA_SHARED_BUFFERS) * n * b
-        program = NUTS_PROGRAM_BYTES if algorithm == "nuts" else PROGRAM_BYTES
+        xla = (xla_buffers_per_chain(algorithm) * c + xla_shared_buffers(algorithm)) * n * b
+        program = program_bytes(algorithm)
     field_buffer = kept * c * n * b + 2 * kept * c * n * 4      # model state + chunk copies
     n_fields = -(-int(num_samples) // int(thin))
     n_shells = int(math.sqrt(sum((m // 2) ** 2 for m in shape))) + 2
