@@ -56,9 +56,10 @@ def _column(mask, x):
     return tf.reshape(mask, [-1] + [1] * (x.shape.rank - 1))
 
 
-def _where(mask, a, b):
-    """Per chain: the parts of ``a`` where ``mask``, else ``b``."""
-    return [tf.where(_column(mask, ai), ai, bi) for ai, bi in zip(a, b)]
+def _pick(mask, a, b):
+    """Per chain: ``a`` where ``mask``, else ``b``, for two like structures of tensors with
+    the chains first (a point, a proposal, a list of parts)."""
+    return tf.nest.map_structure(lambda x, y: tf.where(_column(mask, x), x, y), a, b)
 
 
 def _dot(a, b):
@@ -168,15 +169,18 @@ class IterativeNoUTurnSampler(tfp.mcmc.TransitionKernel):
                 p = [hi + 0.5 * e * gi for hi, e, gi in zip(half, eps, g)]
                 return q, p, g, lp
 
-            def subtree(d, q, p, g, lp, eps, active, ckpt_p, ckpt_rho):
-                """2^d leaves from the end (q, p, g, lp) with signed steps ``eps`` for the
+            # a point of the trajectory: (position parts, momentum parts, gradient parts, log p);
+            # a proposal: (position parts, gradient parts, log p, H)
+            def subtree(d, end, eps, active, ckpt_p, ckpt_rho):
+                """2^d leaves from the trajectory's ``end`` with signed steps ``eps`` for the
                 ``active`` chains -> the new end, the subtree's proposal, log weight and
                 momentum sum, whether it stopped (turning or diverging) and, of the leaves,
                 how many and their summed acceptance."""
+                q, p, g, lp = end
                 zero = tf.zeros([chains], dtype)
                 carry = dict(
-                    i=tf.constant(0), q=q, p=p, g=g, lp=lp, prop_q=q, prop_g=g, prop_lp=lp,
-                    prop_h=zero, log_w=tf.fill([chains], tf.constant(-np.inf, dtype)),
+                    i=tf.constant(0), end=end, proposal=(q, g, lp, zero),
+                    log_w=tf.fill([chains], tf.constant(-np.inf, dtype)),
                     rho=[tf.zeros_like(x) for x in p], live=active,
                     diverged=tf.zeros([chains], tf.bool), turned=tf.zeros([chains], tf.bool),
                     n=tf.zeros([chains], tf.int32), accept=zero, ckpt_p=ckpt_p, ckpt_rho=ckpt_rho)
@@ -184,7 +188,7 @@ class IterativeNoUTurnSampler(tfp.mcmc.TransitionKernel):
 
                 def body(c):
                     i = c["i"]
-                    q, p, g, lp = leapfrog(c["q"], c["p"], c["g"], eps)
+                    q, p, g, lp = leapfrog(*c["end"][:3], eps)
                     h = -lp + 0.5 * _dot(p, p)
                     error = h - h0
                     error = tf.where(tf.math.is_nan(error), tf.constant(np.inf, dtype), error)
@@ -215,9 +219,7 @@ class IterativeNoUTurnSampler(tfp.mcmc.TransitionKernel):
                     _, turning = tf.while_loop(lambda j, t: j >= lo, turn_body, (hi, tf.zeros([chains], tf.bool)))
                     turning = live & ~diverging & turning
                     return dict(
-                        i=i + 1, q=q, p=p, g=g, lp=lp,
-                        prop_q=_where(take, q, c["prop_q"]), prop_g=_where(take, g, c["prop_g"]),
-                        prop_lp=tf.where(take, lp, c["prop_lp"]), prop_h=tf.where(take, h, c["prop_h"]),
+                        i=i + 1, end=(q, p, g, lp), proposal=_pick(take, (q, g, lp, h), c["proposal"]),
                         log_w=log_w, rho=rho, live=live & ~diverging & ~turning,
                         diverged=c["diverged"] | diverging, turned=c["turned"] | turning,
                         n=c["n"] + tf.cast(live, tf.int32),
@@ -234,40 +236,32 @@ class IterativeNoUTurnSampler(tfp.mcmc.TransitionKernel):
                 u = samplers.uniform([chains], dtype=dtype,
                                      seed=tf.random.experimental.stateless_fold_in(direction_seed, d))
                 right = u < 0.5
-                # the end being extended becomes the trajectory's `right` or left end
+                # the end last extended becomes the trajectory's `right` or left end
                 swap = c["end_right"] != right
-                end = _where(swap, c["other_q"], c["end_q"]), _where(swap, c["other_p"], c["end_p"])
-                other = _where(swap, c["end_q"], c["other_q"]), _where(swap, c["end_p"], c["other_p"])
-                end_g = _where(swap, c["other_g"], c["end_g"])
-                other_g = _where(swap, c["end_g"], c["other_g"])
-                end_lp = tf.where(swap, c["other_lp"], c["end_lp"])
-                other_lp = tf.where(swap, c["end_lp"], c["other_lp"])
+                end, other = _pick(swap, c["other"], c["end"]), _pick(swap, c["end"], c["other"])
                 sign = tf.where(right, tf.constant(1.0, dtype), tf.constant(-1.0, dtype))
                 eps = [e * _column(sign, x) for e, x in zip(steps, q0)]
                 active = c["active"]
-                s = subtree(d, end[0], end[1], end_g, end_lp, eps, active, c["ckpt_p"], c["ckpt_rho"])
+                s = subtree(d, end, eps, active, c["ckpt_p"], c["ckpt_rho"])
                 done = active & ~(s["diverged"] | s["turned"])          # a subtree accepted whole
                 u_merge = samplers.uniform([chains], dtype=dtype,
                                            seed=tf.random.experimental.stateless_fold_in(merge_seed, d))
                 take = done & (tf.math.log(u_merge) < s["log_w"] - c["log_w"])
-                rho = _where(done, [r + x for r, x in zip(c["rho"], s["rho"])], c["rho"])
-                turning = _is_turning(s["p"], other[1], rho)
+                rho = _pick(done, [r + x for r, x in zip(c["rho"], s["rho"])], c["rho"])
+                turning = _is_turning(s["end"][1], other[1], rho)
                 return dict(
-                    depth=d + 1, end_right=right, end_q=s["q"], end_p=s["p"], end_g=s["g"], end_lp=s["lp"],
-                    other_q=other[0], other_p=other[1], other_g=other_g, other_lp=other_lp,
-                    prop_q=_where(take, s["prop_q"], c["prop_q"]), prop_g=_where(take, s["prop_g"], c["prop_g"]),
-                    prop_lp=tf.where(take, s["prop_lp"], c["prop_lp"]),
-                    prop_h=tf.where(take, s["prop_h"], c["prop_h"]),
+                    depth=d + 1, end_right=right, end=s["end"], other=other,
+                    proposal=_pick(take, s["proposal"], c["proposal"]),
                     log_w=tf.where(done, tf.math.reduce_logsumexp(tf.stack([c["log_w"], s["log_w"]]), 0),
                                    c["log_w"]),
                     rho=rho, active=done & ~turning, accepted=c["accepted"] | take,
                     diverged=c["diverged"] | s["diverged"], n=c["n"] + s["n"], accept=c["accept"] + s["accept"],
                     ckpt_p=s["ckpt_p"], ckpt_rho=s["ckpt_rho"])
 
+            start = (q0, p0, g0, lp0)
             init = dict(
-                depth=tf.constant(0), end_right=tf.ones([chains], tf.bool),
-                end_q=q0, end_p=p0, end_g=g0, end_lp=lp0, other_q=q0, other_p=p0, other_g=g0, other_lp=lp0,
-                prop_q=q0, prop_g=g0, prop_lp=lp0, prop_h=h0, log_w=tf.zeros([chains], dtype), rho=p0,
+                depth=tf.constant(0), end_right=tf.ones([chains], tf.bool), end=start, other=start,
+                proposal=(q0, g0, lp0, h0), log_w=tf.zeros([chains], dtype), rho=p0,
                 active=tf.ones([chains], tf.bool), accepted=tf.zeros([chains], tf.bool),
                 diverged=tf.zeros([chains], tf.bool), n=tf.zeros([chains], tf.int32),
                 accept=tf.zeros([chains], dtype),
@@ -275,11 +269,12 @@ class IterativeNoUTurnSampler(tfp.mcmc.TransitionKernel):
                 ckpt_rho=[tf.zeros([depth_max] + x.shape.as_list(), dtype) for x in q0])
             out = tf.while_loop(lambda c: (c["depth"] < depth_max) & tf.reduce_any(c["active"]),
                                 lambda c: (doubling(c),), (init,))[0]
+            prop_q, prop_g, prop_lp, prop_h = out["proposal"]
             n = tf.maximum(out["n"], 1)
             results = NUTSResults(
-                target_log_prob=out["prop_lp"], grads_target_log_prob=out["prop_g"], step_size=prev.step_size,
+                target_log_prob=prop_lp, grads_target_log_prob=prop_g, step_size=prev.step_size,
                 log_accept_ratio=tf.math.log(out["accept"] / tf.cast(n, dtype)), leapfrogs_taken=out["n"],
                 is_accepted=out["accepted"], reach_max_depth=out["active"], has_divergence=out["diverged"],
-                energy=out["prop_h"], seed=seed)
-            state = out["prop_q"] if listed else out["prop_q"][0]
+                energy=prop_h, seed=seed)
+            state = prop_q if listed else prop_q[0]
             return state, results
