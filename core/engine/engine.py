@@ -76,7 +76,7 @@ from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
 from core.engine.warmup import WarmupWatch
 from core.field.power_spectrum import hyperparameter_names
 from core.run import run_folder
-from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, unrolls
+from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, stage2_apart, unrolls
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
 from core.store.run_store import (
@@ -263,19 +263,25 @@ class Engine:
 
         shift = float(model.observations.field_mean) if has_field else 0.0
 
-        def chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps, with_mass):
+        def chunk(state, tlp, grads, da, read_only, scale, mass_acc, step0, n_steps, with_mass, draws):
             # da, HMC / NUTS: step_size, error_sum, log_avg (lists per part), da_step, num_adapt,
-            # shrink (list); MCLMC / MAMS: their tuning state (core.engine.microcanonical)
+            # shrink (list); MCLMC / MAMS: the part of their tuning state this chunk carries,
+            # and read_only the part it reads but does not return (core.engine.microcanonical's
+            # chunk_keys). mass_acc: the mass-matrix sums if with_mass, else () (not taken, not
+            # returned: a value returned unchanged is still a copy). draws: whether the chunk
+            # may reach the sampling phase (False: its field draws and sums are not made)
             def x_of(z):
                 return [si * zi for si, zi in zip(scale, z)]
 
             if self._is_microcanonical():
                 # the field at the state rides along (the density computes it for the
                 # likelihood; the moments and draws take it instead of a transform of their own)
-                results = (tlp, list(grads), da, *([[model.field(x_of(state))]] if has_field else []))
+                results = (tlp, list(grads), {**da, **read_only},
+                           *([[model.field(x_of(state))]] if has_field else []))
                 kernel_step = self._microcanonical_step(scale, with_field=has_field)
             else:
                 results, kernel_step = self._tfp_step(state, tlp, grads, da, scale)
+            has_draws = has_field and draws
 
             def ta(dt, size=s.chunk_size):
                 return tf.TensorArray(dt, size=size, element_shape=None)
@@ -284,12 +290,12 @@ class Engine:
                       for name in STAT_NAMES}
             params_ta = ta(dtype)
             field_buf = (tf.zeros([max(max_fields, 1), chains, *model.grid.shape], dtype)
-                         if has_field else tf.zeros([1], dtype))
+                         if has_draws else tf.zeros([1], dtype))
             power_buf = (tf.zeros([max(max_fields, 1), chains, len(model.k_centres)], dtype)
-                         if has_field else tf.zeros([1], dtype))
+                         if has_draws else tf.zeros([1], dtype))
             # this chunk's sums of x - field_mean and its square, in the model's dtype (the run's
             # float64 totals are the host's: Engine._fold_moments)
-            moment_shape = model.grid.shape if has_field else [1]
+            moment_shape = model.grid.shape if has_draws else [1]
             moments = (tf.constant(0.0, tf.float64), tf.zeros(moment_shape, dtype), tf.zeros(moment_shape, dtype))
 
             def body(t, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc):
@@ -320,7 +326,7 @@ class Engine:
                         return new_count, new_mean, new_m2
 
                     mass_acc = tf.cond(in_window, update, lambda: (count, list(mean), list(m2)))
-                if has_field:
+                if has_draws:
                     post = g >= sched.num_warmup
 
                     def accumulate():
@@ -348,7 +354,8 @@ class Engine:
              mass_acc) = tf.while_loop(lambda t, *rest: t < n_steps, body, loop_vars,
                                        maximum_iterations=s.chunk_size)
             if self._is_microcanonical():
-                tlp_out, grads_out, da_out = results[:3]
+                tlp_out, grads_out, tune_out = results[:3]
+                da_out = {key: value for key, value in tune_out.items() if key not in read_only}
             else:
                 inner = results.inner_results
                 if self._is_nuts():
@@ -363,20 +370,44 @@ class Engine:
             return (list(state), tlp_out, list(grads_out), da_out, mass_acc, moments, stacked,
                     params_ta.stack(), field_buf, power_buf, n_fields)
 
-        if not (adapt_mass and self._is_microcanonical()):
+        def call(program, st, first, n, with_mass, held=frozenset(), read_only=frozenset()):
+            da = {k: v for k, v in st["da"].items() if k not in held and k not in read_only}
+            fixed = {k: v for k, v in st["da"].items() if k in read_only}
+            out = list(program(st["state"], st["tlp"], st["grads"], da if fixed or held else st["da"],
+                               fixed, st["scale"], st["mass_acc"] if with_mass else (),
+                               tf.constant(first, tf.int32), tf.constant(n, tf.int32)))
+            if held or fixed:     # the tuning arrays this chunk did not carry, as they were
+                out[3] = {**{k: st["da"][k] for k in held | read_only}, **out[3]}
+            if not with_mass:
+                out[4] = st["mass_acc"]
+            return tuple(out)
+
+        if not self._is_microcanonical():
             # one program (HMC / NUTS: a step is many gradients, the accumulation's per-step
             # tf.cond is noise beside them and a second compilation would cost start-up time)
-            return tf.function(lambda *a: chunk(*a, with_mass=adapt_mass), jit_compile=True)
-        # MCLMC / MAMS (two gradients a step): two programs, with the mass-matrix accumulation for
-        # the chunks that overlap its window and without for the others (its per-step tf.cond
-        # cost 6-15 % of a 32^3 step where it did nothing: docs/benchmarks.md)
-        programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag), jit_compile=True)
-                    for flag in (False, True)}
+            program = tf.function(lambda *a: chunk(*a, with_mass=adapt_mass, draws=True), jit_compile=True)
+            return lambda st, first, n: call(program, st, first, n, adapt_mass)
+        # MCLMC / MAMS (two gradients a step). With the diagonal adapted, two programs: one with
+        # the mass-matrix accumulation for the chunks that overlap its window (stage 2) and one
+        # without (its per-step tf.cond cost 6-15 % of a 32^3 step where it did nothing,
+        # docs/benchmarks.md). Without it, one program, unless the moments of z are large
+        # (core.run.engine_limits.stage2_apart): then the chunks of stage 2 have a program with
+        # them, the others one without (issue #13). Stage 2 ends in warmup: its program makes
+        # no field draws.
+        tuner = self._tuner
+        n_values = model.grid.n_cells if has_field else 1
+        apart = adapt_mass or (tuner.uses_moments() and stage2_apart(chains, n_values))
+        if adapt_mass and (sched.mass_start, sched.mass_end) != (tuner.stages.b1, tuner.stages.b2):
+            raise EngineError(f"the mass-matrix window {sched.mass_start, sched.mass_end} is not stage 2 "
+                              f"{tuner.stages.b1, tuner.stages.b2} of {s.algorithm}'s warmup")
+        programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag and adapt_mass,
+                                                                     draws=not flag), jit_compile=True)
+                    for flag in ((False, True) if apart else (False,))}
 
-        def run_chunk(state, tlp, grads, da, scale, mass_acc, step0, n_steps):
-            first = int(step0)
-            overlaps = first < sched.mass_end and first + int(n_steps) > sched.mass_start
-            return programs[overlaps](state, tlp, grads, da, scale, mass_acc, step0, n_steps)
+        def run_chunk(st, first, n):
+            stage2 = apart and tuner.in_stage2(first, n)
+            held, read_only = tuner.chunk_keys(stage2 if apart else None)
+            return call(programs[stage2], st, first, n, stage2 and adapt_mass, held, read_only)
         return run_chunk
 
     def _tfp_step(self, state, tlp, grads, da, scale):
@@ -713,8 +744,7 @@ class Engine:
                 phase = "warmup" if first < sched.num_warmup else "sampling"
                 self._status(phase)
                 t0 = time.perf_counter()
-                out = self._chunk_fn(st["state"], st["tlp"], st["grads"], st["da"], st["scale"],
-                                     st["mass_acc"], tf.constant(first, tf.int32), tf.constant(n, tf.int32))
+                out = self._chunk_fn(st, first, n)
                 (state, tlp, grads, da, mass_acc, sums, traces, params, field_buf, power_buf, n_fields) = out
                 elapsed = time.perf_counter() - t0
                 st.update(state=state, tlp=tlp, grads=grads, da=da, mass_acc=mass_acc,

@@ -68,6 +68,12 @@ tuning state is a dict of tensors (lists of tensors per state part) that the eng
 into and out of each compiled chunk and checkpoints as it is; the stage
 transitions that need a whole stage's figures (L, the ESS, the dual average's end) run
 between chunks (``at_boundary``), at steps where the engine ends a chunk (``stops``).
+Its grid-sized arrays go to the device only in the chunks that use them (``chunk_keys``, issue
+#13): stage 3's projection scales as a read-only input (not returned, so not copied), and the
+moments of z (two float64 arrays a chain) not at all where unused (MCLMC with a diagonal), and
+on large runs only in stage 2, whose chunks then have a program of their own
+(``core.run.engine_limits.stage2_apart``); the engine keeps the rest on the host and
+``one_step`` skips what its chunk was not given.
 The initial step size is ``sampler.step_size`` x sqrt(d): the config's step size is a move
 per coordinate, as for HMC (the unit velocity spreads eps over d coordinates); the initial L
 is sqrt(d), the reference's.
@@ -312,6 +318,35 @@ class _Microcanonical:
     def stops(self) -> tuple[int, ...]:
         return self.plan(self.num_warmup, self.diagonal)[1]
 
+    #: the moments of z gathered in stage 2 (float64, the grid's size a chain)
+    MOMENT_KEYS = ("mom_x", "mom_xx")
+    #: tuning arrays a chunk reads but never writes (set between chunks)
+    READ_ONLY_KEYS: tuple[str, ...] = ()
+
+    def uses_moments(self) -> bool:
+        """Whether stage 2 gathers the moments of z (``_moment_update``)."""
+        return True
+
+    def in_stage2(self, first: int, n: int) -> bool:
+        """Whether the chunk of steps [first, first + n) overlaps stage 2 (a chunk never
+        straddles its end, one of the ``stops``, so such a chunk ends in warmup)."""
+        return first < self.stages.b2 and first + n > self.stages.b1
+
+    def chunk_keys(self, stage2: bool | None) -> tuple[frozenset, frozenset]:
+        """(held, read_only): the tuning keys a chunk program does not take (the engine keeps
+        them on the host) and those it takes but does not return (a value returned unchanged
+        is still a copy). ``stage2`` None: the one program of a run whose stage 2 has none of
+        its own (it carries the moments throughout, if they are used); True / False: the
+        program of the chunks that overlap stage 2 (the moments) or of the others (without
+        them: they change in stage 2 only, and are read between chunks, at its end)."""
+        moments = self.uses_moments() and stage2 is not False
+        held = set() if moments else set(self.MOMENT_KEYS)
+        read_only = set(self.READ_ONLY_KEYS)
+        if stage2:                 # stage 2's chunks end before stage 3, which reads them
+            held |= read_only
+            read_only = set()
+        return frozenset(held), frozenset(read_only)
+
     def _moments_fresh(self):
         return {"mom_w": _tuning_scalars(self.chains, 0.0),
                 "mom_x": [tf.zeros([self.chains, *s], tf.float64) for s in self.part_shapes],
@@ -322,6 +357,10 @@ class MclmcSampler(_Microcanonical):
     """Unadjusted MCLMC with the reference's tuning (module docstring)."""
 
     name = "mclmc"
+    READ_ONLY_KEYS = ("proj_inv_sd",)     # set between chunks (end of stage 2), read in stage 3
+
+    def uses_moments(self) -> bool:
+        return not self.diagonal          # with the diagonal the engine's window takes the variances
 
     @staticmethod
     def stage_points(w: int, diagonal: bool) -> _Stages:
@@ -384,9 +423,10 @@ class MclmcSampler(_Microcanonical):
             return {**tune, "step_size": new_step, "step_max": step_max, "x_average": x_average, "time": time}
 
         tune = tf.cond(tuning, predict, lambda: dict(tune))
-        in_stage2 = tf.logical_and(step_index >= st.b1, step_index < st.b2)
-        tune = tf.cond(in_stage2, lambda: _moment_update(tune, x2, tf.cast(ok, tf.float64) * tune["step_size"]),
-                       lambda: dict(tune))
+        if "mom_x" in tune:      # a stage-2 chunk's (chunk_keys)
+            in_stage2 = tf.logical_and(step_index >= st.b1, step_index < st.b2)
+            tune = tf.cond(in_stage2, lambda: _moment_update(tune, x2, tf.cast(ok, tf.float64) * tune["step_size"]),
+                           lambda: dict(tune))
         in_stage3 = tf.logical_and(step_index >= st.b3, step_index < st.warmup)
 
         def record():
@@ -405,7 +445,8 @@ class MclmcSampler(_Microcanonical):
             ebuf = tf.tensor_scatter_nd_update(tune["energy_buf"], [[step_index - st.b3]], e[None])
             return {**tune, "proj_buf": buf, "energy_buf": ebuf}
 
-        tune = tf.cond(in_stage3, record, lambda: dict(tune))
+        if "proj_inv_sd" in tune:      # not in stage 2's chunks, which end before stage 3
+            tune = tf.cond(in_stage3, record, lambda: dict(tune))
         diverging = tf.logical_or(~ok, tf.abs(energy) > self.divergence_threshold)
         # recorded: NaN for a step undone (its energy was not finite; the tuning takes 0, as the
         # reference), so that the warmup watch tells a broken density from a narrow one
@@ -421,13 +462,13 @@ class MclmcSampler(_Microcanonical):
         st = self.stages
         tune = dict(tune)
         if step == st.b2 and st.b2 - st.b1 >= 2:
-            var = _variances(tune)
             if self.mass_window() is not None:
                 # the engine's diagonal took the variances: z has unit variance, L = sqrt(d)
                 tune["L"] = _tuning_scalars(self.chains, math.sqrt(self.dim))
                 for key, value in (("time", 0.0), ("x_average", 0.0), ("step_max", np.inf)):
                     tune[key] = _tuning_scalars(self.chains, value)
             else:
+                var = _variances(tune)
                 total = sum(v.reshape(self.chains, -1).sum(axis=1) for v in var)
                 tune["L"] = tf.constant(np.where(total > 0, np.sqrt(total), np.asarray(tune["L"])), tf.float64)
                 pooled = [v.mean(axis=0) for v in var]
@@ -566,10 +607,11 @@ class MamsSampler(_Microcanonical):
         pass2 = tf.logical_and(step_index >= st.b2, step_index < st.warmup)
         tune = tf.cond(pass1, lambda: dual_average(True), lambda: dict(tune))
         tune = tf.cond(pass2, lambda: dual_average(False), lambda: dict(tune))
-        in_stage2 = tf.logical_and(step_index >= st.b1, step_index < st.b2)
-        moved = tf.cast(_all_finite(x_out), tf.float64)
-        tune = tf.cond(in_stage2, lambda: _moment_update(tune, x_out, moved * tune["step_size"]),
-                       lambda: dict(tune))
+        if "mom_x" in tune:      # a stage-2 chunk's (chunk_keys)
+            in_stage2 = tf.logical_and(step_index >= st.b1, step_index < st.b2)
+            moved = tf.cast(_all_finite(x_out), tf.float64)
+            tune = tf.cond(in_stage2, lambda: _moment_update(tune, x_out, moved * tune["step_size"]),
+                           lambda: dict(tune))
         diverging = ~finite | (-delta > self.divergence_threshold)
         stats = {"acceptance_rate": tf.cast(p_accept, self.dtype),
                  "energy_error": tf.cast(-delta, self.dtype), "diverging": diverging,

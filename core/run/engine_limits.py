@@ -8,7 +8,8 @@ compute the same sizes without importing TensorFlow. Defined once, here.
 from __future__ import annotations
 
 __all__ = ["LEAPFROG_STEPS_PER_ITERATION", "UNROLL_BUDGET_BYTES", "UNROLLED_BUFFERS_PER_STEP",
-           "UNROLLED_PROGRAM_STEP_BYTES", "unrolled_extra_bytes", "unrolls", "field_buffer_draws"]
+           "UNROLLED_PROGRAM_STEP_BYTES", "STAGE2_PROGRAM_BYTES", "unrolled_extra_bytes", "unrolls",
+           "stage2_apart", "field_buffer_draws"]
 
 MiB = 2**20
 
@@ -40,6 +41,21 @@ def unrolled_extra_bytes(num_leapfrog_steps: int, chains: int, n_values: int, it
 def unrolls(num_leapfrog_steps: int, chains: int, n_values: int, itemsize: int) -> bool:
     """Whether the engine unrolls the leapfrog loop of this HMC run (UNROLL_BUDGET_BYTES)."""
     return unrolled_extra_bytes(num_leapfrog_steps, chains, n_values, itemsize) <= UNROLL_BUDGET_BYTES
+
+
+#: MCLMC / MAMS: a second compiled chunk program costs about this much more peak memory (host
+#: memory: XLA compiling it while the run's arrays are resident; measured on CPU at 64^3 and
+#: 128^3, docs/benchmarks.md)
+STAGE2_PROGRAM_BYTES = 150 * MiB
+
+
+def stage2_apart(chains: int, n_values: int) -> bool:
+    """Whether an MCLMC / MAMS run that gathers the moments of z in stage 2 of its warmup gives
+    the chunks of that stage a program of their own (``core.engine.microcanonical``'s
+    ``chunk_keys``): the moments (two float64 arrays a chain, into and out of every chunk
+    otherwise: 32 C N bytes) are then on the device in stage 2 only. Worth a second program
+    where they outweigh its cost, STAGE2_PROGRAM_BYTES (from about 136^3 with two chains)."""
+    return 32 * int(chains) * int(n_values) >= STAGE2_PROGRAM_BYTES
 
 
 def field_buffer_draws(chunk_size: int, thin: int) -> int:

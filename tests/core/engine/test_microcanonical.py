@@ -335,6 +335,42 @@ def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_th
 
 
 @pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
+def test_stage_2_in_a_program_of_its_own_gives_the_same_run_bit_for_bit(tmp_path, monkeypatch, algorithm):
+    """Large runs give the chunks of warmup stage 2 a program of their own that carries the
+    moments of z, and the other chunks one without them (``core.run.engine_limits.stage2_apart``,
+    issue #13). Forced on a small case (whose default is one program carrying them throughout):
+    the same statistics, draws, field moments and final tuning state (moments included), bit for
+    bit, and each kind of program was used (a chunk straddling stage 2's start included)."""
+    import core.engine.engine as engine_mod
+    from core.run.engine_limits import stage2_apart
+    from core.store.run_store import read_checkpoint
+    from support.engine_cases import assert_same_run, run, write_field_case
+
+    config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=60, samples=40, chunk=15,
+                                        algorithm=algorithm, mass=False, thin=5)
+    assert not stage2_apart(2, 8**3)
+    seen, original = {}, mc._Microcanonical.chunk_keys
+    tag = ["one"]
+
+    def spy(self, stage2):
+        seen.setdefault(tag[0], set()).add(stage2)
+        return original(self, stage2)
+
+    monkeypatch.setattr(mc._Microcanonical, "chunk_keys", spy)
+    assert run(config, text, tmp_path / "one")[0] == "finished"
+    tag[0] = "apart"
+    monkeypatch.setattr(engine_mod, "stage2_apart", lambda chains, n_values: True)
+    assert run(config, text, tmp_path / "apart")[0] == "finished"
+    assert seen == {"one": {None}, "apart": {False, True}}
+    assert_same_run(tmp_path / "one", tmp_path / "apart")
+    one, apart = read_checkpoint(tmp_path / "one")[0], read_checkpoint(tmp_path / "apart")[0]
+    assert sorted(one) == sorted(apart) and "tune_mom_x_0" in one
+    assert np.abs(one["tune_mom_x_0"]).sum() > 0            # stage 2 gathered them
+    for key in one:
+        np.testing.assert_array_equal(one[key], apart[key], err_msg=key)
+
+
+@pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
 def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_transform(tmp_path, algorithm):
     """The microcanonical chunk takes each step's field from the density's own evaluation
     (``FieldModel.target_log_prob_and_field``): every kept draw (thin 1) is the field of the
@@ -349,9 +385,8 @@ def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_tr
     engine._build()
     st = engine._fresh_state()
     model = engine.model
-    args = (st["state"], st["tlp"], st["grads"], st["da"], st["scale"], st["mass_acc"])
-    first = tf.constant(20, tf.int32)          # post-warmup steps: each one kept
-    out = engine._chunk_fn(*args, first, tf.constant(6, tf.int32))
+    first = 20          # post-warmup steps: each one kept
+    out = engine._chunk_fn(st, first, 6)
     state, moments, field_buf, n_fields = out[0], out[5], out[8], out[10]
     assert int(n_fields) == 6
 
@@ -360,7 +395,7 @@ def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_tr
 
     draws = field_buf.numpy()[:6]
     np.testing.assert_allclose(draws[-1], field_of(state), rtol=1e-5, atol=1e-5)
-    one = engine._chunk_fn(*args, first, tf.constant(1, tf.int32))
+    one = engine._chunk_fn(st, first, 1)
     np.testing.assert_array_equal(one[8].numpy()[0], draws[0])     # the same first step
     np.testing.assert_allclose(draws[0], field_of(one[0]), rtol=1e-5, atol=1e-5)
     assert not np.allclose(draws[0], draws[-1])                     # the chain moved
