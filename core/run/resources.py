@@ -63,9 +63,16 @@ store's observed_data copies of them live only while the store is created
 
 Device and host. On a CPU there is one memory: ``total`` = ``host_bytes("cpu")`` =
 ``device_bytes("cpu")``, the runtime plus the larger of the chunk's peak and the set-up's.
-On a GPU (``core.engine.devices.memory_kind``) the model (``DEVICE_ARRAYS``), XLA's working
-set and GPU_RUNTIME_BYTES (the CUDA context and cuFFT plans: an assumption, no GPU has been
-measured) are device memory, ``device_bytes("gpu")``; the host holds TensorFlow's runtime
+On a GPU (``core.engine.devices.memory_kind``) the device holds what XLA allocates for the
+chunk program it runs (the arrays the engine holds between chunks are its parameters) and
+GPU_RUNTIME_BYTES (the CUDA context and cuFFT plans: an assumption, no GPU has been measured):
+``device_bytes("gpu")``. The programs' own account (XLA's buffer assignment: parameters,
+outputs, temporaries) is measured by bench/device_memory.py on this machine's CPU compiler and
+fitted per chunk program as (W C + S) grid-sized buffers plus the chunk's field draws where the
+program makes them (``DEVICE_PROGRAMS``; the largest of a run's programs counts), plus the
+fourier preconditioner's dense block; the CPU's RSS fit above also counts host arrays (the
+model's numpy maps, the store's buffers) that a GPU run keeps in host memory. Small HMC runs
+(unrolled) count as on a CPU: the model (``DEVICE_ARRAYS``) and XLA's working set. The host holds TensorFlow's runtime
 and the larger of the chunk's copies (``gpu_host``: the draws and the moments copied off
 the device, 2 kept C N 4 + 4 N 8 + 2 N 4, and the checkpoint's largest array) and the
 set-up's maps, ``host_bytes("gpu")``. ``memory_problem`` checks each against its memory
@@ -116,7 +123,13 @@ from functools import lru_cache
 import numpy as np
 
 from core.field.grid import Grid
-from core.run.engine_limits import UNROLLED_BUFFERS_PER_STEP, UNROLLED_PROGRAM_STEP_BYTES, field_buffer_draws, unrolls
+from core.run.engine_limits import (
+    UNROLLED_BUFFERS_PER_STEP,
+    UNROLLED_PROGRAM_STEP_BYTES,
+    field_buffer_draws,
+    stage2_apart,
+    unrolls,
+)
 from core.store.run_store import field_draw_disk_bytes
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
@@ -127,7 +140,8 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "ENGINE_IMPORT_BYTES", "PROGRAM_BYTES", "UNROLLED_PROGRAM_BASE_BYTES", "XLA_BUFFERS_PER_CHAIN",
            "XLA_SHARED_BUFFERS",
            "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "MICROCANONICAL_BUFFERS_PER_CHAIN",
-           "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS"]
+           "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS",
+           "DEVICE_PROGRAMS", "device_program_bytes"]
 
 MiB = 2**20
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
@@ -144,6 +158,19 @@ NUTS_PROGRAM_BYTES = 265 * MiB       # ... and its compiled program (TFP's: 367 
 MICROCANONICAL_BUFFERS_PER_CHAIN = 6    # MCLMC / MAMS: grid-sized buffers per chain beyond the named
 MICROCANONICAL_SHARED_BUFFERS = 35      # arrays, once per run, and the program (fitted 2026-12-03 on
 MICROCANONICAL_PROGRAM_BYTES = 165 * MiB   # 64^3 and 128^3 with 1 and 2 chains, within 4 %)
+#: XLA's own account of each chunk program's device buffers (bench/device_memory.py: 32^3, float32,
+#: 1 and 2 chains, identity and diagonal preconditioners, 2026-12-03), by (algorithm, stage 2 apart
+#: (``core.run.engine_limits.stage2_apart``)): the programs a run may compile, each (W, S, draws):
+#: W grid-sized buffers per chain and S once per run, and whether the chunk's field draws
+#: (ceil(chunk_size / thin) + 1 a chain) are in it too; the larger of two preconditioners' fits
+DEVICE_PROGRAMS = {
+    ("hmc", False): ((13.0, 10.6, True),),
+    ("nuts", False): ((41.5, 8.1, True),),
+    ("mclmc", False): ((17.8, 16.8, True), (13.7, 5.0, False)),
+    ("mclmc", True): ((13.8, 8.8, True), (21.7, 5.0, False)),
+    ("mams", False): ((25.5, 4.1, True), (25.5, 5.0, False)),
+    ("mams", True): ((17.5, 4.1, True), (25.5, 5.0, False)),
+}
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
@@ -213,6 +240,7 @@ class RunEstimate:
     num_samples: int = 0
     unrolled: bool = False       # HMC with the unrolled leapfrog (small runs): memory grows with L
 
+    device_program: int = 0      # on a GPU: the largest chunk program's buffers (DEVICE_PROGRAMS)
     setup: int = 0               # host arrays of the set-up only (loaded maps, store copies)
     gpu_host: dict[str, int] = field(default_factory=dict)   # host arrays at the chunk, on a GPU
 
@@ -227,10 +255,13 @@ class RunEstimate:
 
     def device_bytes(self, device: str = "cpu") -> int:
         """Peak memory of the compute device: on a CPU the process's RSS (``total``); on a
-        GPU the model's tensors, its constants, XLA's working set and the runtime's device
-        part (GPU_RUNTIME_BYTES)."""
+        GPU the largest chunk program's buffers (``device_program``; for the unrolled HMC the
+        model's tensors, its constants and XLA's working set) and the runtime's device part
+        (GPU_RUNTIME_BYTES)."""
         if device != "gpu":
             return self.host_bytes("cpu")
+        if self.device_program:
+            return self.device_program + GPU_RUNTIME_BYTES
         return (sum(self.arrays[k] for k in DEVICE_ARRAYS if k in self.arrays)
                 + self.xla_working_set + GPU_RUNTIME_BYTES)
 
@@ -281,6 +312,19 @@ def xla_buffers_per_chain(algorithm: str) -> int:
 def xla_shared_buffers(algorithm: str) -> int:
     """S of the module docstring: XLA's grid-sized buffers once per run."""
     return MICROCANONICAL_SHARED_BUFFERS if algorithm in ("mclmc", "mams") else XLA_SHARED_BUFFERS
+
+
+def device_program_bytes(algorithm: str, chains: int, n_values: int, itemsize: int, kept: int,
+                         dense_modes: int = 0) -> int:
+    """The device memory of a looped run's largest chunk program (``DEVICE_PROGRAMS``): (W C + S)
+    grid-sized buffers, the chunk's field draws where the program makes them, and the fourier
+    preconditioner's dense block and its inverse (2 m^2 values)."""
+    apart = algorithm in ("mclmc", "mams") and stage2_apart(chains, n_values)
+    c = int(chains)
+    grid = int(n_values) * int(itemsize)
+    largest = max((W * c + S + (kept * c if draws else 0)) * grid
+                  for W, S, draws in DEVICE_PROGRAMS[(algorithm, apart)])
+    return int(math.ceil(largest)) + 2 * int(dense_modes) ** 2 * int(itemsize)
 
 
 def program_bytes(algorithm: str) -> int:
@@ -338,6 +382,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     return RunEstimate(
         shape=shape, chains=c, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
         arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
+        device_program=0 if unrolled else device_program_bytes(algorithm, c, n, b, kept, dense_modes),
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=(int(num_leapfrog_steps) if algorithm == "hmc"
                             else 2 if algorithm in ("mclmc", "mams") else 1),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -239,11 +240,13 @@ def test_estimate_parts_and_refusal_message():
     assert "fewer chains or a smaller grid" in text
     assert resources.memory_problem(e, available=e.needed(False), include_import=False) is None
     assert "of memory (host RAM: the CPU computes)" in text
-    # on a GPU the device holds the model's tensors, its constants and XLA's buffers; the
-    # host the runtime, the chunk's copies and one checkpoint array (or the set-up's maps)
+    # on a GPU the device holds the chunk program's buffers by XLA's own account (looped HMC:
+    # 13.0 a chain + 10.6 grid-sized buffers + the chunk's 6 field draws a chain) and the
+    # CUDA runtime; the host the runtime, the chunk's copies and one checkpoint array (or
+    # the set-up's maps)
     n4 = n * 4
-    assert e.device_bytes("gpu") == (e.arrays["model_state"] + 2 * n4 + e.xla_working_set
-                                     + resources.GPU_RUNTIME_BYTES)
+    assert resources.DEVICE_PROGRAMS[("hmc", False)] == ((13.0, 10.6, True),)
+    assert e.device_bytes("gpu") == math.ceil((13.0 * 2 + 10.6 + 6 * 2) * n4) + resources.GPU_RUNTIME_BYTES
     assert e.host_bytes("gpu") == e.runtime + max(2 * 6 * 2 * n4 + 4 * n * 8 + 2 * n4 + 2 * n4,
                                                   2 * 3 * n * 8)
     assert e.device_bytes("cpu") == e.host_bytes("cpu") == e.total

@@ -3,6 +3,8 @@ that cannot fit (naming chunk_size and thin), a store its disk cannot hold."""
 
 from __future__ import annotations
 
+import math
+
 from core.run import resources
 
 
@@ -45,3 +47,30 @@ def test_a_store_larger_than_the_free_disk_is_refused(tmp_path):
     # the engine checks it with the run directory's disk
     assert resources.run_problem(e, available=2**50, run_dir=tmp_path / "run") == \
         resources.disk_problem(e, tmp_path / "run") or resources.free_disk(tmp_path) > e.store_bytes
+
+
+def test_one_141_gib_gpu_holds_512_cubed_with_4_chains_and_1024_cubed_with_1_by_the_estimate():
+    """Issue #13's target, by XLA's own account of the chunk programs (DEVICE_PROGRAMS): the
+    largest program's grid-sized buffers, 4 bytes each, the chunk's field draws where that
+    program makes them (ceil(25 / 20) + 1 = 3 a chain) and the CUDA runtime."""
+    gib = 2**30
+    gpu = 141 * gib
+    expected = {   # (W C + S + 3 C) grid-sized buffers of the largest program, hand-computed
+        ("hmc", 4): 13.0 * 4 + 10.6 + 12, ("hmc", 1): 13.0 + 10.6 + 3,
+        # MCLMC and MAMS: stage 2 in its own program at these sizes, the larger of the two
+        ("mclmc", 4): max(13.8 * 4 + 8.8 + 12, 21.7 * 4 + 5.0), ("mclmc", 1): 21.7 + 5.0,
+        ("mams", 4): max(17.5 * 4 + 4.1 + 12, 25.5 * 4 + 5.0), ("mams", 1): 25.5 + 5.0,
+        ("nuts", 4): 41.5 * 4 + 8.1 + 12, ("nuts", 1): 41.5 + 8.1 + 3,
+    }
+    for (algorithm, chains), units in expected.items():
+        side = 512 if chains == 4 else 1024
+        e = resources.estimate_run((side,) * 3, chains=chains, algorithm=algorithm, chunk_size=25,
+                                   thin=20, num_leapfrog_steps=10)
+        program = e.device_bytes("gpu") - resources.GPU_RUNTIME_BYTES
+        assert abs(program - units * side**3 * 4) <= 1, (algorithm, chains)
+        fits = resources.memory_problem(e, available=2**50, device="gpu", device_available=gpu) is None
+        assert fits == (algorithm != "nuts" or chains == 4), (algorithm, chains, program / gib)
+    # stage 2 shares the other steps' program while that is small: an 8^3 MCLMC run has one
+    small = resources.estimate_run((8,) * 3, chains=2, algorithm="mclmc", chunk_size=25, thin=20)
+    assert small.device_bytes("gpu") - resources.GPU_RUNTIME_BYTES == math.ceil(
+        (17.8 * 2 + 16.8 + 3 * 2) * 8**3 * 4)
