@@ -56,12 +56,12 @@ def field_case(tmp_path_factory):
     return folder
 
 
-def calibrate(folder, doc, out, simulate_doc=None, **kwargs):
+def calibrate(folder, doc, out, simulate_doc=None, simulations=SIMULATIONS, **kwargs):
     config, text = write_config(folder, f"{out}.toml", doc)
     simulate = simulate_text = None
     if simulate_doc is not None:
         simulate, simulate_text = write_config(folder, f"{out}-simulate.toml", simulate_doc)
-    calibrator = Calibrator(config, text, folder / out, simulations=SIMULATIONS, draws=DRAWS, batch_size=BATCH,
+    calibrator = Calibrator(config, text, folder / out, simulations=simulations, draws=DRAWS, batch_size=BATCH,
                             simulate_config=simulate, simulate_text=simulate_text or "", **kwargs)
     status = calibrator.run()
     return status, CalibrationReader(folder / out)
@@ -195,12 +195,16 @@ def test_integral_model_calibrates(tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
 def test_microcanonical_samplers_calibrate(field_case, algorithm):
-    # S x C = 40 chains of one compiled program; their tuning per chain, as the engine's
+    # S x C = 40 chains of one compiled program; their tuning per chain, as the engine's.
+    # 100 simulations, not 40: the second assertion (no quantity below p = 0.01, stricter than
+    # the verdict's Holm test) fails by chance for 1 - 0.99^9 = 8.6 % of seeds, and at 40
+    # simulations it did for 3 of seeds 10-29 (MCLMC, Threefry velocity noise; 2 of 20 with
+    # Philox), seed 3 among them (0.0099, voxel_0_0_0) and not at 100 (min p 0.11)
     doc = field_document(sampler={"algorithm": algorithm, "num_warmup": 150, "num_samples": 100,
                                   "target_accept": 0.9})
-    status, reader = calibrate(field_case, doc, algorithm)
+    status, reader = calibrate(field_case, doc, algorithm, simulations=100)
     verdict = reader.verdict()
-    assert status == "finished" and reader.simulations_done == SIMULATIONS
+    assert status == "finished" and reader.simulations_done == 100
     assert verdict.passed, verdict.table()
     assert min(r.pvalue for r in verdict.results) > 0.01, verdict.table()
     assert reader.ranks().min() == 0 and reader.ranks().max() == DRAWS
