@@ -15,6 +15,9 @@ round so that they see the same load:
   ``lax.scan`` of ``--steps`` steps, with the field's running sum and sum of squares as the
   benchmark's peer chunk accumulates them (``jax bare mclmc``: without them).
 
+* ``normal``: one standard-normal grid of both chains in a compiled loop, TensorFlow's default
+  generator (Philox under XLA), the engine's (``microcanonical.CHUNK_RNG``, Threefry) and JAX's.
+
 Per-step times are per MCLMC step for both chains (2 gradient evaluations each). Usage:
 ``nice python bench/gradient_cost.py [--sizes 32 64] [--rounds 7] [--steps 50]``
 """
@@ -80,13 +83,10 @@ def _setup(n: int, folder: Path, steps: int):
         lp, g = lp_grad(x0)
         g[0].numpy()
 
-    first = tf.constant(warm, tf.int32)
-    n_steps = tf.constant(steps, tf.int32)
-    args = (st["state"], st["tlp"], st["grads"], st["da"], st["scale"], st["mass_acc"])
-    engine._chunk_fn(*args, first, n_steps)[0][0].numpy()
+    engine._chunk_fn(st, warm, steps)[0][0].numpy()
 
     def tf_engine():
-        engine._chunk_fn(*args, first, n_steps)[0][0].numpy()
+        engine._chunk_fn(st, warm, steps)[0][0].numpy()
 
     step0 = tf.fill([CHAINS], tf.constant(0.05 * math.sqrt(n**3), tf.float32))
     L0 = tf.fill([CHAINS], tf.constant(math.sqrt(n**3), tf.float32))
@@ -96,10 +96,23 @@ def _setup(n: int, folder: Path, steps: int):
     def bare(x, lp, g, u):
         def body(t, x, u, lp, g):
             seeds = tf.random.experimental.stateless_split(tf.stack([t, 11]), 2)
-            noise = [mc._normal_parts(seeds[i], x) for i in range(2)]
+            noise = [mc._normal_parts(seeds[i], x, mc.CHUNK_RNG) for i in range(2)]
             x, u, lp, g, _, _, _ = mc.mclmc_transition(vg, x, u, lp, g, step0, L0, *noise)
             return t + 1, x, u, lp, g
         return tf.while_loop(lambda t, *r: t < steps, body, (tf.constant(0), x, u, lp, g))[1]
+
+    def noise_loop(alg):
+        # ``steps`` standard-normal grids of both chains, each from its own folded seed, summed
+        @tf.function(jit_compile=True)
+        def draw(x):
+            def body(t, acc):
+                seed = tf.random.experimental.stateless_fold_in(tf.constant([5, 6]), t)
+                return t + 1, acc + tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype, alg=alg)
+            return tf.while_loop(lambda t, a: t < steps, body, (tf.constant(0), tf.zeros_like(x)))[1]
+        draw(x0).numpy()
+        return lambda: draw(x0).numpy()
+
+    noise = {"tf normal default": noise_loop("auto_select"), "tf normal threefry": noise_loop(mc.CHUNK_RNG)}
 
     u0 = mc.unit_velocity([tf.random.stateless_normal(tf.shape(x0), [1, 2])])
     bare_args = ([x0], st["tlp"], st["grads"], u0)
@@ -150,14 +163,27 @@ def _setup(n: int, folder: Path, steps: int):
             return state, s1, s2
         return jax.jit(jax.vmap(run))
 
-    fns = {}
+    @jax.jit
+    def jax_noise(key):
+        def body(acc, k):
+            return acc + jax.random.normal(k, pos[0].shape, jnp.float32), None
+        return jax.lax.scan(body, jnp.zeros(pos[0].shape, jnp.float32), jax.random.split(key, steps))[0]
+
+    jax.block_until_ready(jax_noise(keys[0]))
+    fns = {**noise, "jax normal": lambda: jax.block_until_ready(jax_noise(keys[0]))}
     for name, moments in (("jax mclmc", True), ("jax bare mclmc", False)):
         f = make(moments)
         jax.block_until_ready(f(keys, state, imm, L, eps))
         fns[name] = (lambda f=f: jax.block_until_ready(f(keys, state, imm, L, eps)))
     return {"tf grad": tf_grad, "jax grad": jax_grad, "tf bare mclmc": tf_bare,
             "tf engine mclmc": tf_engine, "jax bare mclmc": fns["jax bare mclmc"],
-            "jax mclmc": fns["jax mclmc"]}
+            "jax mclmc": fns["jax mclmc"], **{k: fns[k] for k in ("tf normal default", "tf normal threefry",
+                                                                   "jax normal")}}
+
+
+def mc_rng() -> str:
+    from core.engine.microcanonical import CHUNK_RNG
+    return CHUNK_RNG
 
 
 def main(argv=None):
@@ -192,6 +218,9 @@ def main(argv=None):
                   f"{med['tf engine mclmc'] / med['jax mclmc']:>10.2f} | "
                   f"{med['tf bare mclmc'] / med['jax bare mclmc']:>13.2f} | "
                   f"{med['tf engine mclmc'] / med['tf bare mclmc'] - 1:>14.1%}", flush=True)
+            print(f"       one standard-normal grid of both chains (ms): tf default (Philox) "
+                  f"{med['tf normal default']:.3f}, tf {mc_rng()} (the engine's) {med['tf normal threefry']:.3f}, "
+                  f"jax {med['jax normal']:.3f}")
             spread = {name: (min(v), max(v)) for name, v in times.items()}
             print("       min-max: " + ", ".join(f"{k} {a:.3f}-{b:.3f}" for k, (a, b) in spread.items()))
 

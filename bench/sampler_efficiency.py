@@ -74,6 +74,12 @@ Usage:
 python bench/sampler_efficiency.py [--quick] [--cases nomask slab index] [--algorithms hmc nuts/diagonal]
        [--peers | --no-peers] [--grid 32] [--budget 24000] [--reference-draws 256] [--json out.json]
        [--num-warmup N] [--microcanonical-warmup peer|config|N] [--peer-algorithms nuts mclmc]
+       [--chunk-size peer|config|N]
+
+Chunks: the peers run compiled chunks of 250 MCLMC or 25 NUTS steps with nothing stored; the engine
+writes every chunk to its store (statistics, moments, a checkpoint). By default each combination's
+``sampler.chunk_size`` is the peer chunk of its kind (``--chunk-size``), so both pay their per-chunk
+costs as often; the draws do not depend on it (every step's seed is the run's seed and its index).
 
 ``--quick``: a 16^3 grid, 4000 gradients per chain, 64 reference draws (a few minutes). The
 machine's timings are noisy when its cores are shared; the gradient counts are not.
@@ -112,6 +118,9 @@ INDEX_PRIOR = {"dist": "normal", "loc": -2.0, "scale": 0.5}
 CHAINS = 2
 DATA_SEED = 12
 MCLMC_GRADIENTS_PER_STEP = 2        # isokinetic McLachlan: two new forces per step
+#: steps per compiled chunk of the peers (``_peer_nuts``, ``_peer_mclmc``); by default each
+#: Fieldscope combination's ``sampler.chunk_size`` is the peer's of its kind (``--chunk-size``)
+PEER_CHUNK_STEPS = {"nuts": 25, "mclmc": 250}
 PEER_MCLMC_FRACTIONS = (0.1, 0.1, 0.1)   # mclmc_find_L_and_step_size's frac_tune1, 2, 3 (its defaults)
 
 
@@ -407,7 +416,7 @@ def density_checkpoints(config) -> dict:
 
 def sampler_text(sampler) -> str:
     """The [sampler] settings a run used, less chains, seed and the run's length."""
-    skip = {"chains", "seed", "num_samples", "thin", "chunk_size"}
+    skip = {"chains", "seed", "num_samples", "thin"}
     return ", ".join(f"{f.name} = {getattr(sampler, f.name)}" for f in dataclasses.fields(sampler)
                      if f.name not in skip)
 
@@ -666,7 +675,7 @@ def _peer_nuts(density, start, num_warmup, budget, seed):
         state, info = kernel(key, state, density, params["step_size"], params["inverse_mass_matrix"])
         return state, info.num_integration_steps, info.is_divergent
 
-    chunk_fn = _moment_chunk(density, step, 25, density.sampled)
+    chunk_fn = _moment_chunk(density, step, PEER_CHUNK_STEPS["nuts"], density.sampled)
     sample_keys = jax.random.split(keys[0], chains)
     chunk_fn = chunk_fn.lower(sample_keys, state, params).compile()
     warmup_seconds = time.perf_counter() - t0
@@ -704,7 +713,7 @@ def _peer_mclmc(density, start, budget, seed):
         state, info = kernel(key, state, density, params.inverse_mass_matrix, params.L, params.step_size)
         return state, MCLMC_GRADIENTS_PER_STEP, ~info.nonans
 
-    chunk_fn = _moment_chunk(density, step, 250, density.sampled)
+    chunk_fn = _moment_chunk(density, step, PEER_CHUNK_STEPS["mclmc"], density.sampled)
     sample_keys = jax.random.split(keys[0], chains)
     chunk_fn = chunk_fn.lower(sample_keys, state, params).compile()
     warmup_seconds = time.perf_counter() - t0
@@ -881,6 +890,26 @@ def warmup_steps(algorithm: str, args, budget: int) -> int:
     return steps
 
 
+def chunk_steps(algorithm: str, args) -> int:
+    """``sampler.chunk_size`` of a combination: ``--chunk-size`` 'peer' (the default: the steps of
+    the peer chunk of its kind, MCLMC's for MCLMC and MAMS, NUTS's for HMC and NUTS, so that the
+    per-chunk costs, a store write on our side, are paid as often), 'config' (the schema's) or a number."""
+    from core.config import schema
+
+    choice = str(args.chunk_size)
+    if choice == "config":
+        return int(schema.SamplerSection().chunk_size)
+    if choice == "peer":
+        return PEER_CHUNK_STEPS["mclmc" if algorithm in ("mclmc", "mams") else "nuts"]
+    try:
+        steps = int(choice)
+    except ValueError:
+        raise SystemExit(f"--chunk-size {choice!r}: 'peer', 'config' or a number of steps") from None
+    if steps < 1:
+        raise SystemExit(f"--chunk-size {steps}: a number of steps is >= 1")
+    return steps
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16^3, 4000 gradients per chain, 64 reference draws")
@@ -901,6 +930,10 @@ def main(argv=None):
                         help="warmup steps of the MCLMC / MAMS combinations: 'peer' (the default: as "
                              "many as BlackJAX MCLMC tunes for with this budget, a third of its steps), "
                              "'config' (as --num-warmup) or a number")
+    parser.add_argument("--chunk-size", default="peer",
+                        help="sampler.chunk_size of every combination: 'peer' (the default: the steps of "
+                             "the peer chunk of its kind, 250 for MCLMC / MAMS, 25 for HMC / NUTS), "
+                             "'config' (the schema's, 25) or a number")
     parser.add_argument("--dense-modes", type=int, nargs="+", default=None,
                         help="run each fourier combination once per value of sampler.dense_modes "
                              "(labelled alg/fourier-N; default: the schema's value, one run)")
@@ -946,7 +979,8 @@ def main(argv=None):
         folder = Path(tmp)
         amplitude = write_cases(folder, n)["amplitude"]
         default_warmup = warmup_steps("nuts", args, budget)       # BlackJAX NUTS's, as ours
-        combos = [(label, {**settings, "num_warmup": warmup_steps(settings["algorithm"], args, budget)})
+        combos = [(label, {**settings, "num_warmup": warmup_steps(settings["algorithm"], args, budget),
+                           "chunk_size": chunk_steps(settings["algorithm"], args)})
                   for label, settings in combos]
         for name in args.cases:
             case = CASES[name]

@@ -142,6 +142,23 @@ def test_the_microcanonical_warmup_is_the_peers_tuning_steps_unless_told_otherwi
             se.warmup_steps("mclmc", args, 24000)
 
 
+def test_the_chunks_are_as_long_as_the_peers_of_their_kind_unless_told_otherwise():
+    class Args:
+        chunk_size = "peer"
+
+    args = Args()
+    assert se.chunk_steps("mclmc", args) == se.chunk_steps("mams", args) == se.PEER_CHUNK_STEPS["mclmc"] == 250
+    assert se.chunk_steps("hmc", args) == se.chunk_steps("nuts", args) == se.PEER_CHUNK_STEPS["nuts"] == 25
+    args.chunk_size = "config"
+    assert se.chunk_steps("mclmc", args) == 25                 # the schema's default
+    args.chunk_size = "40"
+    assert se.chunk_steps("nuts", args) == 40
+    for bad in ("long", "0"):
+        args.chunk_size = bad
+        with pytest.raises(SystemExit, match="--chunk-size"):
+            se.chunk_steps("mclmc", args)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("blackjax") is None, reason="BlackJAX is not installed (the bench extra)")
 @pytest.mark.parametrize("num_steps", [12000, 50, 7])
 def test_the_peer_tuning_steps_are_those_blackjax_reports(num_steps):
