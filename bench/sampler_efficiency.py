@@ -881,12 +881,17 @@ def warmup_steps(algorithm: str, args, budget: int) -> int:
         return int(config_warmup)
     if choice == "peer":
         return peer_mclmc_tuning_steps(budget // MCLMC_GRADIENTS_PER_STEP)
+    return _steps_option("--microcanonical-warmup", choice, 0)
+
+
+def _steps_option(option: str, choice: str, least: int) -> int:
+    """A number of steps given to ``option`` (besides 'peer' and 'config'), at least ``least``."""
     try:
         steps = int(choice)
     except ValueError:
-        raise SystemExit(f"--microcanonical-warmup {choice!r}: 'peer', 'config' or a number of steps") from None
-    if steps < 0:
-        raise SystemExit(f"--microcanonical-warmup {steps}: a number of steps is >= 0")
+        raise SystemExit(f"{option} {choice!r}: 'peer', 'config' or a number of steps") from None
+    if steps < least:
+        raise SystemExit(f"{option} {steps}: a number of steps is >= {least}")
     return steps
 
 
@@ -901,13 +906,7 @@ def chunk_steps(algorithm: str, args) -> int:
         return int(schema.SamplerSection().chunk_size)
     if choice == "peer":
         return PEER_CHUNK_STEPS["mclmc" if algorithm in ("mclmc", "mams") else "nuts"]
-    try:
-        steps = int(choice)
-    except ValueError:
-        raise SystemExit(f"--chunk-size {choice!r}: 'peer', 'config' or a number of steps") from None
-    if steps < 1:
-        raise SystemExit(f"--chunk-size {steps}: a number of steps is >= 1")
-    return steps
+    return _steps_option("--chunk-size", choice, 1)
 
 
 def main(argv=None):
