@@ -16,7 +16,7 @@ round so that they see the same load:
   benchmark's peer chunk accumulates them (``jax bare mclmc``: without them).
 
 * ``normal``: one standard-normal grid of both chains in a compiled loop, TensorFlow's default
-  generator (Philox under XLA), the engine's (``microcanonical.CHUNK_RNG``, Threefry) and JAX's.
+  generator (Philox under XLA), the engine's (``microcanonical.chunk_rng()``, Threefry on a CPU) and JAX's.
 
 Per-step times are per MCLMC step for both chains (2 gradient evaluations each). Usage:
 ``nice python bench/gradient_cost.py [--sizes 32 64] [--rounds 7] [--steps 50]``
@@ -96,7 +96,7 @@ def _setup(n: int, folder: Path, steps: int):
     def bare(x, lp, g, u):
         def body(t, x, u, lp, g):
             seeds = tf.random.experimental.stateless_split(tf.stack([t, 11]), 2)
-            noise = [mc._normal_parts(seeds[i], x, mc.CHUNK_RNG) for i in range(2)]
+            noise = [mc._normal_parts(seeds[i], x, mc.chunk_rng()) for i in range(2)]
             x, u, lp, g, _, _, _ = mc.mclmc_transition(vg, x, u, lp, g, step0, L0, *noise)
             return t + 1, x, u, lp, g
         return tf.while_loop(lambda t, *r: t < steps, body, (tf.constant(0), x, u, lp, g))[1]
@@ -112,7 +112,7 @@ def _setup(n: int, folder: Path, steps: int):
         draw(x0).numpy()
         return lambda: draw(x0).numpy()
 
-    noise = {"tf normal default": noise_loop("auto_select"), "tf normal threefry": noise_loop(mc.CHUNK_RNG)}
+    noise = {"tf normal default": noise_loop("auto_select"), "tf normal threefry": noise_loop(mc.chunk_rng())}
 
     u0 = mc.unit_velocity([tf.random.stateless_normal(tf.shape(x0), [1, 2])])
     bare_args = ([x0], st["tlp"], st["grads"], u0)
@@ -182,8 +182,8 @@ def _setup(n: int, folder: Path, steps: int):
 
 
 def mc_rng() -> str:
-    from core.engine.microcanonical import CHUNK_RNG
-    return CHUNK_RNG
+    from core.engine.microcanonical import chunk_rng
+    return chunk_rng()
 
 
 def main(argv=None):

@@ -221,10 +221,16 @@ def mams_trajectory_steps(uniform, avg):
     return tf.cast(tf.maximum(tf.math.ceil(uniform * _rescale(avg)), 1.0), tf.int32)
 
 
-#: the counter-based generator of the velocity noise in the compiled chunks: Threefry, which XLA
-#: generates 2.6x (CPU, 32^3) faster than the default's Philox (bench/gradient_cost.py's
-#: ``normal`` column); it exists only under XLA, so an eager draw (``fresh``) keeps the default
+#: the counter-based generator of the velocity noise in the compiled chunks on a CPU: Threefry,
+#: which XLA generates at least 4x faster there than the default (Philox; bench/gradient_cost.py's
+#: ``normal`` line); it exists only under XLA, so an eager draw (``fresh``) keeps the default
 CHUNK_RNG = "threefry"
+
+
+def chunk_rng() -> str:
+    """The generator of the chunks' velocity noise: CHUNK_RNG where the engine computes on a CPU,
+    TensorFlow's default where a GPU is visible (no GPU has measured either generator yet)."""
+    return "auto_select" if tf.config.list_logical_devices("GPU") else CHUNK_RNG
 
 
 def _normal_parts(seed, like, alg: str = "auto_select"):
@@ -411,7 +417,7 @@ class MclmcSampler(_Microcanonical):
         step, L = tune["step_size"], tune["L"]
         x2, u2, lp2, g2, aux2, energy, ok = mclmc_transition(
             self.value_and_grad, x, tune["velocity"], lp, g, step, L,
-            _normal_parts(seeds[0], x, CHUNK_RNG), _normal_parts(seeds[1], x, CHUNK_RNG), aux)
+            _normal_parts(seeds[0], x, chunk_rng()), _normal_parts(seeds[1], x, chunk_rng()), aux)
         tune = {**tune, "velocity": u2}
         tuning = step_index < st.b3
 
@@ -575,7 +581,7 @@ class MamsSampler(_Microcanonical):
         seeds = tf.random.experimental.stateless_split(seed, 4)
         step, L = tune["step_size"], tune["L"]
         vg = self.value_and_grad
-        u = unit_velocity(_normal_parts(seeds[0], x, CHUNK_RNG))
+        u = unit_velocity(_normal_parts(seeds[0], x, chunk_rng()))
         uniform = tf.random.stateless_uniform([], seeds[1], dtype=tf.float64)
         n = mams_trajectory_steps(uniform, L / step)          # (C,)
         dim = self.dim
