@@ -373,7 +373,7 @@ class Engine:
         def call(program, st, first, n, with_mass, held=frozenset(), read_only=frozenset()):
             da = {k: v for k, v in st["da"].items() if k not in held and k not in read_only}
             fixed = {k: v for k, v in st["da"].items() if k in read_only}
-            out = list(program(st["state"], st["tlp"], st["grads"], da if fixed or held else st["da"],
+            out = list(program(st["state"], st["tlp"], st["grads"], da,
                                fixed, st["scale"], st["mass_acc"] if with_mass else (),
                                tf.constant(first, tf.int32), tf.constant(n, tf.int32)))
             if held or fixed:     # the tuning arrays this chunk did not carry, as they were

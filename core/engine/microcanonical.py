@@ -88,6 +88,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from core.engine.devices import memory_kind
+
 __all__ = ["B1", "DESIRED_ENERGY_VAR", "N_PROJECTIONS", "MclmcSampler", "MamsSampler", "SAMPLERS",
            "schedule_points",
            "chain_dot", "n_dims", "unit_velocity", "partial_refresh", "esh_velocity_update",
@@ -228,9 +230,10 @@ CHUNK_RNG = "threefry"
 
 
 def chunk_rng() -> str:
-    """The generator of the chunks' velocity noise: CHUNK_RNG where the engine computes on a CPU,
-    TensorFlow's default where a GPU is visible (no GPU has measured either generator yet)."""
-    return "auto_select" if tf.config.list_logical_devices("GPU") else CHUNK_RNG
+    """The generator of the chunks' velocity noise: CHUNK_RNG where the engine computes on a CPU
+    (``core.engine.devices.memory_kind``), TensorFlow's default on a GPU (no GPU has measured
+    either generator yet)."""
+    return CHUNK_RNG if memory_kind() == "cpu" else "auto_select"
 
 
 def _normal_parts(seed, like, alg: str = "auto_select"):
@@ -415,9 +418,10 @@ class MclmcSampler(_Microcanonical):
         st = self.stages
         seeds = tf.random.experimental.stateless_split(seed, 2)
         step, L = tune["step_size"], tune["L"]
+        alg = chunk_rng()
         x2, u2, lp2, g2, aux2, energy, ok = mclmc_transition(
             self.value_and_grad, x, tune["velocity"], lp, g, step, L,
-            _normal_parts(seeds[0], x, chunk_rng()), _normal_parts(seeds[1], x, chunk_rng()), aux)
+            _normal_parts(seeds[0], x, alg), _normal_parts(seeds[1], x, alg), aux)
         tune = {**tune, "velocity": u2}
         tuning = step_index < st.b3
 
