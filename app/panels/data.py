@@ -38,6 +38,7 @@ from app.panels.binding import INFO_STYLE, _alive, _bytes, _g, _info_label, bind
 from app.state.config_state import ConfigState, format_value
 from app.state.run_state import DataPreview
 from app.views.jobs import LatestJob
+from app.views.style import steady_axes
 from core import config as cfg
 
 __all__ = ["DataPanel"]
@@ -47,6 +48,7 @@ class _Preview(pg.PlotWidget):
 
     def __init__(self, parent=None, height: int = 200):
         super().__init__(parent)
+        steady_axes(self)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.image.setColorMap(pg.colormap.get("viridis"))
         self.addItem(self.image)

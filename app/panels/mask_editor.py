@@ -57,6 +57,7 @@ from PySide6.QtWidgets import (
 from app.panels.binding import ERROR_STYLE, INFO_STYLE, _alive, _g
 from app.state.config_state import ConfigState
 from app.views.jobs import LatestJob
+from app.views.style import steady_axes
 from core import config as cfg
 from core.field.mask_tools import (
     MaskError,
@@ -174,6 +175,7 @@ class MaskEditor(QDialog):
         left = QVBoxLayout()
         top.addLayout(left, 3)
         self.plot = pg.PlotWidget()
+        steady_axes(self.plot)
         self.plot.setAspectLocked(True)
         self.plot.setMenuEnabled(False)
         self.image = pg.ImageItem(axisOrder="row-major")

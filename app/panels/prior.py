@@ -46,7 +46,7 @@ from app.panels.binding import (
 from app.panels.data import _Preview
 from app.state.config_state import FIELD_HYPERPARAMETERS, ConfigState, prior_kinds
 from app.views.jobs import LatestJob
-from app.views.style import sparse_log_ticks
+from app.views.style import sparse_log_ticks, steady_axes
 from core.field.grid import Grid
 from core.field.power_spectrum import spectrum_from_config
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
@@ -184,6 +184,7 @@ class PriorPanel(SetupPanel):
             self.editors[name] = editor
             self.body.addWidget(editor)
         self.plot = pg.PlotWidget()
+        steady_axes(self.plot)
         self.plot.setLogMode(x=True, y=True)
         self.plot.setLabel("bottom", "k")
         self.plot.setLabel("left", "P(k)")

@@ -27,6 +27,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 from scipy import stats
 
+from app.views.style import steady_axes
 from core.calibration import CalibrationReader, CalibrationStoreError, simultaneous_band
 from core.calibration.bands import ecdf_counts, evaluation_points
 from core.calibration.ranks import LEVELS, expected_coverage
@@ -83,6 +84,7 @@ class CalibrationView(QtWidgets.QWidget):
                                for c in colours]
         self.coverage.setYRange(0, 1.05)
         for plot in (self.histogram, self.ecdf, self.coverage):
+            steady_axes(plot)
             for side in ("left", "bottom"):
                 plot.getAxis(side).enableAutoSIPrefix(False)   # plain numbers, no "(x0.001)"
         top = QtWidgets.QHBoxLayout()

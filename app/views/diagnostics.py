@@ -36,7 +36,7 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from app.state.run_state import RunState
 from app.views.base import FIELD, INTEGRAL, PLOTS, RunView
 from app.views.jobs import LatestJob
-from app.views.style import add_empty_hint, add_legend, sparse_log_ticks
+from app.views.style import add_empty_hint, add_legend, sparse_log_ticks, steady_axes
 from core.store import run_summary
 from core.store.run_store import STORE_NAME, RunStoreError
 from core.store.run_summary import TEXT_COLUMNS, format_cell, needs_attention
@@ -118,6 +118,7 @@ class DiagnosticsView(RunView):
         self.ess_plot = self.graphics.addPlot(row=0, col=0)
         self.rhat_plot = self.graphics.addPlot(row=0, col=1)
         for plot, label in ((self.ess_plot, "ESS per k-shell"), (self.rhat_plot, "R-hat per k-shell")):
+            steady_axes(plot)
             plot.setLogMode(x=True)
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setLabel("left", label)

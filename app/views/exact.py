@@ -42,7 +42,7 @@ from app.state.run_state import RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
 from app.views.slices import AXIS_NAMES, PLANES, robust_levels, slice_of
-from app.views.style import narrow_label
+from app.views.style import narrow_label, steady_axes
 
 __all__ = [
     "PANELS", "COLOUR_MAPS", "HIST_BINS", "Comparison", "compare_moments", "nice_limit",
@@ -239,6 +239,7 @@ class ExactComparisonView(RunView):
         self.images: dict[str, pg.ImageItem] = {}
         for key, title, group, r, c in PANELS:
             plot = self.graphics.addPlot(row=r, col=c)
+            steady_axes(plot)
             plot.setTitle(title, size="9pt")
             narrow_label(plot.titleLabel)
             plot.setAspectLocked(True)
@@ -253,6 +254,7 @@ class ExactComparisonView(RunView):
             self.plots[key] = plot
             self.images[key] = image
         hist = self.graphics.addPlot(row=1, col=2)
+        steady_axes(hist)
         hist.setTitle("histogram of z over every voxel", size="9pt")
         narrow_label(hist.titleLabel)
         hist.setLabel("bottom", "z")
@@ -274,6 +276,7 @@ class ExactComparisonView(RunView):
             bars.addLabel(label, row=0, col=2 * col)
             bar = pg.ColorBarItem(values=(0, 1), colorMap=COLOUR_MAPS[group], orientation="horizontal",
                                   interactive=False, width=12)
+            steady_axes(bar)
             bars.addItem(bar, row=0, col=2 * col + 1)
             self.colour_bars[group] = bar
         self.graphics.ci.layout.setRowStretchFactor(0, 5)

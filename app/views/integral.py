@@ -38,7 +38,7 @@ from scipy.special import ndtr
 from app.state.run_state import RunState
 from app.views.base import FIELD_VIEWS, INTEGRAL, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
-from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot
+from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot, steady_axes
 from core.integral.spec import PARAMETERS
 from core.priors import SampledPrior
 
@@ -222,6 +222,7 @@ class IntegralView(RunView):
         left = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         self.data_widget = pg.GraphicsLayoutWidget()
         plot = self.data_widget.addPlot(row=0, col=0)
+        steady_axes(plot)
         plot.setTitle("data and posterior predictive", size="9pt")
         plot.setLabel("left", "y")
         plot.showGrid(x=True, y=True, alpha=0.15)
@@ -230,6 +231,7 @@ class IntegralView(RunView):
         # the same bands relative to the posterior mean curve: on the data's scale they are
         # often thinner than a line
         resid = self.data_widget.addPlot(row=1, col=0)
+        steady_axes(resid)
         resid.setLabel("left", "y - mean")
         resid.setLabel("bottom", "t")
         resid.showGrid(x=True, y=True, alpha=0.15)
@@ -309,6 +311,7 @@ class IntegralView(RunView):
             self.trace_curves[name] = [trace.plot(pen=chain_pen(c), connect="finite")
                                        for c in range(chains)]
             hist = self.params_widget.addPlot(row=row, col=1)
+            steady_axes(hist)
             hist.showGrid(x=True, y=True, alpha=0.15)
             hist.getAxis("bottom").enableAutoSIPrefix(False)
             hist.setLabel("bottom", name if last else None)

@@ -58,7 +58,7 @@ from pyqtgraph.Qt import QtCore, QtWidgets
 from app.state.run_state import RunState
 from app.views.base import FIELD, PLOTS, RunView
 from app.views.jobs import LatestJob
-from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks
+from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks, steady_axes
 from core.field.grid import Grid
 from core.field.power_estimator import masked_data_field, measure_power, relative_error
 
@@ -192,6 +192,7 @@ class PowerView(RunView):
         self.graphics.ci.layout.setRowStretchFactor(0, 3)
         self.graphics.ci.layout.setRowStretchFactor(1, 1)
         for p in (self.plot, self.ratio_plot):
+            steady_axes(p)
             p.setLogMode(x=True, y=True)
             p.showGrid(x=True, y=True, alpha=0.15)
             for axis in ("left", "bottom"):

@@ -42,7 +42,7 @@ from pyqtgraph.Qt import QtCore, QtWidgets
 from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView
 from app.views.jobs import LatestJob
-from app.views.style import pin_colour
+from app.views.style import pin_colour, steady_axes
 from core.store.run_store import RunStoreError
 
 __all__ = [
@@ -232,6 +232,7 @@ class SlicesView(RunView):
             col.setContentsMargins(0, 0, 0, 0)
             col.setSpacing(1)
             plot = pg.PlotWidget()
+            steady_axes(plot)
             plot.setMinimumSize(140, 140)
             item = plot.getPlotItem()
             item.setTitle(f"{name} slice", size="9pt")
@@ -329,6 +330,7 @@ class SlicesView(RunView):
         form.addRow("Levels", levels_row)
         self.colour_bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", orientation="horizontal",
                                           interactive=False, width=14)
+        steady_axes(self.colour_bar)
         bar_widget = pg.GraphicsLayoutWidget()
         bar_widget.setFixedHeight(48)
         bar_widget.addItem(self.colour_bar)

@@ -10,7 +10,7 @@ import pyqtgraph as pg
 
 __all__ = [
     "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
-    "chain_colour", "pin_colour", "chain_pen", "configure_live_plot", "add_warmup_marker",
+    "chain_colour", "pin_colour", "chain_pen", "steady_axes", "configure_live_plot", "add_warmup_marker",
     "add_legend", "add_empty_hint", "sparse_log_ticks", "narrow_label"
 ]
 
@@ -35,8 +35,26 @@ def chain_pen(chain: int, width: float = 1.0):
     return pg.mkPen(chain_colour(chain), width=width)
 
 
+def steady_axes(*plots) -> None:
+    """Axes whose tick-label space only grows (each plot a ``PlotItem``, a ``PlotWidget`` or a
+    ``ColorBarItem``).
+
+    pyqtgraph's default lets an axis shrink again when its labels get narrower. Where the
+    view range depends on the axis width (x-linked plots line up their data in pixels; y
+    follows the visible data), that feedback can oscillate for ever: wider labels, another
+    x range, other visible data, narrower labels, ... (pyqtgraph issue 3135). The window
+    then repaints without end and stops answering. Space that never shrinks ends such a
+    loop after a few steps. Every plot the application makes goes through here.
+    """
+    for plot in plots:
+        item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot   # a ColorBarItem is a PlotItem
+        for name in ("left", "right", "top", "bottom"):
+            item.getAxis(name).setStyle(autoReduceTextSpace=False)
+
+
 def configure_live_plot(plot: pg.PlotItem, *, ylabel: str = "", log_y: bool = False) -> pg.PlotItem:
     """The pyqtgraph settings of a plot fed with growing series (see examples/scrollingPlots.py)."""
+    steady_axes(plot)
     plot.setDownsampling(auto=True, mode="peak")
     plot.setClipToView(True)
     plot.showGrid(x=True, y=True, alpha=0.15)

@@ -9,6 +9,7 @@ import pytest
 from app.views.calibration import CalibrationView, CalibrationWindow, calibrate_command
 from core.calibration import CalibrationReader, CalibrationWriter, make_plan, simultaneous_band
 from core.calibration.bands import ecdf_counts, evaluation_points
+from support.gui import growing_only_axes
 
 NAMES = ["index", "loglik", "power_k00", "power_k01", "voxel_1_1_1"]
 
@@ -38,6 +39,8 @@ def test_view_draws_ranks_band_and_coverage_live(qtbot, store):
     rng = np.random.default_rng(0)
     view = CalibrationView(folder)
     qtbot.addWidget(view)
+    count, loose = growing_only_axes(view)
+    assert count >= 12 and loose == []
     assert "waiting" in view.status_label.text() or "0 of 60" in view.status_label.text()
     writer.append(batch(plan, 0, rng, skewed=True), 1, 1.0)
     assert view.refresh()

@@ -11,7 +11,7 @@ from PySide6.QtGui import QImage
 from core.integral import posterior_quadrature
 from core.store.run_store import RunReader
 from core.store.run_summary import summarize_run
-from support.gui import TF_BEFORE, tf_modules, tiny_case
+from support.gui import TF_BEFORE, growing_only_axes, tf_modules, tiny_case
 
 READY_MS = 90_000
 RUN_MS = 240_000
@@ -88,6 +88,10 @@ def test_every_view_exports_and_the_table_equals_the_summary(make_window, qtbot,
         path = tmp_path / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
         assert window.export_png(name, path), window.last_message
         assert _not_blank(path), name
+    # every view has been shown: none of the window's plot axes may shrink its label space
+    # (pyqtgraph's default, which can make linked plots repaint for ever)
+    count, loose = growing_only_axes(window)
+    assert count > 40 and loose == [], "\n".join(loose)
 
     # the diagnostics table, exported, is exactly what `fieldscope summary --csv` writes
     diag = views.show_tab("Diagnostics")

@@ -20,6 +20,7 @@ from app.views.integral import IntegralView, band_subset, mixture_quantiles
 from core import integral as im
 from core.io import save_series_csv
 from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from support.gui import growing_only_axes
 from support.runs import view_chunk
 
 CONFIG = """\
@@ -117,6 +118,8 @@ def test_stored_run_band_histograms_traces_and_report(qtbot, tmp_path, integral_
         assert view.refresh()
     wait_band(qtbot, view, 300)
     assert view.status == "ok"
+    count, loose = growing_only_axes(view)        # data, residuals, 3 traces, 3 histograms
+    assert count == 4 * 8 and loose == []
     # pooled post-warmup draws, chain-major
     for name in names:
         np.testing.assert_array_equal(view.draws[name], post[name].reshape(-1))

@@ -12,7 +12,7 @@ from app.panels.mask_editor import MaskEditor
 from app.state.config_state import ConfigState
 from core.config import load_config
 from core.io import load_field_inputs
-from support.gui import message_of
+from support.gui import growing_only_axes, message_of
 
 SHAPE = (12, 10, 8)          # not a cube: a plane's rows and columns are told apart
 
@@ -45,6 +45,8 @@ def test_tools_give_the_hand_built_masks(qtbot, tmp_path):
     state, data, noise = write_case(tmp_path)
     state.save(tmp_path / "survey.toml")
     editor = open_editor(qtbot, state)
+    count, loose = growing_only_axes(editor)
+    assert count == 4 and loose == []
     assert "The current mask is not used: data.mask = 'mask'" in editor.note_label.text()
     assert editor.mask.all() and "(100.0 %)" in editor.fraction_label.text()
 

@@ -143,3 +143,24 @@ def message_of(window, key) -> str:
             label = panel.messages[key]
             return label.text() if not label.isHidden() else ""
     raise KeyError(key)
+
+
+def growing_only_axes(widget) -> tuple[int, list[str]]:
+    """The pyqtgraph axes drawn inside ``widget`` (every GraphicsView among its children, the
+    widget itself included): how many there are, and a description of each one whose
+    tick-label space may shrink again (``app.views.style.steady_axes`` was not applied)."""
+    import pyqtgraph as pg
+
+    views = [widget] if isinstance(widget, pg.GraphicsView) else []
+    views += widget.findChildren(pg.GraphicsView)
+    count, loose = 0, []
+    for view in views:
+        for item in view.scene().items():
+            if isinstance(item, pg.AxisItem):
+                count += 1
+                if item.style["autoReduceTextSpace"]:
+                    owner = view
+                    while owner is not None and not type(owner).__module__.startswith("app."):
+                        owner = owner.parent()
+                    loose.append(f"{type(owner).__name__} > {item.orientation} axis {item.labelText!r}")
+    return count, loose
