@@ -10,11 +10,12 @@ from typing import Mapping
 
 import numpy as np
 
-from core.integral.quadrature import _LOG_2PI, _log_max, positive_exp_limit, quadratic_limit, trapezoid_integral
-from core.priors import _neg_half_exp, parse_prior
+from core.integral.quadrature import exact_integral, trapezoid_integral
+from core.log_density import LOG_2PI, log_max, neg_half_exp, positive_exp_limit, quadratic_limit
+from core.priors import parse_prior
 
 __all__ = [
-    "PARAMETERS", "IntegralModelSpec", "exponent_limit", "check_overflow", "log_density",
+    "PARAMETERS", "IntegralModelSpec", "predictive_mean", "exponent_limit", "check_overflow", "log_density",
     "spec_from_config"
 ]
 
@@ -143,6 +144,21 @@ class IntegralModelSpec:
         return np.stack([self.priors[k].inverse(values[k]) for k in self.sampled_names], -1)
 
 
+def predictive_mean(spec: IntegralModelSpec, A, c, refine: int | None = None,
+                    exact: bool = False) -> np.ndarray:
+    """Model mean c + I(t_i; A) at the data times; shape broadcast(A, c) + (n,).
+
+    I is the trapezoid integral with ``refine`` (default ``spec.refine``) steps per
+    interval, or the exact integral when exact=True.
+    """
+    A, c = np.broadcast_arrays(np.asarray(A, dtype=np.float64), np.asarray(c, dtype=np.float64))
+    if exact:
+        I = exact_integral(spec.t, A, spec.f)
+    else:
+        I = trapezoid_integral(spec.t, A, spec.f, spec.refine if refine is None else refine)
+    return c[..., None] + I
+
+
 # --------------------------------------------------------------------------- overflow limits
 
 
@@ -153,7 +169,7 @@ def exponent_limit(spec: IntegralModelSpec, dtype=np.float64) -> float:
     (<= t_max F exp(A t_max)) and its A-derivative (<= t_max^2 F exp(A t_max)) finite,
     with room for adding y and c.
     """
-    return (_log_max(dtype) - math.log(4.0) - 2.0 * math.log1p(spec.t_max)
+    return (log_max(dtype) - math.log(4.0) - 2.0 * math.log1p(spec.t_max)
             - math.log1p(spec.f_max))
 
 
@@ -172,11 +188,11 @@ def check_overflow(spec: IntegralModelSpec, dtype=np.float64) -> None:
     else:
         a_hi, rule = prior.upper_bound(), f"{prior.dist} {prior.bound_rule}"
     if a_hi * spec.t_max > limit:
-        what = ("overflows" if a_hi * spec.t_max > _log_max(dtype)
+        what = ("overflows" if a_hi * spec.t_max > log_max(dtype)
                 else "comes too close to the overflow of")
         raise ValueError(
             f"priors['A']: the prior allows A up to {a_hi:.6g} ({rule}); exp(A*t) at "
-            f"t = {spec.t_max:.6g} {what} {name} (max ~{_log_max(dtype):.1f}/t; with the "
+            f"t = {spec.t_max:.6g} {what} {name} (max ~{log_max(dtype):.1f}/t; with the "
             f"margin for the integral and its gradient A*t must stay <= {limit:.1f}, i.e. "
             f"A <= {limit / spec.t_max:.6g}). Narrow the prior for A"
             + (" or use float64." if name == "float32" else "."))
@@ -238,14 +254,10 @@ def log_density(spec: IntegralModelSpec, u, *, dtype=np.float64) -> np.ndarray:
         log_sigma = sig.log_forward(ui)
     r = spec.y - value["c"][..., None] - trapezoid_integral(spec.t, A, spec.f, spec.refine)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        quad = _neg_half_exp(_log_quadratic(r) - 2.0 * log_sigma, quadratic_limit(dtype))
+        quad = neg_half_exp(_log_quadratic(r) - 2.0 * log_sigma, quadratic_limit(dtype))
     n = spec.y.size
-    loglik = -0.5 * n * _LOG_2PI - n * log_sigma + quad
+    loglik = -0.5 * n * LOG_2PI - n * log_sigma + quad
     return np.where(ok, total + loglik, -np.inf)
-
-
-# --------------------------------------------------------------------------- quadrature
-
 
 
 def spec_from_config(config, t, y, f=None) -> "IntegralModelSpec":
