@@ -39,6 +39,47 @@ def _float_vector(name: str, value) -> np.ndarray:
     return arr
 
 
+def _data_times(value) -> np.ndarray:
+    """The data times, checked: at least 2, strictly increasing, t[0] >= 0."""
+    t = _float_vector("t", value)
+    if t.size < 2:
+        raise ValueError(f"t: need at least 2 data times, got {t.size}")
+    bad = np.flatnonzero(np.diff(t) <= 0)
+    if bad.size:
+        i = bad[0] + 1
+        raise ValueError(f"t: must be strictly increasing; t[{i}] = {float(t[i])!r} "
+                         f"follows t[{i - 1}] = {float(t[i - 1])!r}")
+    if t[0] < 0:
+        raise ValueError(f"t: t[0] = {float(t[0])!r} < 0; the integral starts at s = 0")
+    return t
+
+
+def _model_priors(priors) -> dict:
+    """{"A", "c", "sigma"} -> ``core.priors`` objects, checked: every key given, none other,
+    and sigma's prior on positive values only."""
+    if not isinstance(priors, Mapping):
+        raise ValueError(f"priors: must be a mapping with keys {list(PARAMETERS)}, "
+                         f"got {type(priors).__name__}")
+    unknown = sorted(set(priors) - set(PARAMETERS))
+    if unknown:
+        raise ValueError(f"priors: unknown key(s) {unknown}; expected {list(PARAMETERS)}")
+    missing = [k for k in PARAMETERS if k not in priors]
+    if missing:
+        raise ValueError(f"priors: missing key(s) {missing} (give a number to fix a "
+                         f"parameter, or a prior mapping to sample it)")
+    parsed = {k: parse_prior(f"priors[{k!r}]", priors[k]) for k in PARAMETERS}
+    sig = parsed["sigma"]
+    if sig.is_fixed and sig.value <= 0:
+        raise ValueError(f"priors['sigma']: the noise sd must be > 0, got {sig.value!r}")
+    if sig.dist == "normal":
+        raise ValueError("priors['sigma']: a normal prior allows sigma <= 0; use "
+                         "halfnormal, lognormal, or uniform with low >= 0")
+    if sig.dist == "uniform" and sig.low < 0:
+        raise ValueError(f"priors['sigma']: uniform low = {sig.low!r} < 0; sigma must "
+                         "be positive (use low >= 0)")
+    return parsed
+
+
 @dataclass(frozen=True, eq=False)
 class IntegralModelSpec:
     """Data, discretisation and priors of the integral model (see the module docstring).
@@ -62,17 +103,7 @@ class IntegralModelSpec:
     priors: Mapping = field(default_factory=dict)
 
     def __post_init__(self):
-        t = _float_vector("t", self.t)
-        if t.size < 2:
-            raise ValueError(f"t: need at least 2 data times, got {t.size}")
-        steps = np.diff(t)
-        bad = np.flatnonzero(steps <= 0)
-        if bad.size:
-            i = bad[0] + 1
-            raise ValueError(f"t: must be strictly increasing; t[{i}] = {float(t[i])!r} "
-                             f"follows t[{i - 1}] = {float(t[i - 1])!r}")
-        if t[0] < 0:
-            raise ValueError(f"t: t[0] = {float(t[0])!r} < 0; the integral starts at s = 0")
+        t = _data_times(self.t)
         y = _float_vector("y", self.y)
         if y.size != t.size:
             raise ValueError(f"y: length {y.size} does not match t (length {t.size})")
@@ -86,31 +117,11 @@ class IntegralModelSpec:
             raise ValueError(f"refine: must be an integer >= 1, got {refine!r}")
         if refine < 1:
             raise ValueError(f"refine: must be >= 1, got {refine!r}")
-        if not isinstance(self.priors, Mapping):
-            raise ValueError(f"priors: must be a mapping with keys {list(PARAMETERS)}, "
-                             f"got {type(self.priors).__name__}")
-        unknown = sorted(set(self.priors) - set(PARAMETERS))
-        if unknown:
-            raise ValueError(f"priors: unknown key(s) {unknown}; expected {list(PARAMETERS)}")
-        missing = [k for k in PARAMETERS if k not in self.priors]
-        if missing:
-            raise ValueError(f"priors: missing key(s) {missing} (give a number to fix a "
-                             f"parameter, or a prior mapping to sample it)")
-        priors = {k: parse_prior(f"priors[{k!r}]", self.priors[k]) for k in PARAMETERS}
-        sig = priors["sigma"]
-        if sig.is_fixed and sig.value <= 0:
-            raise ValueError(f"priors['sigma']: the noise sd must be > 0, got {sig.value!r}")
-        if sig.dist == "normal":
-            raise ValueError("priors['sigma']: a normal prior allows sigma <= 0; use "
-                             "halfnormal, lognormal, or uniform with low >= 0")
-        if sig.dist == "uniform" and sig.low < 0:
-            raise ValueError(f"priors['sigma']: uniform low = {sig.low!r} < 0; sigma must "
-                             "be positive (use low >= 0)")
         object.__setattr__(self, "t", t)
         object.__setattr__(self, "y", y)
         object.__setattr__(self, "f", f)
         object.__setattr__(self, "refine", int(refine))
-        object.__setattr__(self, "priors", priors)
+        object.__setattr__(self, "priors", _model_priors(self.priors))
 
     @property
     def sampled_names(self) -> tuple[str, ...]:

@@ -126,6 +126,7 @@ from core.field.grid import Grid
 from core.run.engine_limits import (
     UNROLLED_BUFFERS_PER_STEP,
     UNROLLED_PROGRAM_STEP_BYTES,
+    MiB,
     field_buffer_draws,
     stage2_apart,
     unrolls,
@@ -143,7 +144,6 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS",
            "DEVICE_PROGRAMS", "device_program_bytes"]
 
-MiB = 2**20
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
 #                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
 PROGRAM_BYTES = 335 * MiB            # XLA compiling and running the looped chunk program (265 MiB
