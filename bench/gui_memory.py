@@ -44,10 +44,9 @@ CHAINS = 2
 
 
 def _stats(n):
-    from core.run.messages import STAT_NAMES
+    from core.store.run_record import zero_stats
 
-    return {name: np.zeros((CHAINS, n), bool if name == "diverging" else np.int32 if name == "n_steps"
-                           else np.float64) for name in STAT_NAMES}
+    return zero_stats(CHAINS, n)
 
 
 def append(run_dir: Path, first: int, count: int, n: int) -> None:

@@ -52,9 +52,10 @@ def smooth_field(n: int, seed: int) -> np.ndarray:
 
 def moments_chunk(first_step: int, moments) -> dict:
     """A one-step "chunk" event carrying new posterior moments (one chain), as the engine sends it."""
-    from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
+    from core.run.messages import chunk_event, new_progress
+    from core.store.run_record import zero_stats
 
-    stats = {name: np.zeros((1, 1), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    stats = zero_stats(1, 1)
     progress = {**new_progress(), "draws": first_step + 1}
     return chunk_event(first_step=first_step, n_steps=1, phase="sampling", stats=stats, params={},
                        steps_total=first_step + 1, progress=progress, elapsed=0.0,

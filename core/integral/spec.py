@@ -11,6 +11,7 @@ from typing import Mapping
 import numpy as np
 
 from core.integral.quadrature import exact_integral, trapezoid_integral
+from core.io.series import series_column
 from core.log_density import LOG_2PI, log_max, neg_half_exp, positive_exp_limit, quadratic_limit
 from core.priors import parse_prior
 
@@ -25,23 +26,9 @@ PARAMETERS = ("A", "c", "sigma")
 # --------------------------------------------------------------------------- spec
 
 
-def _float_vector(name: str, value) -> np.ndarray:
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: not an array of numbers ({exc})") from None
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: must be one-dimensional, got shape {arr.shape}")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f"{name}: value {float(arr[bad[0]])!r} at index {bad[0]} is not finite")
-    arr.setflags(write=False)
-    return arr
-
-
 def _data_times(value) -> np.ndarray:
     """The data times, checked: at least 2, strictly increasing, t[0] >= 0."""
-    t = _float_vector("t", value)
+    t = series_column("t", value)
     if t.size < 2:
         raise ValueError(f"t: need at least 2 data times, got {t.size}")
     bad = np.flatnonzero(np.diff(t) <= 0)
@@ -104,12 +91,12 @@ class IntegralModelSpec:
 
     def __post_init__(self):
         t = _data_times(self.t)
-        y = _float_vector("y", self.y)
+        y = series_column("y", self.y)
         if y.size != t.size:
             raise ValueError(f"y: length {y.size} does not match t (length {t.size})")
         f = None
         if self.f is not None:
-            f = _float_vector("f", self.f)
+            f = series_column("f", self.f)
             if f.size != t.size:
                 raise ValueError(f"f: length {f.size} does not match t (length {t.size})")
         refine = self.refine

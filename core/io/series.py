@@ -27,7 +27,7 @@ import numpy as np
 
 from core.io.arrays import LoadError, _check_file, _hint, _short
 
-__all__ = ['SERIES_EXTENSIONS', 'Series', 'load_series', 'load_series_inputs',
+__all__ = ['SERIES_EXTENSIONS', 'Series', 'series_column', 'load_series', 'load_series_inputs',
            'save_series_csv']
 
 SERIES_EXTENSIONS = (".csv", ".txt", ".dat")   # core.config.INTEGRAL_DATA_EXTENSIONS
@@ -39,6 +39,24 @@ class Series(NamedTuple):
     t: np.ndarray
     y: np.ndarray
     f: np.ndarray | None = None
+
+
+def series_column(name: str, value) -> np.ndarray:
+    """A column of a series (t, y or f) as a read-only one-dimensional float64 array of finite
+    numbers; ValueError naming the column, and the first bad value and its index, otherwise.
+    The one check of a series' values: ``save_series_csv`` writes what
+    ``core.integral.IntegralModelSpec`` (which checks its data with it) accepts."""
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not an array of numbers ({exc})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: must be one-dimensional, got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{name}: value {float(arr[bad[0]])!r} at index {bad[0]} is not finite")
+    arr.setflags(write=False)
+    return arr
 
 
 @dataclass(frozen=True)
@@ -181,16 +199,12 @@ def load_series(path) -> Series:
 def save_series_csv(path, t, y, f=None) -> None:
     """Write ``t,y`` (or ``t,y,f``) with a header line and 17 significant digits (floats
     with ``repr``: ``load_series`` reads back exactly the same numbers)."""
-    # The integral model's own check of a data vector (one-dimensional, finite), so that a
-    # file written here is one its spec accepts; scipy is imported only when writing.
-    from core.integral.spec import _float_vector
-
-    t = _float_vector("t", t)
-    y = _float_vector("y", y)
+    t = series_column("t", t)
+    y = series_column("y", y)
     cols = [t, y]
     header = ["t", "y"]
     if f is not None:
-        cols.append(_float_vector("f", f))
+        cols.append(series_column("f", f))
         header.append("f")
     for name, col in zip(header[1:], cols[1:]):
         if col.size != t.size:

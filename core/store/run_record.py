@@ -10,8 +10,8 @@ from typing import TypedDict
 
 import numpy as np
 
-__all__ = ["STAT_NAMES", "STAT_DTYPES", "PROGRESS_KEYS", "Progress", "new_progress", "STORE_STATUSES",
-           "LIVE_STATUSES"]
+__all__ = ["STAT_NAMES", "STAT_DTYPES", "zero_stats", "PROGRESS_KEYS", "Progress", "new_progress",
+           "STORE_STATUSES", "LIVE_STATUSES"]
 
 #: the per-step sample statistics, in the store's order (chunk events, the run store,
 #: the GUI's RunState); each is (chains, n). For every algorithm: ``n_steps`` the gradient
@@ -32,6 +32,13 @@ STAT_NAMES = ("lp", "acceptance_rate", "step_size", "energy_error", "diverging",
 #: dtype of each statistic that is not a float (floats are the model's dtype on the
 #: wire and float64 in the store)
 STAT_DTYPES = {"diverging": np.dtype(np.bool_), "n_steps": np.dtype(np.int32)}
+
+
+def zero_stats(chains: int, n: int, float_dtype=np.float64) -> dict[str, np.ndarray]:
+    """Every statistic of ``n`` steps of ``chains`` chains, all zero (no divergence), each of
+    (chains, n) in its dtype (``STAT_DTYPES``, else ``float_dtype``): the statistics of a chunk
+    written where they do not matter (tests and benchmarks that fill a store or an event)."""
+    return {name: np.zeros((chains, n), STAT_DTYPES.get(name, float_dtype)) for name in STAT_NAMES}
 
 #: a run's progress counters (per chain): warmup draws, post-warmup draws, kept field
 #: draws, chunks published
