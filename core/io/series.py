@@ -30,7 +30,8 @@ from core.io.arrays import LoadError, _check_file, _hint, _short
 __all__ = ['SERIES_EXTENSIONS', 'Series', 'series_column', 'load_series', 'load_series_inputs',
            'save_series_csv']
 
-SERIES_EXTENSIONS = (".csv", ".txt", ".dat")   # core.config.INTEGRAL_DATA_EXTENSIONS
+#: the series files this module reads (core.config.INTEGRAL_DATA_EXTENSIONS)
+SERIES_EXTENSIONS = (".csv", ".txt", ".dat")
 
 
 class Series(NamedTuple):
