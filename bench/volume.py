@@ -35,6 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from virtual_display import start_display  # noqa: E402  (bench/virtual_display.py)
+
 TARGET_S = 0.100
 
 
@@ -69,12 +71,7 @@ def main():
     parser.add_argument("--width", type=int, default=800)
     parser.add_argument("--height", type=int, default=600)
     args = parser.parse_args()
-    display = None
-    if not os.environ.get("DISPLAY"):
-        from pyvirtualdisplay import Display
-
-        display = Display(visible=False, size=(1600, 1200), color_depth=24)
-        display.start()
+    display = start_display((1600, 1200))
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
