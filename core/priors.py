@@ -400,6 +400,36 @@ SampledPrior = NormalPrior | LogNormalPrior | HalfNormalPrior | UniformPrior
 Prior = Fixed | SampledPrior
 
 
+def _prior_from_table(key: str, value: Mapping, kinds: tuple[str, ...]) -> Prior:
+    """A prior from its config table: {value = x} (fixed) or {dist = ..., <parameters>} of one
+    of ``kinds``, every key checked ("<key>: ..." errors)."""
+    given = dict(value)
+    if "value" in given:
+        if "dist" in given:
+            _invalid(key, "give either value (fixed) or dist, not both")
+        extra = sorted(map(str, set(given) - {"value"}))
+        if extra:
+            _invalid(key, f"a fixed value takes no other keys; unknown {extra}")
+        return Fixed.from_parameters(key, given)
+    if "dist" not in given:
+        _invalid(key, f"a prior mapping needs a 'dist' entry (one of {sorted(kinds)}), "
+                      f"got keys {sorted(map(str, given))}")
+    dist = given.pop("dist")
+    if not isinstance(dist, str):
+        _invalid(f"{key}.dist", f"must be a name ({', '.join(kinds)}), got {dist!r}")
+    if dist not in kinds:
+        _invalid(key, f"unknown dist {dist!r}; known: {sorted(kinds)}")
+    cls = PRIOR_KINDS[dist]
+    needed = list(cls.parameters)
+    extra = sorted(map(str, set(given) - set(needed)))
+    if extra:
+        _invalid(key, f"{dist} prior takes {needed}; unknown {extra}")
+    missing = [p for p in needed if p not in given]
+    if missing:
+        _invalid(key, f"{dist} prior needs {needed}; missing {missing}")
+    return cls.from_parameters(key, given)
+
+
 def parse_prior(key: str, value, kinds: tuple[str, ...] = SAMPLED_KINDS) -> Prior:
     """A prior from its config value: a number or {value = x} (fixed), a table
     {dist = ..., <parameters>} of one of ``kinds``, or a prior object (checked against
@@ -409,31 +439,7 @@ def parse_prior(key: str, value, kinds: tuple[str, ...] = SAMPLED_KINDS) -> Prio
             _invalid(key, f"unknown dist {value.dist!r}; known: {sorted(kinds)}")
         return value
     if isinstance(value, Mapping):
-        given = dict(value)
-        if "value" in given:
-            if "dist" in given:
-                _invalid(key, "give either value (fixed) or dist, not both")
-            extra = sorted(map(str, set(given) - {"value"}))
-            if extra:
-                _invalid(key, f"a fixed value takes no other keys; unknown {extra}")
-            return Fixed.from_parameters(key, given)
-        if "dist" not in given:
-            _invalid(key, f"a prior mapping needs a 'dist' entry (one of {sorted(kinds)}), "
-                          f"got keys {sorted(map(str, given))}")
-        dist = given.pop("dist")
-        if not isinstance(dist, str):
-            _invalid(f"{key}.dist", f"must be a name ({', '.join(kinds)}), got {dist!r}")
-        if dist not in kinds:
-            _invalid(key, f"unknown dist {dist!r}; known: {sorted(kinds)}")
-        cls = PRIOR_KINDS[dist]
-        needed = list(cls.parameters)
-        extra = sorted(map(str, set(given) - set(needed)))
-        if extra:
-            _invalid(key, f"{dist} prior takes {needed}; unknown {extra}")
-        missing = [p for p in needed if p not in given]
-        if missing:
-            _invalid(key, f"{dist} prior needs {needed}; missing {missing}")
-        return cls.from_parameters(key, given)
+        return _prior_from_table(key, value, kinds)
     if not _is_number(value):
         _invalid(key, f"must be a number (fixed) or a prior table such as {_EXAMPLE}, "
                       f"got {value!r}")

@@ -98,6 +98,17 @@ def _is_numeric_row(cells) -> bool:
     return True
 
 
+def _cell_value(cell: str, where: str) -> float:
+    """The finite number a cell holds; LoadError "<where>: '<cell>' is not a number" (or finite)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        raise LoadError(f"{where}: {cell.strip()!r} is not a number") from None
+    if not math.isfinite(value):
+        raise LoadError(f"{where}: {cell.strip()!r} is not finite")
+    return value
+
+
 def _parse_series(path: str, rows, spelling: _Spelling) -> Series:
     """The series of ``rows`` ((line, cells) pairs) under the rules of the module docstring."""
     sep = spelling.separator
@@ -127,15 +138,7 @@ def _parse_series(path: str, rows, spelling: _Spelling) -> Series:
             raise LoadError(f"{path}, line {number}: expected {len(header)} {spelling.cells} "
                             f"({sep.join(header)}), got {len(cells)}")
         for name, cell, column in zip(header, cells, columns):
-            try:
-                value = float(cell)
-            except ValueError:
-                raise LoadError(f"{path}, line {number}: column {name!r}: {cell.strip()!r} "
-                                "is not a number") from None
-            if not math.isfinite(value):
-                raise LoadError(f"{path}, line {number}: column {name!r}: {cell.strip()!r} "
-                                "is not finite")
-            column.append(value)
+            column.append(_cell_value(cell, f"{path}, line {number}: column {name!r}"))
         t = columns[0]
         if len(t) >= 2 and not t[-1] > t[-2]:
             raise LoadError(f"{path}, line {number}: t = {t[-1]!r} does not increase "
