@@ -28,6 +28,7 @@ from pathlib import Path
 
 import cases  # bench/cases.py
 import numpy as np
+from virtual_display import start_display  # bench/virtual_display.py
 
 from core.run.engine_process import EngineProcess
 
@@ -133,12 +134,7 @@ def main():
                         help="tabs to show once before each GUI run (then Slices again), e.g. "
                              "\"3D volume\": what a view costs after it has been opened")
     args = parser.parse_args()
-    display = None
-    if not os.environ.get("DISPLAY"):
-        from pyvirtualdisplay import Display
-
-        display = Display(visible=False, size=(1600, 1000), color_depth=24)
-        display.start()
+    display = start_display((1600, 1000))
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -23,7 +23,6 @@ Usage: python bench/gui_memory.py [--size 256] [--first 5] [--more 20] [--step 5
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,15 +38,15 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import cases  # noqa: E402  (bench/cases.py)
+from virtual_display import start_display  # noqa: E402  (bench/virtual_display.py)
 
 CHAINS = 2
 
 
 def _stats(n):
-    from core.run.messages import STAT_NAMES
+    from core.store.run_record import zero_stats
 
-    return {name: np.zeros((CHAINS, n), bool if name == "diverging" else np.int32 if name == "n_steps"
-                           else np.float64) for name in STAT_NAMES}
+    return zero_stats(CHAINS, n)
 
 
 def append(run_dir: Path, first: int, count: int, n: int) -> None:
@@ -151,12 +150,7 @@ def main() -> None:
 
         if not limit_heap_retention():
             print("(not glibc: the allocator's defaults)", flush=True)
-    display = None
-    if not os.environ.get("DISPLAY"):
-        from pyvirtualdisplay import Display
-
-        display = Display(visible=False, size=(1600, 1000), color_depth=24)
-        display.start()
+    display = start_display((1600, 1000))
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from virtual_display import start_display  # bench/virtual_display.py
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 2.0
 SHOWN = re.compile(r"window shown ([0-9.]+) s after start")
@@ -47,10 +49,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    if not os.environ.get("DISPLAY"):
-        from pyvirtualdisplay import Display  # only without a display
-
-        Display(visible=False, size=(1600, 1200)).start()
+    start_display((1600, 1200))          # only without a display; it ends with this process
     with tempfile.TemporaryDirectory(prefix="fieldscope-bench-startup-") as tmp:
         work = Path(tmp)
         # the demo is written on the first launch; a second config case opens that file

@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.run.messages import STAT_NAMES  # noqa: E402
+from core.store.run_record import zero_stats  # noqa: E402
 from core.store.run_store import FIELD_BLOCK, STORE_NAME, ChunkRecord, RunReader, RunStoreWriter, field_draw_disk_bytes  # noqa: E402
 
 CHAINS = 2
@@ -71,8 +71,7 @@ def drop_cache(folder: Path) -> None:
 
 
 def stats(n: int) -> dict:
-    return {name: np.zeros((CHAINS, n), bool if name == "diverging" else np.int32 if name == "n_steps"
-                           else np.float64) for name in STAT_NAMES}
+    return zero_stats(CHAINS, n)
 
 
 def write_store(run_dir: Path, n: int, draws: int, rng) -> list[float]:

@@ -35,6 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from virtual_display import start_display  # noqa: E402  (bench/virtual_display.py)
+
 TARGET_S = 0.100
 
 
@@ -52,9 +54,10 @@ def smooth_field(n: int, seed: int) -> np.ndarray:
 
 def moments_chunk(first_step: int, moments) -> dict:
     """A one-step "chunk" event carrying new posterior moments (one chain), as the engine sends it."""
-    from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
+    from core.run.messages import chunk_event, new_progress
+    from core.store.run_record import zero_stats
 
-    stats = {name: np.zeros((1, 1), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    stats = zero_stats(1, 1)
     progress = {**new_progress(), "draws": first_step + 1}
     return chunk_event(first_step=first_step, n_steps=1, phase="sampling", stats=stats, params={},
                        steps_total=first_step + 1, progress=progress, elapsed=0.0,
@@ -68,12 +71,7 @@ def main():
     parser.add_argument("--width", type=int, default=800)
     parser.add_argument("--height", type=int, default=600)
     args = parser.parse_args()
-    display = None
-    if not os.environ.get("DISPLAY"):
-        from pyvirtualdisplay import Display
-
-        display = Display(visible=False, size=(1600, 1200), color_depth=24)
-        display.start()
+    display = start_display((1600, 1200))
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -40,6 +40,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from core.log_density import LOG_2PI, neg_half_exp
+
 __all__ = [
     "PRIOR_KINDS",
     "SAMPLED_KINDS",
@@ -56,7 +58,6 @@ __all__ = [
     "HALFNORMAL_MEDIAN",
 ]
 
-_LOG_2PI = math.log(2.0 * math.pi)
 #: The median of |Z|, Z ~ N(0, 1): sqrt(2) erfinv(1/2).
 HALFNORMAL_MEDIAN = 0.6744897501960817
 _EXAMPLE = '{dist = "normal", loc = 0.0, scale = 1.0}'
@@ -95,13 +96,6 @@ def _positive(key: str, value) -> float:
 
 def _softplus(u):
     return np.logaddexp(0.0, u)
-
-
-def _neg_half_exp(e, limit: float):
-    """-exp(e) / 2 where e <= limit, else -inf (the TensorFlow twin is gradient-safe)."""
-    e = np.asarray(e, dtype=np.float64)
-    ok = e <= limit
-    return np.where(ok, -0.5 * np.exp(np.where(ok, e, 0.0)), -np.inf)
 
 
 class _Kind:
@@ -219,7 +213,7 @@ class NormalPrior(_Kind):
     def logpdf(self, x):
         z = (np.asarray(x, dtype=np.float64) - self.loc) / self.scale
         with np.errstate(over="ignore"):
-            return -0.5 * z * z - math.log(self.scale) - 0.5 * _LOG_2PI
+            return -0.5 * z * z - math.log(self.scale) - 0.5 * LOG_2PI
 
     def unconstrained_logpdf(self, u, quadratic_limit: float = math.inf):
         return self.logpdf(u)
@@ -263,13 +257,13 @@ class LogNormalPrior(_LogCoordinate):
         log_x = np.log(np.where(positive, x, 1.0))
         z = (log_x - self.loc) / self.scale
         with np.errstate(over="ignore"):
-            out = -0.5 * z * z - math.log(self.scale) - 0.5 * _LOG_2PI - log_x
+            out = -0.5 * z * z - math.log(self.scale) - 0.5 * LOG_2PI - log_x
         return np.where(positive, out, -np.inf)
 
     def unconstrained_logpdf(self, u, quadratic_limit: float = math.inf):
         z = (np.asarray(u, dtype=np.float64) - self.loc) / self.scale
         with np.errstate(over="ignore"):
-            return -0.5 * z * z - math.log(self.scale) - 0.5 * _LOG_2PI
+            return -0.5 * z * z - math.log(self.scale) - 0.5 * LOG_2PI
 
     def draw(self, rng: np.random.Generator, size=None):
         return rng.lognormal(self.loc, self.scale, size=size)
@@ -311,14 +305,14 @@ class HalfNormalPrior(_LogCoordinate):
         x = np.asarray(x, dtype=np.float64)
         z = x / self.scale
         with np.errstate(over="ignore"):
-            out = math.log(2.0) - math.log(self.scale) - 0.5 * _LOG_2PI - 0.5 * z * z
+            out = math.log(2.0) - math.log(self.scale) - 0.5 * LOG_2PI - 0.5 * z * z
         return np.where(x >= 0, out, -np.inf)
 
     def unconstrained_logpdf(self, u, quadratic_limit: float = math.inf):
         u = np.asarray(u, dtype=np.float64)
         with np.errstate(over="ignore"):
-            quad = _neg_half_exp(2.0 * (u - math.log(self.scale)), quadratic_limit)
-        return math.log(2.0) - math.log(self.scale) - 0.5 * _LOG_2PI + quad + u
+            quad = neg_half_exp(2.0 * (u - math.log(self.scale)), quadratic_limit)
+        return math.log(2.0) - math.log(self.scale) - 0.5 * LOG_2PI + quad + u
 
     def draw(self, rng: np.random.Generator, size=None):
         return np.abs(rng.normal(0.0, self.scale, size=size))
@@ -406,6 +400,36 @@ SampledPrior = NormalPrior | LogNormalPrior | HalfNormalPrior | UniformPrior
 Prior = Fixed | SampledPrior
 
 
+def _prior_from_table(key: str, value: Mapping, kinds: tuple[str, ...]) -> Prior:
+    """A prior from its config table: {value = x} (fixed) or {dist = ..., <parameters>} of one
+    of ``kinds``, every key checked ("<key>: ..." errors)."""
+    given = dict(value)
+    if "value" in given:
+        if "dist" in given:
+            _invalid(key, "give either value (fixed) or dist, not both")
+        extra = sorted(map(str, set(given) - {"value"}))
+        if extra:
+            _invalid(key, f"a fixed value takes no other keys; unknown {extra}")
+        return Fixed.from_parameters(key, given)
+    if "dist" not in given:
+        _invalid(key, f"a prior mapping needs a 'dist' entry (one of {sorted(kinds)}), "
+                      f"got keys {sorted(map(str, given))}")
+    dist = given.pop("dist")
+    if not isinstance(dist, str):
+        _invalid(f"{key}.dist", f"must be a name ({', '.join(kinds)}), got {dist!r}")
+    if dist not in kinds:
+        _invalid(key, f"unknown dist {dist!r}; known: {sorted(kinds)}")
+    cls = PRIOR_KINDS[dist]
+    needed = list(cls.parameters)
+    extra = sorted(map(str, set(given) - set(needed)))
+    if extra:
+        _invalid(key, f"{dist} prior takes {needed}; unknown {extra}")
+    missing = [p for p in needed if p not in given]
+    if missing:
+        _invalid(key, f"{dist} prior needs {needed}; missing {missing}")
+    return cls.from_parameters(key, given)
+
+
 def parse_prior(key: str, value, kinds: tuple[str, ...] = SAMPLED_KINDS) -> Prior:
     """A prior from its config value: a number or {value = x} (fixed), a table
     {dist = ..., <parameters>} of one of ``kinds``, or a prior object (checked against
@@ -415,31 +439,7 @@ def parse_prior(key: str, value, kinds: tuple[str, ...] = SAMPLED_KINDS) -> Prio
             _invalid(key, f"unknown dist {value.dist!r}; known: {sorted(kinds)}")
         return value
     if isinstance(value, Mapping):
-        given = dict(value)
-        if "value" in given:
-            if "dist" in given:
-                _invalid(key, "give either value (fixed) or dist, not both")
-            extra = sorted(map(str, set(given) - {"value"}))
-            if extra:
-                _invalid(key, f"a fixed value takes no other keys; unknown {extra}")
-            return Fixed.from_parameters(key, given)
-        if "dist" not in given:
-            _invalid(key, f"a prior mapping needs a 'dist' entry (one of {sorted(kinds)}), "
-                          f"got keys {sorted(map(str, given))}")
-        dist = given.pop("dist")
-        if not isinstance(dist, str):
-            _invalid(f"{key}.dist", f"must be a name ({', '.join(kinds)}), got {dist!r}")
-        if dist not in kinds:
-            _invalid(key, f"unknown dist {dist!r}; known: {sorted(kinds)}")
-        cls = PRIOR_KINDS[dist]
-        needed = list(cls.parameters)
-        extra = sorted(map(str, set(given) - set(needed)))
-        if extra:
-            _invalid(key, f"{dist} prior takes {needed}; unknown {extra}")
-        missing = [p for p in needed if p not in given]
-        if missing:
-            _invalid(key, f"{dist} prior needs {needed}; missing {missing}")
-        return cls.from_parameters(key, given)
+        return _prior_from_table(key, value, kinds)
     if not _is_number(value):
         _invalid(key, f"must be a number (fixed) or a prior table such as {_EXAMPLE}, "
                       f"got {value!r}")

@@ -46,7 +46,7 @@ from app.panels.binding import (
 from app.panels.data import _Preview
 from app.state.config_state import FIELD_HYPERPARAMETERS, ConfigState, prior_kinds
 from app.views.jobs import LatestJob
-from app.views.style import sparse_log_ticks, steady_axes
+from app.views.style import DATA_COLOUR, sparse_log_ticks, steady_axes
 from core.field.grid import Grid
 from core.field.power_spectrum import spectrum_from_config
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
@@ -68,7 +68,6 @@ HYPER_LABELS = {
 #: changes after which a fit no longer describes the config (prior.<p>.* edits keep it)
 _FIT_KEYS = ("data.", "grid.", "likelihood.", "model.", "prior.kind", "prior.k_pivot")
 FIT_COLOUR = "#ff9f40"
-DATA_COLOUR = "#ff6b6b"
 
 
 def fit_for_config(config, start=None):

@@ -23,6 +23,7 @@ from typing import Callable, ClassVar
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
 from app.state.run_state import RunState
+from core.config.schema import MODEL_KINDS
 
 __all__ = ["FIELD", "FIELD_VIEWS", "INTEGRAL", "LazyView", "MODEL_KINDS", "PLOTS", "RunView",
            "UnavailableView", "save_png"]
@@ -32,9 +33,7 @@ FIELD_VIEWS = "field views"
 PLOTS = "plots"
 #: the model kinds a view may apply to (``RunState.model_kind``; anything but "integral"
 #: counts as a field run)
-FIELD = "field"
-INTEGRAL = "integral"
-MODEL_KINDS = (FIELD, INTEGRAL)
+FIELD, INTEGRAL = MODEL_KINDS
 
 
 def save_png(image: QtGui.QImage | QtGui.QPixmap, path) -> str:

@@ -58,7 +58,15 @@ from pyqtgraph.Qt import QtCore, QtWidgets
 from app.state.run_state import RunState
 from app.views.base import FIELD, PLOTS, RunView
 from app.views.jobs import LatestJob
-from app.views.style import add_empty_hint, add_legend, chain_colour, chain_pen, sparse_log_ticks, steady_axes
+from app.views.style import (
+    DATA_COLOUR,
+    add_empty_hint,
+    add_legend,
+    chain_colour,
+    chain_pen,
+    sparse_log_ticks,
+    steady_axes,
+)
 from core.field.grid import Grid
 from core.field.power_estimator import masked_data_field, measure_power, relative_error
 
@@ -67,7 +75,6 @@ __all__ = ["PowerCurves", "PowerView", "masked_data_field", "measure_curves",
 
 MEAN_COLOUR = "#ffffff"
 PRIOR_COLOUR = "#d0d0d0"
-DATA_COLOUR = "#ff6b6b"
 TRUTH_COLOUR = "#ffd700"
 BAND_BRUSH = (200, 200, 200, 45)
 BAND_PEN = (200, 200, 200, 70)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 __all__ = [
-    "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
+    "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "DATA_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
     "chain_colour", "pin_colour", "chain_pen", "steady_axes", "configure_live_plot", "add_warmup_marker",
     "add_legend", "add_empty_hint", "sparse_log_ticks", "narrow_label"
 ]
@@ -17,6 +17,8 @@ __all__ = [
 CHAIN_COLOURS = ("#4fa3ff", "#ffa640", "#5fd35f", "#c58cff", "#e0c060", "#ff7fd0", "#40e0e0", "#b0b0b0")
 PIN_COLOURS = ("#ffe119", "#42d4f4", "#f032e6", "#bfef45", "#fabed4", "#ffffff", "#f58231", "#9a6324")
 DIVERGENCE_COLOUR = "#ff2020"
+#: the data's P(k) (and its noise level) wherever it is drawn: the P(k) view, the Prior panel
+DATA_COLOUR = "#ff6b6b"
 WARMUP_BRUSH = (255, 255, 255, 22)
 #: line styles for the chains of one pinned voxel (its colour is the voxel's)
 CHAIN_STYLES = (pg.QtCore.Qt.PenStyle.SolidLine, pg.QtCore.Qt.PenStyle.DashLine,

@@ -129,27 +129,39 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _float64_hint(dtype: str) -> str:
+    """The remedy a float32 message adds (float64 has none further)."""
+    return "" if dtype == "float64" else " or field.dtype = 'float64'"
+
+
+def _check_representable(key: str, value, dtype: str, positive: bool = False) -> None:
+    """ConfigError naming ``key`` where |value| overflows ``dtype``, or (``positive``: a
+    setting that must not round to 0) is below its smallest normal value; None passes."""
+    if value is None:
+        return
+    info = np.finfo(dtype)
+    big, tiny, hint = float(info.max), float(info.tiny), _float64_hint(dtype)
+    x = abs(float(value))
+    if x > big:
+        raise ConfigError(key, f"{_g(value)} overflows field.dtype = '{dtype}' (its largest "
+                               f"value is {_g(big)}); use a smaller value{hint}")
+    if positive and x < tiny:      # a nonzero setting that may be 0 (a mean) may round to 0
+        raise ConfigError(key, f"{_g(value)} is too small for field.dtype = '{dtype}' (its "
+                               f"smallest normal value is {_g(tiny)}; below it a value loses "
+                               f"its precision or becomes 0); use a larger value{hint}")
+
+
 def check_dtype_range(config) -> None:
     """Refuse a field config's float settings that its ``field.dtype`` cannot hold (module
     docstring); ``ConfigError`` naming the key, the value and the dtype's limit."""
     if config.model.kind != "field":
         return
     dtype = config.field.dtype
-    info = np.finfo(dtype)
-    big, tiny = float(info.max), float(info.tiny)
-    hint = "" if dtype == "float64" else " or field.dtype = 'float64'"
+    big = float(np.finfo(dtype).max)
+    hint = _float64_hint(dtype)
 
     def check(key: str, value, positive: bool = False):
-        if value is None:
-            return
-        x = abs(float(value))
-        if x > big:
-            raise ConfigError(key, f"{_g(value)} overflows field.dtype = '{dtype}' (its largest "
-                                   f"value is {_g(big)}); use a smaller value{hint}")
-        if positive and x < tiny:      # a nonzero setting that may be 0 (a mean) may round to 0
-            raise ConfigError(key, f"{_g(value)} is too small for field.dtype = '{dtype}' (its "
-                                   f"smallest normal value is {_g(tiny)}; below it a value loses "
-                                   f"its precision or becomes 0); use a larger value{hint}")
+        _check_representable(key, value, dtype, positive)
 
     s = config.sampler
     check("sampler.step_size", s.step_size, positive=True)

@@ -10,6 +10,8 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
+from core.io.formats import LOADERS
+from core.io.series import SERIES_EXTENSIONS
 from core.priors import NormalPrior, SampledPrior
 
 __all__ = [
@@ -40,8 +42,9 @@ DEFAULT_DENSE_MODES = 1024
 #: The parameterisations whose latent is indexed by wavevector, so that a per-mode scale is a
 #: per-element one: the "fourier" preconditioner applies to these.
 FOURIER_PARAMETERISATIONS = ("whitened", "raw_modes")
-FIELD_DATA_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5", ".fits", ".fit", ".fts")
-INTEGRAL_DATA_EXTENSIONS = (".csv", ".txt", ".dat")
+#: the data files each model reads: core.io's formats (its loaders' registry, its series files)
+FIELD_DATA_EXTENSIONS = tuple(LOADERS)
+INTEGRAL_DATA_EXTENSIONS = SERIES_EXTENSIONS
 
 _INT64_MAX = 2**63 - 1
 

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.integral.quadrature import positive_exp_limit, quadratic_limit
+from core.log_density import positive_exp_limit, quadratic_limit
 
 tfb = tfp.bijectors
 tfd = tfp.distributions

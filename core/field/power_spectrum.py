@@ -124,7 +124,21 @@ class PowerSpectrum:
         return {name: _check_parameter(self.kind, name, value, self.parameter_rules[name])
                 for name, value in values.items()}
 
+    #: the rule of each hyperparameter (``_check_parameter``: positive, nonnegative, finite)
     parameter_rules: ClassVar[dict[str, str]] = {}
+    #: the rule of each other number of the constructor (not sampled: k_pivot)
+    fixed_rules: ClassVar[dict[str, str]] = {}
+
+    def _check_numbers(self) -> None:
+        """Every number of the constructor with a rule (``parameter_rules``, ``fixed_rules``),
+        in field order: one number (ValueError naming the family, the name and the value
+        otherwise), checked against its rule and stored as a float."""
+        rules = {**self.parameter_rules, **self.fixed_rules}
+        for name in (f.name for f in fields(self) if f.name in rules):
+            value = getattr(self, name)
+            if np.ndim(value) != 0:
+                raise ValueError(f"{self.kind} {name} = {value!r}: must be one number")
+            object.__setattr__(self, name, float(_check_parameter(self.kind, name, value, rules[name])))
 
 
 def _log_k_over_pivot(k: np.ndarray, k_pivot: float) -> tuple[np.ndarray, np.ndarray]:
@@ -149,13 +163,10 @@ class PowerLaw(PowerSpectrum):
     parameters: ClassVar[tuple[str, ...]] = ("amplitude", "index")
     parameter_rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite"}
 
+    fixed_rules: ClassVar[dict[str, str]] = {"k_pivot": "positive"}
+
     def __post_init__(self):
-        for name, rule in (("amplitude", "positive"), ("index", "finite"),
-                           ("k_pivot", "positive")):
-            value = getattr(self, name)
-            if np.ndim(value) != 0:
-                raise ValueError(f"{self.kind} {name} = {value!r}: must be one number")
-            object.__setattr__(self, name, float(_check_parameter(self.kind, name, value, rule)))
+        self._check_numbers()
 
     def log_power(self, k, **overrides) -> np.ndarray:
         """log P(k); -inf at k = 0. Overrides: amplitude, index."""
@@ -186,13 +197,10 @@ class PowerLawCutoff(PowerSpectrum):
     parameter_rules: ClassVar[dict[str, str]] = {"amplitude": "positive", "index": "finite",
                                         "cutoff_scale": "nonnegative"}
 
+    fixed_rules: ClassVar[dict[str, str]] = {"k_pivot": "positive"}
+
     def __post_init__(self):
-        for name, rule in (("amplitude", "positive"), ("index", "finite"),
-                           ("k_pivot", "positive"), ("cutoff_scale", "nonnegative")):
-            value = getattr(self, name)
-            if np.ndim(value) != 0:
-                raise ValueError(f"{self.kind} {name} = {value!r}: must be one number")
-            object.__setattr__(self, name, float(_check_parameter(self.kind, name, value, rule)))
+        self._check_numbers()
 
     def log_power(self, k, **overrides) -> np.ndarray:
         """log P(k); -inf at k = 0. Overrides: amplitude, index, cutoff_scale."""

@@ -1,7 +1,8 @@
 """An exponential-integral regression model and its discretisation, in numpy/scipy.
 
-Modules: ``quadrature`` (closed forms, the trapezoid rule, float limits), ``priors``,
-``spec`` (a run's data, discretisation and priors; overflow guard; numpy log-density),
+Modules: ``quadrature`` (closed forms, the trapezoid rule), ``spec`` (a run's data,
+discretisation and priors; predictive mean; overflow guard; numpy log-density; the float
+limits are ``core.log_density``'s),
 ``posterior`` (the quadrature reference posterior), ``report`` (discretisation error),
 ``series`` (the demo series; series files are ``core.io.series``'s).
 
@@ -96,9 +97,6 @@ from core.integral.quadrature import (
     exact_integral,
     expm1_ratio,
     phi2,
-    positive_exp_limit,
-    predictive_mean,
-    quadratic_limit,
     segment_grid,
     trapezoid_integral,
 )
@@ -110,8 +108,10 @@ from core.integral.spec import (
     check_overflow,
     exponent_limit,
     log_density,
+    predictive_mean,
     spec_from_config,
 )
+from core.log_density import positive_exp_limit, quadratic_limit
 
 __all__ = [
     "QuadraturePosterior",

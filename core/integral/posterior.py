@@ -9,8 +9,9 @@ from typing import Mapping
 
 import numpy as np
 
-from core.integral.quadrature import exact_integral, quadratic_limit, trapezoid_integral
-from core.integral.spec import _LOG_2PI, IntegralModelSpec, check_overflow, exponent_limit
+from core.integral.quadrature import exact_integral, trapezoid_integral
+from core.integral.spec import IntegralModelSpec, check_overflow, exponent_limit
+from core.log_density import LOG_2PI, quadratic_limit
 
 __all__ = ['QuadraturePosterior', 'posterior_quadrature']
 
@@ -75,14 +76,14 @@ class _GridTarget:
             c = spec.priors["c"]
             if c.is_fixed:
                 S = np.sum((r0 - c.value) ** 2, axis=-1)[:, None]
-                ll = -0.5 * n * _LOG_2PI - n * log_s[None, :] - 0.5 * S / s2
+                ll = -0.5 * n * LOG_2PI - n * log_s[None, :] - 0.5 * S / s2
                 extra = None
             else:
                 m0, v0 = c.loc, c.scale ** 2
                 rbar = np.mean(r0, axis=-1)[:, None]
                 SS = np.sum((r0 - rbar) ** 2, axis=-1)[:, None]
                 tau2 = s2 / n + v0
-                ll = (-0.5 * (n - 1) * (_LOG_2PI + 2.0 * log_s[None, :]) - 0.5 * math.log(n)
+                ll = (-0.5 * (n - 1) * (LOG_2PI + 2.0 * log_s[None, :]) - 0.5 * math.log(n)
                       - 0.5 * np.log(2.0 * math.pi * tau2)
                       - 0.5 * SS / s2 - 0.5 * (rbar - m0) ** 2 / tau2)
                 prec = n / s2 + 1.0 / v0

@@ -5,17 +5,13 @@ A = 0), the exact piecewise-linear integral and the refined trapezoid rule the m
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from core.integral.spec import IntegralModelSpec
-
 __all__ = [
     "expm1_ratio", "phi2", "closed_form_integral", "closed_form_mean", "segment_grid",
-    "SegmentGrid", "trapezoid_integral", "exact_integral", "predictive_mean", "quadratic_limit",
-    "positive_exp_limit"
+    "SegmentGrid", "trapezoid_integral", "exact_integral",
 ]
 
 _SERIES_RADIUS = 0.5
@@ -187,43 +183,3 @@ def exact_integral(t, A, f=None) -> np.ndarray:
     if leading_zero:
         cum = np.concatenate([np.zeros(A.shape + (1,)), cum], axis=-1)
     return cum
-
-
-def predictive_mean(spec: "IntegralModelSpec", A, c, refine: int | None = None,
-                    exact: bool = False) -> np.ndarray:
-    """Model mean c + I(t_i; A) at the data times; shape broadcast(A, c) + (n,).
-
-    I is the trapezoid integral with ``refine`` (default ``spec.refine``) steps per
-    interval, or the exact integral when exact=True.
-    """
-    A, c = np.broadcast_arrays(np.asarray(A, dtype=np.float64), np.asarray(c, dtype=np.float64))
-    if exact:
-        I = exact_integral(spec.t, A, spec.f)
-    else:
-        I = trapezoid_integral(spec.t, A, spec.f, spec.refine if refine is None else refine)
-    return c[..., None] + I
-
-
-# --------------------------------------------------------------------------- priors
-
-
-# --------------------------------------------------------------------------- float limits
-
-_LOG_2PI = math.log(2.0 * math.pi)
-
-
-def _log_max(dtype) -> float:
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype: must be float32 or float64, got {dtype}")
-    return float(np.log(np.finfo(dtype).max))
-
-
-def quadratic_limit(dtype=np.float64) -> float:
-    """Largest log(sum r^2 / sigma^2) (or log(x^2 / scale^2)) that is exponentiated."""
-    return _log_max(dtype) - math.log(16.0)
-
-
-def positive_exp_limit(dtype=np.float64) -> float:
-    """Largest unconstrained u for which x = exp(u) is computed (log-transformed priors)."""
-    return _log_max(dtype) - 1.0

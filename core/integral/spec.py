@@ -10,11 +10,13 @@ from typing import Mapping
 
 import numpy as np
 
-from core.integral.quadrature import _LOG_2PI, _log_max, positive_exp_limit, quadratic_limit, trapezoid_integral
-from core.priors import _neg_half_exp, parse_prior
+from core.integral.quadrature import exact_integral, trapezoid_integral
+from core.io.series import series_column
+from core.log_density import LOG_2PI, log_max, neg_half_exp, positive_exp_limit, quadratic_limit
+from core.priors import parse_prior
 
 __all__ = [
-    "PARAMETERS", "IntegralModelSpec", "exponent_limit", "check_overflow", "log_density",
+    "PARAMETERS", "IntegralModelSpec", "predictive_mean", "exponent_limit", "check_overflow", "log_density",
     "spec_from_config"
 ]
 
@@ -24,18 +26,45 @@ PARAMETERS = ("A", "c", "sigma")
 # --------------------------------------------------------------------------- spec
 
 
-def _float_vector(name: str, value) -> np.ndarray:
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: not an array of numbers ({exc})") from None
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: must be one-dimensional, got shape {arr.shape}")
-    bad = np.flatnonzero(~np.isfinite(arr))
+def _data_times(value) -> np.ndarray:
+    """The data times, checked: at least 2, strictly increasing, t[0] >= 0."""
+    t = series_column("t", value)
+    if t.size < 2:
+        raise ValueError(f"t: need at least 2 data times, got {t.size}")
+    bad = np.flatnonzero(np.diff(t) <= 0)
     if bad.size:
-        raise ValueError(f"{name}: value {float(arr[bad[0]])!r} at index {bad[0]} is not finite")
-    arr.setflags(write=False)
-    return arr
+        i = bad[0] + 1
+        raise ValueError(f"t: must be strictly increasing; t[{i}] = {float(t[i])!r} "
+                         f"follows t[{i - 1}] = {float(t[i - 1])!r}")
+    if t[0] < 0:
+        raise ValueError(f"t: t[0] = {float(t[0])!r} < 0; the integral starts at s = 0")
+    return t
+
+
+def _model_priors(priors) -> dict:
+    """{"A", "c", "sigma"} -> ``core.priors`` objects, checked: every key given, none other,
+    and sigma's prior on positive values only."""
+    if not isinstance(priors, Mapping):
+        raise ValueError(f"priors: must be a mapping with keys {list(PARAMETERS)}, "
+                         f"got {type(priors).__name__}")
+    unknown = sorted(set(priors) - set(PARAMETERS))
+    if unknown:
+        raise ValueError(f"priors: unknown key(s) {unknown}; expected {list(PARAMETERS)}")
+    missing = [k for k in PARAMETERS if k not in priors]
+    if missing:
+        raise ValueError(f"priors: missing key(s) {missing} (give a number to fix a "
+                         f"parameter, or a prior mapping to sample it)")
+    parsed = {k: parse_prior(f"priors[{k!r}]", priors[k]) for k in PARAMETERS}
+    sig = parsed["sigma"]
+    if sig.is_fixed and sig.value <= 0:
+        raise ValueError(f"priors['sigma']: the noise sd must be > 0, got {sig.value!r}")
+    if sig.dist == "normal":
+        raise ValueError("priors['sigma']: a normal prior allows sigma <= 0; use "
+                         "halfnormal, lognormal, or uniform with low >= 0")
+    if sig.dist == "uniform" and sig.low < 0:
+        raise ValueError(f"priors['sigma']: uniform low = {sig.low!r} < 0; sigma must "
+                         "be positive (use low >= 0)")
+    return parsed
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,23 +90,13 @@ class IntegralModelSpec:
     priors: Mapping = field(default_factory=dict)
 
     def __post_init__(self):
-        t = _float_vector("t", self.t)
-        if t.size < 2:
-            raise ValueError(f"t: need at least 2 data times, got {t.size}")
-        steps = np.diff(t)
-        bad = np.flatnonzero(steps <= 0)
-        if bad.size:
-            i = bad[0] + 1
-            raise ValueError(f"t: must be strictly increasing; t[{i}] = {float(t[i])!r} "
-                             f"follows t[{i - 1}] = {float(t[i - 1])!r}")
-        if t[0] < 0:
-            raise ValueError(f"t: t[0] = {float(t[0])!r} < 0; the integral starts at s = 0")
-        y = _float_vector("y", self.y)
+        t = _data_times(self.t)
+        y = series_column("y", self.y)
         if y.size != t.size:
             raise ValueError(f"y: length {y.size} does not match t (length {t.size})")
         f = None
         if self.f is not None:
-            f = _float_vector("f", self.f)
+            f = series_column("f", self.f)
             if f.size != t.size:
                 raise ValueError(f"f: length {f.size} does not match t (length {t.size})")
         refine = self.refine
@@ -85,31 +104,11 @@ class IntegralModelSpec:
             raise ValueError(f"refine: must be an integer >= 1, got {refine!r}")
         if refine < 1:
             raise ValueError(f"refine: must be >= 1, got {refine!r}")
-        if not isinstance(self.priors, Mapping):
-            raise ValueError(f"priors: must be a mapping with keys {list(PARAMETERS)}, "
-                             f"got {type(self.priors).__name__}")
-        unknown = sorted(set(self.priors) - set(PARAMETERS))
-        if unknown:
-            raise ValueError(f"priors: unknown key(s) {unknown}; expected {list(PARAMETERS)}")
-        missing = [k for k in PARAMETERS if k not in self.priors]
-        if missing:
-            raise ValueError(f"priors: missing key(s) {missing} (give a number to fix a "
-                             f"parameter, or a prior mapping to sample it)")
-        priors = {k: parse_prior(f"priors[{k!r}]", self.priors[k]) for k in PARAMETERS}
-        sig = priors["sigma"]
-        if sig.is_fixed and sig.value <= 0:
-            raise ValueError(f"priors['sigma']: the noise sd must be > 0, got {sig.value!r}")
-        if sig.dist == "normal":
-            raise ValueError("priors['sigma']: a normal prior allows sigma <= 0; use "
-                             "halfnormal, lognormal, or uniform with low >= 0")
-        if sig.dist == "uniform" and sig.low < 0:
-            raise ValueError(f"priors['sigma']: uniform low = {sig.low!r} < 0; sigma must "
-                             "be positive (use low >= 0)")
         object.__setattr__(self, "t", t)
         object.__setattr__(self, "y", y)
         object.__setattr__(self, "f", f)
         object.__setattr__(self, "refine", int(refine))
-        object.__setattr__(self, "priors", priors)
+        object.__setattr__(self, "priors", _model_priors(self.priors))
 
     @property
     def sampled_names(self) -> tuple[str, ...]:
@@ -143,6 +142,21 @@ class IntegralModelSpec:
         return np.stack([self.priors[k].inverse(values[k]) for k in self.sampled_names], -1)
 
 
+def predictive_mean(spec: IntegralModelSpec, A, c, refine: int | None = None,
+                    exact: bool = False) -> np.ndarray:
+    """Model mean c + I(t_i; A) at the data times; shape broadcast(A, c) + (n,).
+
+    I is the trapezoid integral with ``refine`` (default ``spec.refine``) steps per
+    interval, or the exact integral when exact=True.
+    """
+    A, c = np.broadcast_arrays(np.asarray(A, dtype=np.float64), np.asarray(c, dtype=np.float64))
+    if exact:
+        I = exact_integral(spec.t, A, spec.f)
+    else:
+        I = trapezoid_integral(spec.t, A, spec.f, spec.refine if refine is None else refine)
+    return c[..., None] + I
+
+
 # --------------------------------------------------------------------------- overflow limits
 
 
@@ -153,7 +167,7 @@ def exponent_limit(spec: IntegralModelSpec, dtype=np.float64) -> float:
     (<= t_max F exp(A t_max)) and its A-derivative (<= t_max^2 F exp(A t_max)) finite,
     with room for adding y and c.
     """
-    return (_log_max(dtype) - math.log(4.0) - 2.0 * math.log1p(spec.t_max)
+    return (log_max(dtype) - math.log(4.0) - 2.0 * math.log1p(spec.t_max)
             - math.log1p(spec.f_max))
 
 
@@ -172,11 +186,11 @@ def check_overflow(spec: IntegralModelSpec, dtype=np.float64) -> None:
     else:
         a_hi, rule = prior.upper_bound(), f"{prior.dist} {prior.bound_rule}"
     if a_hi * spec.t_max > limit:
-        what = ("overflows" if a_hi * spec.t_max > _log_max(dtype)
+        what = ("overflows" if a_hi * spec.t_max > log_max(dtype)
                 else "comes too close to the overflow of")
         raise ValueError(
             f"priors['A']: the prior allows A up to {a_hi:.6g} ({rule}); exp(A*t) at "
-            f"t = {spec.t_max:.6g} {what} {name} (max ~{_log_max(dtype):.1f}/t; with the "
+            f"t = {spec.t_max:.6g} {what} {name} (max ~{log_max(dtype):.1f}/t; with the "
             f"margin for the integral and its gradient A*t must stay <= {limit:.1f}, i.e. "
             f"A <= {limit / spec.t_max:.6g}). Narrow the prior for A"
             + (" or use float64." if name == "float32" else "."))
@@ -238,14 +252,10 @@ def log_density(spec: IntegralModelSpec, u, *, dtype=np.float64) -> np.ndarray:
         log_sigma = sig.log_forward(ui)
     r = spec.y - value["c"][..., None] - trapezoid_integral(spec.t, A, spec.f, spec.refine)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        quad = _neg_half_exp(_log_quadratic(r) - 2.0 * log_sigma, quadratic_limit(dtype))
+        quad = neg_half_exp(_log_quadratic(r) - 2.0 * log_sigma, quadratic_limit(dtype))
     n = spec.y.size
-    loglik = -0.5 * n * _LOG_2PI - n * log_sigma + quad
+    loglik = -0.5 * n * LOG_2PI - n * log_sigma + quad
     return np.where(ok, total + loglik, -np.inf)
-
-
-# --------------------------------------------------------------------------- quadrature
-
 
 
 def spec_from_config(config, t, y, f=None) -> "IntegralModelSpec":

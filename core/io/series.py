@@ -27,10 +27,11 @@ import numpy as np
 
 from core.io.arrays import LoadError, _check_file, _hint, _short
 
-__all__ = ['SERIES_EXTENSIONS', 'Series', 'load_series', 'load_series_inputs',
+__all__ = ['SERIES_EXTENSIONS', 'Series', 'series_column', 'load_series', 'load_series_inputs',
            'save_series_csv']
 
-SERIES_EXTENSIONS = (".csv", ".txt", ".dat")   # core.config.INTEGRAL_DATA_EXTENSIONS
+#: the series files this module reads (core.config.INTEGRAL_DATA_EXTENSIONS)
+SERIES_EXTENSIONS = (".csv", ".txt", ".dat")
 
 
 class Series(NamedTuple):
@@ -39,6 +40,24 @@ class Series(NamedTuple):
     t: np.ndarray
     y: np.ndarray
     f: np.ndarray | None = None
+
+
+def series_column(name: str, value) -> np.ndarray:
+    """A column of a series (t, y or f) as a read-only one-dimensional float64 array of finite
+    numbers; ValueError naming the column, and the first bad value and its index, otherwise.
+    The one check of a series' values: ``save_series_csv`` writes what
+    ``core.integral.IntegralModelSpec`` (which checks its data with it) accepts."""
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not an array of numbers ({exc})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: must be one-dimensional, got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{name}: value {float(arr[bad[0]])!r} at index {bad[0]} is not finite")
+    arr.setflags(write=False)
+    return arr
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,17 @@ def _is_numeric_row(cells) -> bool:
     return True
 
 
+def _cell_value(cell: str, where: str) -> float:
+    """The finite number a cell holds; LoadError "<where>: '<cell>' is not a number" (or finite)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        raise LoadError(f"{where}: {cell.strip()!r} is not a number") from None
+    if not math.isfinite(value):
+        raise LoadError(f"{where}: {cell.strip()!r} is not finite")
+    return value
+
+
 def _parse_series(path: str, rows, spelling: _Spelling) -> Series:
     """The series of ``rows`` ((line, cells) pairs) under the rules of the module docstring."""
     sep = spelling.separator
@@ -108,15 +138,7 @@ def _parse_series(path: str, rows, spelling: _Spelling) -> Series:
             raise LoadError(f"{path}, line {number}: expected {len(header)} {spelling.cells} "
                             f"({sep.join(header)}), got {len(cells)}")
         for name, cell, column in zip(header, cells, columns):
-            try:
-                value = float(cell)
-            except ValueError:
-                raise LoadError(f"{path}, line {number}: column {name!r}: {cell.strip()!r} "
-                                "is not a number") from None
-            if not math.isfinite(value):
-                raise LoadError(f"{path}, line {number}: column {name!r}: {cell.strip()!r} "
-                                "is not finite")
-            column.append(value)
+            column.append(_cell_value(cell, f"{path}, line {number}: column {name!r}"))
         t = columns[0]
         if len(t) >= 2 and not t[-1] > t[-2]:
             raise LoadError(f"{path}, line {number}: t = {t[-1]!r} does not increase "
@@ -181,16 +203,12 @@ def load_series(path) -> Series:
 def save_series_csv(path, t, y, f=None) -> None:
     """Write ``t,y`` (or ``t,y,f``) with a header line and 17 significant digits (floats
     with ``repr``: ``load_series`` reads back exactly the same numbers)."""
-    # The integral model's own check of a data vector (one-dimensional, finite), so that a
-    # file written here is one its spec accepts; scipy is imported only when writing.
-    from core.integral.spec import _float_vector
-
-    t = _float_vector("t", t)
-    y = _float_vector("y", y)
+    t = series_column("t", t)
+    y = series_column("y", y)
     cols = [t, y]
     header = ["t", "y"]
     if f is not None:
-        cols.append(_float_vector("f", f))
+        cols.append(series_column("f", f))
         header.append("f")
     for name, col in zip(header[1:], cols[1:]):
         if col.size != t.size:

@@ -7,10 +7,11 @@ compute the same sizes without importing TensorFlow. Defined once, here.
 
 from __future__ import annotations
 
-__all__ = ["LEAPFROG_STEPS_PER_ITERATION", "UNROLL_BUDGET_BYTES", "UNROLLED_BUFFERS_PER_STEP",
+__all__ = ["MiB", "LEAPFROG_STEPS_PER_ITERATION", "UNROLL_BUDGET_BYTES", "UNROLLED_BUFFERS_PER_STEP",
            "UNROLLED_PROGRAM_STEP_BYTES", "STAGE2_PROGRAM_BYTES", "unrolled_extra_bytes", "unrolls",
            "stage2_apart", "field_buffer_draws"]
 
+#: bytes in a mebibyte (the unit of every memory figure here and in core.run.resources)
 MiB = 2**20
 
 #: leapfrog steps per iteration of the HMC kernel's while loop

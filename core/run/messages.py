@@ -41,6 +41,16 @@ from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 
+from core.store.run_record import (
+    LIVE_STATUSES,
+    PROGRESS_KEYS,
+    STAT_DTYPES,
+    STAT_NAMES,
+    STORE_STATUSES,
+    Progress,
+    new_progress,
+)
+
 __all__ = [
     # shared names
     "STAT_NAMES", "STAT_DTYPES", "PROGRESS_KEYS", "new_progress",
@@ -57,29 +67,9 @@ __all__ = [
 
 # --------------------------------------------------------------------------- shared names
 
-#: the per-step sample statistics, in the store's order (chunk events, the run store,
-#: the GUI's RunState); each is (chains, n). For every algorithm: ``n_steps`` the gradient
-#: evaluations the step cost (HMC / NUTS: leapfrog steps; MCLMC: 2, its McLachlan step reusing
-#: the last gradient; MAMS: 2 per integration step); ``energy_error`` the change of the
-#: total energy over the step (MCLMC: kinetic change - log p(x') + log p(x), NaN for a step
-#: undone because it was not finite; its square over the dimension is what MCLMC's warmup tunes to 5e-4);
-#: ``acceptance_rate`` the Metropolis acceptance probability min(1, exp(-energy_error)) (HMC,
-#: NUTS, MAMS), and for unadjusted MCLMC, which accepts every step, 1 for a step taken and 0
-#: for a step undone because its state or energy was not finite; ``diverging`` a non-finite
-#: step or an energy error beyond ``core.engine.engine.DIVERGENCE_THRESHOLD`` (MCLMC: in
-#: absolute value); ``step_size`` the step the transition used (MCLMC / MAMS: the length of
-#: one integration step of the unit velocity, over all coordinates together);
-#: ``trajectory_length`` HMC / NUTS / MAMS: step size x integration steps of the trajectory,
-#: MCLMC: L, the velocity's decoherence length.
-STAT_NAMES = ("lp", "acceptance_rate", "step_size", "energy_error", "diverging", "n_steps",
-              "grad_norm", "trajectory_length")
-#: dtype of each statistic that is not a float (floats are the model's dtype on the
-#: wire and float64 in the store)
-STAT_DTYPES = {"diverging": np.dtype(np.bool_), "n_steps": np.dtype(np.int32)}
-
-#: a run's progress counters (per chain): warmup draws, post-warmup draws, kept field
-#: draws, chunks published
-PROGRESS_KEYS = ("warmup_draws", "draws", "field_draws", "chunks")
+# What a run records (the per-step statistics, the progress counters, the store's statuses) is
+# the run store's: ``core.store.run_record`` defines it (core.run imports core.store, never the
+# other way round); the messages carry it under the same names.
 
 #: what the engine reports in "status" events, in the order a run goes through them
 #: ("running" after a pause ends)
@@ -89,24 +79,6 @@ ENGINE_STATUSES = ("loading", "compiling", "warmup", "sampling", "paused", "runn
 PHASES = ("warmup", "sampling")
 #: how a run ends ("done" events, the store's last status)
 FINAL_STATUSES = ("finished", "stopped", "failed")
-#: the statuses a run store records
-STORE_STATUSES = ("created", "running", "paused", "stopped", "finished", "failed")
-#: store statuses of a run whose writer may still be appending
-LIVE_STATUSES = ("created", "running", "paused")
-
-
-class Progress(TypedDict):
-    warmup_draws: int
-    draws: int
-    field_draws: int
-    chunks: int
-
-
-def new_progress() -> Progress:
-    """The progress of a run that has drawn nothing."""
-    return Progress(warmup_draws=0, draws=0, field_draws=0, chunks=0)
-
-
 # --------------------------------------------------------------------------- commands
 
 RUN, PAUSE, RESUME, STOP, EXIT = "run", "pause", "resume", "stop", "exit"

@@ -18,19 +18,15 @@ on the trajectory's length L: the engine's HMC runs its leapfrog steps in a whil
 (``core.engine.kernels.LoopedHamiltonianMonteCarlo``) whose buffers XLA reuses from one
 step to the next. NUTS's trees are while loops too (``core.engine.nuts``); beyond the named
 arrays they hold W = 36 grid-sized buffers per chain (the two trajectory ends, the proposals, the
-momentum sums and 2 x 10 U-turn checkpoints), with its own program size (NUTS_PROGRAM_BYTES),
-fitted on bench/scale.py's NUTS runs at 32^3 to 128^3 with 1, 2 and 4 chains (within 5 % of each;
-TFP's NoUTurnSampler, which the engine used before, needed W = 312). Measured for HMC
-(bench/scale.py, fresh engine
-processes on CPU, TensorFlow 2.21, TFP 0.25, float32; 32^3 to 128^3, 1 and 2 chains,
-L = 5 to 40; docs/benchmarks.md): the peak is the same for L = 5 and L = 40 (within
-1 %), it grows by 16 grid-sized buffers per chain, fewer than the ~18 named arrays per
-chain (the checkpoint's and the store's copies are not live while XLA runs: W = 0), and
-by S = 19 more once per run (XLA's copies of the data, mask and the model's constant
-maps); the estimate is within 5 % of each HMC measurement. MCLMC and MAMS
+momentum sums and 2 x 10 U-turn checkpoints), with its own program size (NUTS_PROGRAM_BYTES).
+For HMC, W = 0 (the ~18 named arrays per chain cover the 16 buffers a chain adds: the
+checkpoint's and the store's copies are not live while XLA runs) and S = 19 once per run (XLA's
+copies of the data, mask and the model's constant maps). MCLMC and MAMS
 (``core.engine.microcanonical``) integrate in while loops too, with a smaller program
-(MICROCANONICAL_PROGRAM_BYTES), W = 6 and S = 35 (bench/scale.py --algorithm mclmc / mams at
-64^3 and 128^3 with 1 and 2 chains: within 4 % of each), two gradients a step (MAMS: at least two).
+(MICROCANONICAL_PROGRAM_BYTES), W = 6 and S = 35, two gradients a step (MAMS: at least two).
+Every constant is fitted on bench/scale.py's fresh engine processes on CPU (float32, 32^3 to
+256^3, 1 to 4 chains, L = 5 to 40: the peak does not depend on L); docs/benchmarks.md has the
+runs and the estimate beside each (within 6 %).
 
 Small HMC runs keep the unrolled leapfrog, which is faster on CPU
 (``core.run.engine_limits.unrolls``: while it costs at most UNROLL_BUDGET_BYTES more).
@@ -126,6 +122,7 @@ from core.field.grid import Grid
 from core.run.engine_limits import (
     UNROLLED_BUFFERS_PER_STEP,
     UNROLLED_PROGRAM_STEP_BYTES,
+    MiB,
     field_buffer_draws,
     stage2_apart,
     unrolls,
@@ -143,7 +140,6 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS",
            "DEVICE_PROGRAMS", "device_program_bytes"]
 
-MiB = 2**20
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
 #                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
 PROGRAM_BYTES = 335 * MiB            # XLA compiling and running the looped chunk program (265 MiB

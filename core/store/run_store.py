@@ -86,7 +86,7 @@ import zarr
 from numcodecs import CRC32, Blosc
 
 from core import __version__
-from core.run.messages import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
+from core.store.run_record import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 from core.store.zarr_files import WRITE_EVERY_CHUNK, consolidate, open_group, utc_now
 
 #: statistics added to STAT_NAMES after stores were first written: a store without one (written

@@ -21,9 +21,10 @@ import pytest
 
 from app import cli
 from core.run import run_folder
-from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress, status_event
+from core.run.messages import chunk_event, new_progress, status_event
 from core.run.tensorflow_env import START_UP_NOISE, quiet_tensorflow
 from core.store import run_lock
+from core.store.run_record import zero_stats
 from core.store.run_store import STORE_NAME, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
 from support.gui import TF_BEFORE, tf_modules, tiny_case
 
@@ -67,11 +68,11 @@ def _store_with_draws(run_dir, config_path, warmup=(3, 0), diverging=()):
                                    k_centres=np.array([1.0, 2.0]), k_counts=np.array([6, 20]))
     progress, first = dict(new_progress()), 0
     for n in warmup:
-        stats = {name: np.zeros((chains, n), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        stats = zero_stats(chains, n)
         for chain, step in diverging:
             if first <= step < first + n:
                 stats["diverging"][chain, step - first] = True
-        empty = {name: np.zeros((chains, 0), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        empty = zero_stats(chains, 0)
         record = ChunkRecord(warmup_stats=stats, stats=empty,
                              warmup_params={nm: np.zeros((chains, n)) for nm in names},
                              params={nm: np.zeros((chains, 0)) for nm in names})
@@ -186,7 +187,7 @@ def test_the_progress_line_counts_on_from_the_stored_divergences(tmp_path):
     _store_with_draws(tmp_path / "run", config, warmup=(3, 2), diverging=[(0, 1), (1, 1), (1, 4)])
     stream = io.StringIO()
     line = cli.ProgressLine(stream, run_dir=tmp_path / "run")
-    stats = {name: np.zeros((2, 2), STAT_DTYPES.get(name, np.float32)) for name in STAT_NAMES}
+    stats = zero_stats(2, 2, np.float32)
     stats["diverging"][0, 1] = True
     for first in (5, 7):              # the resumed chunks (the store's 5 steps before them)
         line(chunk_event(first_step=first, n_steps=2, phase="warmup", stats=stats,

@@ -19,7 +19,8 @@ from app.views.exact import ExactComparisonView, compare_moments, nice_limit
 from app.views.slices import slice_of
 from core.config import parse_config
 from core.reference.field_posterior import exact_posterior_for_config
-from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from core.store.run_record import zero_stats
+from core.store.run_store import ChunkRecord, RunStoreWriter
 from support.runs import view_chunk
 
 CONFIG = """\
@@ -93,8 +94,7 @@ def write_store(run_dir, text, observed, shape):
 
 
 def append_moments(writer, draws_before, n, moments):
-    stats = {name: np.zeros((2, n), bool if name == "diverging" else
-                            np.int32 if name == "n_steps" else np.float64) for name in STAT_NAMES}
+    stats = zero_stats(2, n)
     writer.append(ChunkRecord(warmup_stats={}, stats=stats, warmup_params={}, params={},
                               moments=moments),
                   {"warmup_draws": 0, "draws": draws_before + n, "field_draws": 0, "chunks": 1})

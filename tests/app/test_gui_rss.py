@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.run.messages import STAT_NAMES
+from core.store.run_record import zero_stats
 from core.store.run_store import ChunkRecord, RunStoreWriter
 from support.configs import field_config_text
 
@@ -93,8 +93,7 @@ WINDOW = textwrap.dedent('''
 
 
 def _stats(n):
-    return {name: np.zeros((CHAINS, n), bool if name == "diverging" else np.int32 if name == "n_steps"
-                           else np.float64) for name in STAT_NAMES}
+    return zero_stats(CHAINS, n)
 
 
 def test_the_window_watching_a_growing_run_keeps_its_rss(tmp_path):

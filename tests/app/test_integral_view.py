@@ -19,7 +19,8 @@ from app.state.run_state import RunState
 from app.views.integral import IntegralView, band_subset, mixture_quantiles
 from core import integral as im
 from core.io import save_series_csv
-from core.store.run_store import STAT_NAMES, ChunkRecord, RunStoreWriter
+from core.store.run_record import zero_stats
+from core.store.run_store import ChunkRecord, RunStoreWriter
 from support.gui import growing_only_axes
 from support.runs import view_chunk
 
@@ -64,11 +65,6 @@ def posterior_like_draws(spec, names, chains, n, seed=0, widen=1.0):
             for name in names}
 
 
-def stats_for(chains, n):
-    return {name: np.zeros((chains, n), bool if name == "diverging" else
-                           np.int32 if name == "n_steps" else np.float64) for name in STAT_NAMES}
-
-
 def chunk_event(first_step, params, phase="sampling"):
     chains, n = next(iter(params.values())).shape
     return view_chunk(first_step, chains=chains, n_steps=n, phase=phase, params=params)
@@ -106,7 +102,7 @@ def test_stored_run_band_histograms_traces_and_report(qtbot, tmp_path, integral_
         tmp_path / "run", config_text=text, model_kind="integral", chains=2, num_warmup=20,
         num_samples=150, thin=1, param_names=names,
         observed={"t": (["time"], series.t), "y": (["time"], series.y)})
-    writer.append(ChunkRecord(warmup_stats=stats_for(2, 20), stats=stats_for(2, 150),
+    writer.append(ChunkRecord(warmup_stats=zero_stats(2, 20), stats=zero_stats(2, 150),
                               warmup_params=warm, params=post),
                   {"warmup_draws": 20, "draws": 150, "field_draws": 0, "chunks": 1})
     writer.set_status("finished")

@@ -17,7 +17,7 @@ from app.views.slices import SlicesView
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
-from core.run.messages import STAT_NAMES
+from core.store.run_record import zero_stats
 from core.store.run_store import ChunkRecord, FieldVolume, RunReader, RunStoreWriter, field_chunks
 from support.configs import field_config_text
 
@@ -27,8 +27,7 @@ DRAW = CHAINS * 64 ** 3 * 4            # bytes of one field draw, all chains (fl
 
 
 def _stats(n):
-    return {name: np.zeros((CHAINS, n), bool if name == "diverging" else np.int32 if name == "n_steps"
-                           else np.float64) for name in STAT_NAMES}
+    return zero_stats(CHAINS, n)
 
 
 def test_watching_holds_no_draw_and_the_gui_thread_reads_none(qtbot, tmp_path, monkeypatch):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from core.run.engine_limits import field_buffer_draws
-from core.run.messages import STAT_DTYPES, STAT_NAMES, chunk_event, new_progress
+from core.run.messages import chunk_event, new_progress
+from core.store.run_record import zero_stats
 
 
 def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, grid=(6, 5, 4),
@@ -104,7 +105,7 @@ def view_chunk(first_step: int, *, chains: int = 2, n_steps: int = 1, phase: str
     """A complete "chunk" event for view tests that care about one part of it (the moments,
     the latest field, some parameter draws): zero traces of the right dtypes and shapes,
     ``params`` as given ((chains, n_steps) arrays), everything else as the engine sends it."""
-    stats = {name: np.zeros((chains, n_steps), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    stats = zero_stats(chains, n_steps)
     progress = dict(new_progress())
     progress["warmup_draws" if phase == "warmup" else "draws"] = first_step + n_steps
     return chunk_event(first_step=first_step, n_steps=n_steps, phase=phase, stats=stats,

@@ -16,7 +16,7 @@ import pytest
 import zarr
 from numcodecs import CRC32
 
-from core.run.messages import STAT_NAMES
+from core.store.run_record import zero_stats
 from core.store.run_store import (
     FIELD_BLOCK,
     STORE_NAME,
@@ -32,8 +32,7 @@ CHAINS = 2
 
 
 def _stats(n):
-    return {name: np.zeros((CHAINS, n), bool if name == "diverging" else np.int32 if name == "n_steps"
-                           else np.float64) for name in STAT_NAMES}
+    return zero_stats(CHAINS, n)
 
 
 def write_blocked(run_dir: Path, grid, n_draws: int, seed: int = 3, num_samples: int | None = None):
