@@ -324,7 +324,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               source=args.config)
     except ConfigError as err:
         raise UserError(str(err)) from None
+    _refuse_early(config)
     return _run_engine(args.out, run_folder.claim_new, config, text, lambda engine: engine.start())
+
+
+def _refuse_early(config) -> None:
+    """What the data file's header shows to be wrong (a grid too small to sample, a file that
+    cannot be read), refused before TensorFlow loads (it takes 10-20 s) and before anything
+    is written."""
+    from core.run import resources
+
+    _, problem = resources.data_shape_problem(config)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -333,8 +345,11 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     try:
         config, text = stored_run_config(args.rundir)
+        if args.num_samples is not None:
+            run_folder.check_num_samples(args.rundir, args.num_samples)
     except _store_errors() as err:
         raise UserError(str(err)) from None
+    _refuse_early(config)
     return _run_engine(args.rundir, run_folder.claim_resume, config, text,
                        lambda engine: engine.resume(num_samples=args.num_samples))
 
@@ -457,8 +472,16 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                        + (["--batch", str(args.batch)] if args.batch else [])
                        + (["--simulate-with", args.simulate_with] if args.simulate_with else []))
     # everything that can be refused is refused before TensorFlow loads
+    from core.run import resources
+
+    shape, problem = resources.data_shape_problem(config)
+    if problem is not None:
+        raise UserError(problem)
     try:
         plan = plan_for_config(config, simulations=args.simulations, draws=args.draws, batch_size=args.batch)
+        problem = resources.calibration_problem(config, shape, plan.batch_size * plan.chains)
+        if problem is not None:
+            raise UserError(problem)
         if (out / STORE_NAME).exists():
             reader = CalibrationReader(out)
             differences = plan_differences(reader.attrs, text, simulate_text, plan)

@@ -1,0 +1,81 @@
+"""The command line refuses, before TensorFlow loads and before anything is written, what
+cannot work: a ``resume --num-samples`` beyond the config limit or below what the run holds,
+a resume whose checkpoint was lost (it used to draw every stored draw again), a grid too
+small to sample (issue 33, items 2, 3 and 10). No TensorFlow: the store is written by
+``core.store``'s writer (``test_cli._store_with_draws``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from test_cli import _no_tensorflow, _store_with_draws
+
+from app import cli
+from core.store.run_store import CHECKPOINT_NAME, STORE_NAME, RunReader, write_checkpoint
+from support.gui import tiny_case
+
+
+def snapshot(folder):
+    """Every file of a folder with its bytes (what must stay untouched)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(capsys, argv) -> str:
+    t0 = time.perf_counter()
+    assert cli.main(argv) == 2
+    assert time.perf_counter() - t0 < 10.0          # TensorFlow alone takes 10-20 s to load
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def test_a_lost_checkpoint_is_refused_and_the_stored_draws_kept(tmp_path, capsys):
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config, warmup=(3, 2))           # two chunks: a checkpoint was written
+    before = snapshot(run_dir)
+    line = refused(capsys, ["resume", str(run_dir)])
+    assert f"{CHECKPOINT_NAME} is missing" in line and "5 draws per chain in 2 chunks" in line
+    assert "fieldscope run CONFIG --out NEWDIR" in line
+    assert snapshot(run_dir) == before
+    assert RunReader(run_dir).progress["warmup_draws"] == 5
+    assert _no_tensorflow()
+
+
+@pytest.mark.parametrize("n, needle", [(0, "1 to 10,000,000"), (20_000_000, "1 to 10,000,000"),
+                                       (10**12, "1 to 10,000,000"), (-3, "1 to 10,000,000")])
+def test_resume_num_samples_out_of_range_is_refused_at_once(tmp_path, capsys, n, needle):
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config)
+    write_checkpoint(run_dir, {"state": np.zeros(2)}, {"progress": RunReader(run_dir).progress})
+    before = snapshot(run_dir)
+    line = refused(capsys, ["resume", str(run_dir), "--num-samples", str(n)])
+    assert f"--num-samples {n}" in line and needle in line
+    assert snapshot(run_dir) == before
+    assert RunReader(run_dir).attrs["num_samples"] == 4
+    assert _no_tensorflow()
+
+
+def test_a_grid_too_small_to_sample_is_refused_before_tensorflow_loads(tmp_path, capsys):
+    config = tiny_case(tmp_path)
+    data = dict(np.load(tmp_path / "tiny_field.npz"))
+    data["data"] = np.zeros((1, 1, 1), np.float32) + 0.5
+    np.savez(tmp_path / "tiny_field.npz", **data)
+    line = refused(capsys, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert "too small to sample" in line and "tiny_field.npz" in line
+    assert not (tmp_path / "run" / STORE_NAME).exists()
+    line = refused(capsys, ["calibrate", str(config), "--simulations", "4", "--out", str(tmp_path / "cal")])
+    assert "too small to sample" in line
+    assert _no_tensorflow()
+
+
+def test_a_calibration_batch_that_cannot_fit_in_memory_is_refused_before_tensorflow_loads(tmp_path, capsys):
+    config = tiny_case(tmp_path, shape=(32, 32, 32))
+    line = refused(capsys, ["calibrate", str(config), "--simulations", "100000", "--batch", "100000",
+                            "--out", str(tmp_path / "cal")])
+    assert line.startswith("fieldscope: --batch: a batch of 200000 chains does not fit")
+    assert not (tmp_path / "cal").exists()
+    assert _no_tensorflow()
