@@ -8,7 +8,7 @@ command that never samples (``summary``, ``demo``) never loads TensorFlow.
     fieldscope check                     self-test of the differentiable FFT core
     fieldscope demo OUTDIR               write demo data and configs
     fieldscope run CONFIG --out RUNDIR   sample, with a progress line; Ctrl-C stops after the chunk
-    fieldscope resume RUNDIR [--num-samples N]
+    fieldscope resume RUNDIR [--num-samples N] [--accept-changed-data]
     fieldscope summary RUNDIR [--csv FILE]
     fieldscope calibrate CONFIG --simulations N --out DIR [--draws M] [--batch S] [--simulate-with CONFIG2]
 
@@ -343,26 +343,39 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from core.run import run_folder
     from core.store.run_store import stored_run_config
 
+    from core.run import input_files
+
     try:
         config, text = stored_run_config(args.rundir)
         if args.num_samples is not None:
             run_folder.check_num_samples(args.rundir, args.num_samples)
+        # the data, mask, noise and P(k) files are those the run began with (or accepted)
+        note = input_files.verify_inputs(args.rundir, config, accept=args.accept_changed_data)
     except _store_errors() as err:
         raise UserError(str(err)) from None
     _refuse_early(config)
+    if note:
+        _say(f"fieldscope: {note}")
+
+    def record(run_dir):
+        if args.accept_changed_data:
+            input_files.record_accepted(run_dir, config)
+
     return _run_engine(args.rundir, run_folder.claim_resume, config, text,
-                       lambda engine: engine.resume(num_samples=args.num_samples))
+                       lambda engine: engine.resume(num_samples=args.num_samples), after_claim=record)
 
 
-def _run_engine(run_dir, claim, config, text: str, action) -> int:
+def _run_engine(run_dir, claim, config, text: str, action, after_claim=None) -> int:
     """Claim ``run_dir`` with ``claim`` (``core.run.run_folder``: before TensorFlow loads, so a
-    wrong folder is refused at once), then build the engine and run ``action(engine)`` in an
-    ``_EngineSession``; returns the exit status."""
+    wrong folder is refused at once), then (``after_claim(run_dir)``, the folder held) build
+    the engine and run ``action(engine)`` in an ``_EngineSession``; returns the exit status."""
     from core.store.run_store import RunStoreError
 
     with _EngineSession(run_dir) as session:
         try:
             session.claim = claim(run_dir)
+            if after_claim is not None:
+                after_claim(run_dir)
         except RunStoreError as err:
             raise UserError(str(err)) from None
         if session.claim.note:
@@ -580,6 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", help="continue a stopped run (or extend a finished one)")
     p.add_argument("rundir")
     p.add_argument("--num-samples", type=int, default=None, help="new total of post-warmup draws")
+    p.add_argument("--accept-changed-data", action="store_true",
+                   help="resume although a data, mask, noise or P(k) file differs from the one the run "
+                        "began with (the change is recorded in the store)")
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("summary", help="print the diagnostics table of a run")
     p.add_argument("rundir")

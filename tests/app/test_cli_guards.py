@@ -79,3 +79,48 @@ def test_a_calibration_batch_that_cannot_fit_in_memory_is_refused_before_tensorf
     assert line.startswith("fieldscope: --batch: a batch of 200000 chains does not fit")
     assert not (tmp_path / "cal").exists()
     assert _no_tensorflow()
+
+
+def _store_begun_with(run_dir, config_path):
+    """A store with draws whose ``inputs`` fingerprint the files as the engine records them."""
+    from core.config import parse_config
+    from core.run.input_files import input_digests
+    from core.store.zarr_files import open_group
+
+    config = parse_config(config_path.read_text(), base_dir=config_path.parent, source=str(config_path))
+    _store_with_draws(run_dir, config_path)
+    write_checkpoint(run_dir, {"state": np.zeros(2)}, {"progress": RunReader(run_dir).progress})
+    open_group(run_dir / STORE_NAME, "r+").attrs["inputs"] = input_digests(config)
+    return config
+
+
+def test_resume_refuses_a_changed_data_file_naming_it_and_accepts_it_when_asked(tmp_path, capsys):
+    """Issue 33.4: resume re-read the data file and never compared it with what the run began
+    with; a changed file gave draws of another posterior beside the old data."""
+    from core.run import input_files
+
+    config_path = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    config = _store_begun_with(run_dir, config_path)
+    assert input_files.verify_inputs(run_dir, config) is None          # the same files: nothing to say
+    data = dict(np.load(tmp_path / "tiny_field.npz"))
+    data["data"] = data["data"] + 1.0
+    np.savez(tmp_path / "tiny_field.npz", **data)
+    before = snapshot(run_dir)
+    line = refused(capsys, ["resume", str(run_dir)])
+    assert f"{tmp_path / 'tiny_field.npz'} (data.path) is not the file the run began with" in line
+    assert "--accept-changed-data" in line
+    assert snapshot(run_dir) == before and _no_tensorflow()
+    # accepted: the new fingerprints and the change are recorded, and it checks clean again
+    assert "accepting changed input files" in input_files.verify_inputs(run_dir, config, accept=True)
+    input_files.record_accepted(run_dir, config)
+    attrs = RunReader(run_dir).attrs
+    assert len(attrs["input_changes"]) == 1 and "tiny_field.npz" in attrs["input_changes"][0]["changes"][0]
+    assert input_files.verify_inputs(run_dir, config) is None
+    # a data file replaced by a FIFO is named, never opened for a blocking read
+    (tmp_path / "tiny_field.npz").unlink()
+    import os
+
+    os.mkfifo(tmp_path / "tiny_field.npz")
+    line = refused(capsys, ["resume", str(run_dir)])
+    assert "tiny_field.npz: a FIFO, not a regular file (data.path)" in line
