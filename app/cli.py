@@ -340,10 +340,8 @@ def _refuse_early(config) -> None:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from core.run import run_folder
+    from core.run import input_files, run_folder
     from core.store.run_store import stored_run_config
-
-    from core.run import input_files
 
     try:
         config, text = stored_run_config(args.rundir)
