@@ -75,9 +75,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from core.demo import write_demo
+    from core.demo import DemoError, write_demo
 
-    paths = write_demo(args.outdir)
+    try:
+        paths = write_demo(args.outdir)
+    except DemoError as err:
+        raise UserError(str(err)) from None
+    except OSError as err:
+        raise UserError(f"{args.outdir}: cannot write the demo: {err.strerror or err}") from None
     print(f"demo written to {args.outdir}:")
     for path in paths.values():
         print(f"  {path}")

@@ -1,4 +1,5 @@
-"""Opening only regular files: the one place Fieldscope refuses FIFOs, devices and planted symlinks.
+"""Opening only regular files, and writing them atomically: the one place Fieldscope refuses
+FIFOs, devices and planted symlinks.
 
 A FIFO blocks a reader for ever, a device (``/dev/zero``) never ends, and a symlink inside a
 store can point anywhere. Every reader of a user's file (``core.io``'s loaders) and of a
@@ -15,16 +16,26 @@ whatever is renamed in between. ``read_inside`` walks ``rel`` one component at a
 ``root`` with ``O_NOFOLLOW``, so no component (directory or file) may be a symlink: what it
 reads lies inside ``root``. ``NotRegularFile`` (an ``OSError``) names the path and what it
 is; a missing file raises ``FileNotFoundError`` as ``open`` does.
+
+Writing (configs, the desktop launcher and icons, the demo's files)::
+
+    write_atomic(path, data)                     # whole or not at all, never through a link
+
+writes a temporary file beside ``path`` (a random name, created with ``O_EXCL | O_NOFOLLOW``:
+never a file or link someone planted), syncs it and renames it over ``path``: a symlink at
+``path`` is replaced, never followed, and a failed write leaves neither a half file nor the
+temporary one.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 
 __all__ = ["NotRegularFile", "describe_mode", "regular_file_size", "open_regular", "read_regular", "open_inside",
-           "read_inside", "read_fd"]
+           "read_inside", "read_fd", "write_atomic"]
 
 
 class NotRegularFile(OSError):
@@ -164,3 +175,29 @@ def read_inside(root, rel: str, *, max_bytes: int | None = None) -> bytes:
         return read_fd(fd, os.path.join(os.fspath(root), rel), max_bytes)
     finally:
         os.close(fd)
+
+
+def write_atomic(path, data: bytes, *, overwrite: bool = True) -> None:
+    """Write ``data`` to ``path`` whole or not at all (module docstring), mode 0666 less the
+    umask. ``overwrite=False``: FileExistsError when ``path`` exists (a link too), checked by
+    the kernel when the file is put in place (``link``), not before."""
+    path = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path, follow_symlinks=False)
+            os.unlink(tmp)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -124,3 +124,43 @@ def test_resume_refuses_a_changed_data_file_naming_it_and_accepts_it_when_asked(
     os.mkfifo(tmp_path / "tiny_field.npz")
     line = refused(capsys, ["resume", str(run_dir)])
     assert "tiny_field.npz: a FIFO, not a regular file (data.path)" in line
+
+
+def test_demo_never_overwrites_a_file_it_did_not_write_nor_writes_through_a_link(tmp_path, capsys):
+    """Issue 33.5: ``fieldscope demo DIR`` overwrote a user's field.toml or series.csv silently
+    and followed links planted at its files' names."""
+    out = tmp_path / "demo"
+    assert cli.main(["demo", str(out)]) == 0
+    first = snapshot(out)
+    assert set(first) == {"demo_field.npz", "field.toml", "field_exact.toml", "series.csv", "integral.toml"}
+    assert cli.main(["demo", str(out)]) == 0                 # again: the same files, nothing refused
+    assert snapshot(out) == first
+    capsys.readouterr()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "field.toml").write_text("# my own config\n")
+    victim = tmp_path / "victim.csv"
+    victim.write_text("t,y\n1,2\n")
+    (mine / "series.csv").symlink_to(victim)
+    line = refused(capsys, ["demo", str(mine)])
+    assert f"{mine / 'field.toml'}: exists and is not the demo's" in line and f"{mine / 'series.csv'}: a symlink" in line
+    assert sorted(p.name for p in mine.iterdir()) == ["field.toml", "series.csv"]          # nothing written
+    assert (mine / "field.toml").read_text() == "# my own config\n" and victim.read_text() == "t,y\n1,2\n"
+
+
+def test_saving_a_config_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
+    """Issue 33.5: saving a config wrote through a link planted at ``.NAME.toml.part`` (the saved
+    config then was a link to the victim)."""
+    from app.state.config_state import ConfigState
+    from core.demo import write_demo
+
+    demo = write_demo(tmp_path / "demo")
+    state = ConfigState.from_file(demo["field_config"])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    target = tmp_path / "demo" / "copy.toml"
+    (tmp_path / "demo" / ".copy.toml.part").symlink_to(victim)
+    target.symlink_to(victim)
+    state.save(target)
+    assert victim.read_text() == "the user's own file\n"
+    assert not target.is_symlink() and ConfigState.from_file(target).document() == state.document()
