@@ -649,6 +649,21 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"fieldscope: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+def _pipe_closed() -> int:
+    """The reader of the output went away (``fieldscope summary RUN | head -1``): stop
+    writing, quietly. What is still buffered goes to /dev/null (Python would report the
+    failed flush at exit); 141 = 128 + SIGPIPE, what a shell tool exits with there."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 128 + 13
 
 
 if __name__ == "__main__":

@@ -164,3 +164,20 @@ def test_saving_a_config_replaces_a_planted_link_and_never_writes_through_it(tmp
     state.save(target)
     assert victim.read_text() == "the user's own file\n"
     assert not target.is_symlink() and ConfigState.from_file(target).document() == state.document()
+
+
+def test_summary_into_a_closed_pipe_ends_quietly(tmp_path):
+    """Issue 33.9: ``fieldscope summary RUN | head -1`` ended in a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config)
+    for argv in (["summary", str(run_dir)], ["--help"]):
+        proc = subprocess.Popen([sys.executable, "-m", "app", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdout.close()                       # before it writes: as head -1 does after its line
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=120)
+        assert "Traceback" not in err and "BrokenPipeError" not in err, err
