@@ -401,6 +401,11 @@ def _store_errors():
 
 
 def _report(status: str, run_dir) -> int:
+    """The last lines of ``run`` / ``resume``; 1 when the run finished but its chains do not
+    sample (``core.store.run_summary.chain_warnings``: its draws are kept), else 0."""
+    from core.store.run_store import RunStoreError
+    from core.store.run_summary import stored_chain_warnings
+
     if status == "stopped":
         _say(f"stopped{_divergence_report(run_dir)}; everything so far is in {run_dir}. "
              f"Continue with: fieldscope resume {run_dir}",
@@ -408,7 +413,13 @@ def _report(status: str, run_dir) -> int:
     else:
         _say(f"{status}: {run_dir}{_divergence_report(run_dir)}. Diagnostics: fieldscope summary {run_dir}",
              sys.stdout)
-    return 0
+    try:
+        warnings = stored_chain_warnings(run_dir)
+    except RunStoreError:
+        warnings = []
+    for line in warnings:
+        _say(f"warning: {line}", sys.stdout)
+    return 1 if warnings and status == "finished" else 0
 
 
 def _divergence_report(run_dir) -> str:

@@ -181,3 +181,49 @@ def test_summary_into_a_closed_pipe_ends_quietly(tmp_path):
         err = proc.stderr.read().decode()
         proc.wait(timeout=120)
         assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def _sampled_store(run_dir, acceptance: float, moving: bool, draws: int = 40):
+    """A finished store of two chains (no TensorFlow): ``acceptance`` the mean acceptance,
+    ``moving`` whether the draws change."""
+    from core.run.messages import STAT_DTYPES, STAT_NAMES
+    from core.store.run_store import ChunkRecord, RunStoreWriter
+
+    rng = np.random.default_rng(5)
+    writer = RunStoreWriter.create(run_dir, config_text="[model]\n", model_kind="integral", chains=2, num_warmup=0,
+                                   num_samples=draws, thin=1, param_names=["A"], observed={})
+    stats = {name: rng.normal(size=(2, draws)).astype(STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    stats["acceptance_rate"] = np.clip(rng.normal(acceptance, 0.01, (2, draws)), 0, 1)
+    stats["diverging"] = np.zeros((2, draws), bool)
+    stats["n_steps"] = np.full((2, draws), 8, np.int32)
+    values = rng.normal(size=(2, draws)) if moving else np.full((2, draws), 0.3)
+    if not moving:
+        stats["lp"] = np.full((2, draws), -12.5)
+    empty = {name: np.zeros((2, 0), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+    writer.append(ChunkRecord(warmup_stats=empty, stats=stats, warmup_params={"A": np.zeros((2, 0))},
+                              params={"A": values}),
+                  {"warmup_draws": 0, "draws": draws, "field_draws": 0, "chunks": 1})
+    writer.set_status("finished")
+
+
+@pytest.mark.parametrize("acceptance, moving, needle", [(0.004, True, "accepted almost no proposal"),
+                                                        (0.7, False, "never moved"),
+                                                        (0.7, True, None)])
+def test_a_run_whose_chains_do_not_sample_ends_with_a_warning_and_exit_1(tmp_path, capsys, acceptance, moving,
+                                                                         needle):
+    """Issue 33.8: MAMS with target_accept 1e-4 (acceptance 0.004, chains frozen) and NUTS with
+    one warmup step (acceptance 0.03) printed 'finished: 0 divergences' and exited 0."""
+    from core.store.run_summary import summarize_run
+
+    run_dir = tmp_path / "run"
+    _sampled_store(run_dir, acceptance, moving)
+    code = cli._report("finished", run_dir)
+    out = capsys.readouterr().out
+    text = summarize_run(run_dir).text()
+    if needle is None:
+        assert code == 0 and "warning" not in out and "warning" not in text
+    else:
+        assert code == 1
+        assert f"warning: chains 0, 1 {'of 2 ' if 'accepted' in needle else ''}{needle}" in out
+        assert text.splitlines()[1].startswith("warning: chains 0, 1") and needle in text
+    assert RunReader(run_dir).progress["draws"] == 40          # the draws are kept
