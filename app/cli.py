@@ -8,7 +8,7 @@ command that never samples (``summary``, ``demo``) never loads TensorFlow.
     fieldscope check                     self-test of the differentiable FFT core
     fieldscope demo OUTDIR               write demo data and configs
     fieldscope run CONFIG --out RUNDIR   sample, with a progress line; Ctrl-C stops after the chunk
-    fieldscope resume RUNDIR [--num-samples N]
+    fieldscope resume RUNDIR [--num-samples N] [--accept-changed-data]
     fieldscope summary RUNDIR [--csv FILE]
     fieldscope calibrate CONFIG --simulations N --out DIR [--draws M] [--batch S] [--simulate-with CONFIG2]
 
@@ -75,9 +75,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from core.demo import write_demo
+    from core.demo import DemoError, write_demo
 
-    paths = write_demo(args.outdir)
+    try:
+        paths = write_demo(args.outdir)
+    except DemoError as err:
+        raise UserError(str(err)) from None
+    except OSError as err:
+        raise UserError(f"{args.outdir}: cannot write the demo: {err.strerror or err}") from None
     print(f"demo written to {args.outdir}:")
     for path in paths.values():
         print(f"  {path}")
@@ -324,30 +329,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               source=args.config)
     except ConfigError as err:
         raise UserError(str(err)) from None
+    _refuse_early(config)
     return _run_engine(args.out, run_folder.claim_new, config, text, lambda engine: engine.start())
 
 
+def _refuse_early(config) -> None:
+    """What the data file's header shows to be wrong (a grid too small to sample, a file that
+    cannot be read), refused before TensorFlow loads (it takes 10-20 s) and before anything
+    is written."""
+    from core.run import resources
+
+    _, problem = resources.data_shape_problem(config)
+    if problem is not None:
+        raise UserError(problem)
+
+
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from core.run import run_folder
+    from core.run import input_files, run_folder
     from core.store.run_store import stored_run_config
 
     try:
         config, text = stored_run_config(args.rundir)
+        if args.num_samples is not None:
+            run_folder.check_num_samples(args.rundir, args.num_samples)
+        # the data, mask, noise and P(k) files are those the run began with (or accepted)
+        note = input_files.verify_inputs(args.rundir, config, accept=args.accept_changed_data)
     except _store_errors() as err:
         raise UserError(str(err)) from None
+    _refuse_early(config)
+    if note:
+        _say(f"fieldscope: {note}")
+
+    def record(run_dir):
+        if args.accept_changed_data:
+            input_files.record_accepted(run_dir, config)
+
     return _run_engine(args.rundir, run_folder.claim_resume, config, text,
-                       lambda engine: engine.resume(num_samples=args.num_samples))
+                       lambda engine: engine.resume(num_samples=args.num_samples), after_claim=record)
 
 
-def _run_engine(run_dir, claim, config, text: str, action) -> int:
+def _run_engine(run_dir, claim, config, text: str, action, after_claim=None) -> int:
     """Claim ``run_dir`` with ``claim`` (``core.run.run_folder``: before TensorFlow loads, so a
-    wrong folder is refused at once), then build the engine and run ``action(engine)`` in an
-    ``_EngineSession``; returns the exit status."""
+    wrong folder is refused at once), then (``after_claim(run_dir)``, the folder held) build
+    the engine and run ``action(engine)`` in an ``_EngineSession``; returns the exit status."""
     from core.store.run_store import RunStoreError
 
     with _EngineSession(run_dir) as session:
         try:
             session.claim = claim(run_dir)
+            if after_claim is not None:
+                after_claim(run_dir)
         except RunStoreError as err:
             raise UserError(str(err)) from None
         if session.claim.note:
@@ -370,6 +401,11 @@ def _store_errors():
 
 
 def _report(status: str, run_dir) -> int:
+    """The last lines of ``run`` / ``resume``; 1 when the run finished but its chains do not
+    sample (``core.store.run_summary.chain_warnings``: its draws are kept), else 0."""
+    from core.store.run_store import RunStoreError
+    from core.store.run_summary import stored_chain_warnings
+
     if status == "stopped":
         _say(f"stopped{_divergence_report(run_dir)}; everything so far is in {run_dir}. "
              f"Continue with: fieldscope resume {run_dir}",
@@ -377,7 +413,13 @@ def _report(status: str, run_dir) -> int:
     else:
         _say(f"{status}: {run_dir}{_divergence_report(run_dir)}. Diagnostics: fieldscope summary {run_dir}",
              sys.stdout)
-    return 0
+    try:
+        warnings = stored_chain_warnings(run_dir)
+    except RunStoreError:
+        warnings = []
+    for line in warnings:
+        _say(f"warning: {line}", sys.stdout)
+    return 1 if warnings and status == "finished" else 0
 
 
 def _divergence_report(run_dir) -> str:
@@ -457,8 +499,16 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                        + (["--batch", str(args.batch)] if args.batch else [])
                        + (["--simulate-with", args.simulate_with] if args.simulate_with else []))
     # everything that can be refused is refused before TensorFlow loads
+    from core.run import resources
+
+    shape, problem = resources.data_shape_problem(config)
+    if problem is not None:
+        raise UserError(problem)
     try:
         plan = plan_for_config(config, simulations=args.simulations, draws=args.draws, batch_size=args.batch)
+        problem = resources.calibration_problem(config, shape, plan.batch_size * plan.chains)
+        if problem is not None:
+            raise UserError(problem)
         if (out / STORE_NAME).exists():
             reader = CalibrationReader(out)
             differences = plan_differences(reader.attrs, text, simulate_text, plan)
@@ -557,6 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", help="continue a stopped run (or extend a finished one)")
     p.add_argument("rundir")
     p.add_argument("--num-samples", type=int, default=None, help="new total of post-warmup draws")
+    p.add_argument("--accept-changed-data", action="store_true",
+                   help="resume although a data, mask, noise or P(k) file differs from the one the run "
+                        "began with (the change is recorded in the store)")
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("summary", help="print the diagnostics table of a run")
     p.add_argument("rundir")
@@ -607,6 +660,21 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"fieldscope: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+def _pipe_closed() -> int:
+    """The reader of the output went away (``fieldscope summary RUN | head -1``): stop
+    writing, quietly. What is still buffered goes to /dev/null (Python would report the
+    failed flush at exit); 141 = 128 + SIGPIPE, what a shell tool exits with there."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 128 + 13
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ with ``XDG_DATA_HOME`` defaulting to ``~/.local/share`` when unset or not an abs
 (as the specification says). The launcher's ``Exec`` names this installation's own
 ``fieldscope`` script (next to ``sys.executable``, so a virtual environment need not be
 activated), else ``sys.executable -m app``. ``--uninstall`` removes exactly these files (and the icon
-folders of a size when they are left empty).
+folders of a size when they are left empty), and only as install wrote them: the launcher
+carries the line ``X-Fieldscope-Installed=true`` (``MARKER``), an icon the resource's bytes;
+anything else there (a file of the user's, a link) is left with a note. Every file is written whole or not at all and never through a link
+(``core.io.regular_file.write_atomic``).
 
 Caches: a desktop reads these folders directly; a cache that already exists there would
 hide the new files, so an existing ``mimeinfo.cache`` (``update-desktop-database``) or
@@ -31,6 +34,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.io.regular_file import read_regular, write_atomic
+
 __all__ = [
     "APP_ID", "ICON_SIZES", "DesktopError", "DesktopInstall", "data_home", "resource_dir",
     "exec_command", "desktop_entry", "install", "uninstall", "planned_files",
@@ -39,6 +44,8 @@ __all__ = [
 APP_ID = "fieldscope"
 ICON_SIZES = (16, 32, 48, 64, 128, 256)
 DESKTOP_NAME = f"{APP_ID}.desktop"
+#: the line that marks a launcher install() wrote (uninstall removes no other)
+MARKER = "X-Fieldscope-Installed=true"
 
 _SOURCE_RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 _CACHE_TOOLS = {"mimeinfo.cache": "update-desktop-database", "icon-theme.cache": "gtk-update-icon-cache"}
@@ -109,6 +116,10 @@ def desktop_entry(command: list[str] | None = None) -> str:
     exec_value = " ".join(_exec_quote(a) for a in [*command, "gui"]) + " %f"
     lines = []
     for line in text.splitlines():
+        if line == "[Desktop Entry]":
+            lines.append(line)
+            lines.append(MARKER)
+            continue
         if line.startswith("Exec="):
             lines.append(f"Exec={exec_value}")
             lines.append(f"TryExec={command[0].replace(chr(92), chr(92) * 2)}")
@@ -145,13 +156,13 @@ def install(home: Path | None = None, command: list[str] | None = None) -> Deskt
     done = DesktopInstall()
     for target, source in files.items():
         try:
+            data = entry.encode("utf-8") if source is None else source.read_bytes()
+        except OSError as exc:
+            raise DesktopError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            if source is None:
-                tmp = target.with_name(target.name + ".tmp")
-                tmp.write_text(entry, encoding="utf-8")
-                os.replace(tmp, target)
-            else:
-                shutil.copyfile(source, target)
+            # whole or not at all, a link at the target replaced and never written through
+            write_atomic(target, data)
         except OSError as exc:
             raise DesktopError(f"{target}: cannot write: {exc.strerror or exc}") from None
         done.files.append(target)
@@ -163,7 +174,16 @@ def uninstall(home: Path | None = None) -> DesktopInstall:
     """Remove what :func:`install` wrote under ``home`` (default :func:`data_home`)."""
     home = data_home() if home is None else Path(home)
     done = DesktopInstall()
-    for target in planned_files(home):
+    for target, source in planned_files(home).items():
+        if not os.path.lexists(target):
+            continue
+        try:
+            expected = None if source is None else source.read_bytes()
+        except OSError:
+            expected = None
+        if not _written_here(target, expected):
+            done.notes.append(f"{target}: left in place: fieldscope install-desktop did not write it")
+            continue
         try:
             target.unlink()
         except FileNotFoundError:
@@ -182,6 +202,18 @@ def uninstall(home: Path | None = None) -> DesktopInstall:
     if done.files:
         _refresh_caches(home, done)
     return done
+
+
+def _written_here(target: Path, expected: bytes | None) -> bool:
+    """Whether ``target`` is a file install() wrote: a regular file (not a link) holding the
+    icon's bytes, or for the launcher (``expected`` None) a launcher with MARKER."""
+    try:
+        data = read_regular(target, follow_symlinks=False, max_bytes=1 << 24)
+    except OSError:
+        return False
+    if expected is not None:
+        return data == expected
+    return MARKER.encode() in data.splitlines()
 
 
 def _refresh_caches(home: Path, done: DesktopInstall) -> None:

@@ -1,6 +1,7 @@
 """The built-in demos: data files and configs for a field run and an integral-model run.
 
-numpy only. ``write_demo(outdir)`` writes
+numpy only. ``write_demo(outdir)`` writes (never over a file it did not write, never through
+a link: ``DemoError`` names what is in the way)
 
     demo_field.npz     a 32^3 Gaussian random field (power law with a cutoff) observed with
                        Gaussian noise through a mask (a slab plus random dropouts); holds
@@ -22,17 +23,20 @@ numpy only. ``write_demo(outdir)`` writes
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from core import integral as im
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLawCutoff
-from core.field.synthetic import make_dataset, save_dataset
-from core.io.series import save_series_csv
+from core.field.synthetic import dataset_bytes, make_dataset
+from core.io.regular_file import describe_mode, read_regular, write_atomic
+from core.io.series import series_csv_text
 
 __all__ = [
     "DEMO_SHAPE", "DEMO_BOX", "DEMO_SPECTRUM", "DEMO_NOISE", "FIELD_TOML", "INTEGRAL_TOML",
-    "write_demo"
+    "DemoError", "demo_files", "write_demo"
 ]
 
 DEMO_SHAPE = (32, 32, 32)
@@ -115,27 +119,62 @@ chunk_size = 100
 """
 
 
-def write_demo(outdir, seed: int = 2026) -> dict[str, Path]:
-    """Write the demo data and configs into ``outdir`` (created if needed)."""
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+class DemoError(ValueError):
+    """The demo's folder holds a file the demo did not write (or a link, a folder) where one
+    of its files goes; the message names it."""
+
+
+def demo_files(seed: int = 2026) -> dict[str, bytes]:
+    """File name -> bytes of every demo file (the same bytes for the same seed)."""
     grid = Grid(DEMO_SHAPE, DEMO_BOX, "Mpc/h")
     spectrum = PowerLawCutoff(**DEMO_SPECTRUM)
     dataset = make_dataset(grid, spectrum, DEMO_NOISE, mask="slab", mask_fraction=0.2,
                            dropout_fraction=0.05, seed=seed)
-    save_dataset(out / "demo_field.npz", dataset)
     field_text = FIELD_TOML.format(noise=DEMO_NOISE, box=DEMO_BOX, **DEMO_SPECTRUM)
-    (out / "field.toml").write_text(field_text)
     sampled = 'index = { dist = "normal", loc = -1.5, scale = 0.3 }'
     exact_text = field_text.replace(sampled, f"index = {DEMO_SPECTRUM['index']}").replace(
         "# Fieldscope demo: a 32^3 Gaussian random field seen through noise and a mask.",
         "# Fieldscope demo: the same field with P(k) fixed: a Gaussian posterior known exactly\n"
         "# (the Wiener filter; see the window's \"Exact posterior\" tab).")
     assert exact_text != field_text and sampled not in exact_text
-    (out / "field_exact.toml").write_text(exact_text)
     series = im.make_demo_series(seed)
-    save_series_csv(out / "series.csv", series.t, series.y)
-    (out / "integral.toml").write_text(INTEGRAL_TOML)
+    return {"demo_field.npz": dataset_bytes(dataset), "field.toml": field_text.encode(),
+            "field_exact.toml": exact_text.encode(), "series.csv": series_csv_text(series.t, series.y).encode(),
+            "integral.toml": INTEGRAL_TOML.encode()}
+
+
+def _demo_problem(path: Path, data: bytes) -> str | None:
+    """Why the demo may not write ``path`` (None: nothing there, or the demo's own bytes)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path}: {describe_mode(info.st_mode)} where the demo writes a file"
+    try:
+        same = info.st_size == len(data) and read_regular(path, follow_symlinks=False) == data
+    except OSError as err:
+        return f"{path}: cannot be read ({err.strerror or err})"
+    return None if same else f"{path}: exists and is not the demo's (the demo never overwrites a file it did not write)"
+
+
+def write_demo(outdir, seed: int = 2026) -> dict[str, Path]:
+    """Write the demo data and configs into ``outdir`` (created if needed).
+
+    Every file is checked before any is written: a file already there with other contents (a
+    user's own ``field.toml``), a link or a folder in a demo file's place raises DemoError
+    naming it, and nothing is written. Each file is written whole or not at all, never
+    through a link (``core.io.regular_file.write_atomic``); one already holding the demo's
+    bytes is left as it is."""
+    out = Path(outdir)
+    files = demo_files(seed)
+    problems = [p for p in (_demo_problem(out / name, data) for name, data in files.items()) if p]
+    if problems:
+        raise DemoError("; ".join(problems) + "; choose another folder, or move these files away")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        if not os.path.lexists(out / name):
+            write_atomic(out / name, data, overwrite=False)
     return {"field_data": out / "demo_field.npz", "field_config": out / "field.toml",
             "exact_config": out / "field_exact.toml",
             "series": out / "series.csv", "integral_config": out / "integral.toml"}

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable
 from core import config as cfg
 from core.field.power_spectrum import FIELD_HYPERPRIOR_KINDS, SPECTRA
 from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
+from core.io.regular_file import write_atomic
 from core.priors import PRIOR_KINDS, SAMPLED_KINDS, Prior, parse_prior
 
 __all__ = ["ConfigState", "parse_number", "format_value", "FIELD_HYPERPARAMETERS",
@@ -475,9 +476,9 @@ class ConfigState:
         self.base_dir = new_base
         try:
             text = self.to_toml()
-            tmp = path.with_name(f".{path.name}.part")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            # a temporary file of a random name, renamed over the config: a link planted at
+            # either name is replaced, never written through (core.io.regular_file)
+            write_atomic(path, text.encode("utf-8"))
         except (OSError, cfg.ConfigError):
             self.base_dir = old_base
             raise

@@ -31,13 +31,16 @@ is always readable; a process killed mid-batch leaves rows beyond ``progress``, 
 ``reopen`` cuts away before the next batch. Every chunk carries a CRC32, as the run store's.
 
 Damage. The reader checks the attributes it needs (types, the plan's numbers, ``progress``
-within the plan) and every array's presence, dims and shape before it reads, and a chunk
-that cannot be decoded raises ``CalibrationStoreError`` naming it.
+within the plan and in step with its batches, a ``finished`` status only with every
+simulation done) and every array's presence, dims, shape and chunk files (a missing one
+would read as zeros) before it reads; the simulations must be numbered 0, 1, ... and the
+ranks lie in 0..draws. A chunk that cannot be decoded raises ``CalibrationStoreError``
+naming it. Its files are read as the run store's are (``core.store.zarr_files``: regular
+files inside the store only, each bounded by its metadata).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -50,7 +53,16 @@ from core import __version__
 from core.calibration.plan import CalibrationPlan
 from core.calibration.ranks import LEVELS, coverage, expected_coverage
 from core.calibration.verdict import Verdict, judge
-from core.store.zarr_files import WRITE_EVERY_CHUNK, consolidate, open_group, utc_now
+from core.io.regular_file import NotRegularFile
+from core.store.zarr_files import (
+    WRITE_EVERY_CHUNK,
+    consolidate,
+    damaged_chunk,
+    first_missing_chunk,
+    open_group,
+    read_store_json,
+    utc_now,
+)
 
 __all__ = ["STORE_NAME", "STATUSES", "CalibrationStoreError", "CalibrationWriter", "CalibrationReader",
            "plan_differences"]
@@ -219,8 +231,13 @@ class CalibrationReader:
 
     def refresh(self) -> dict:
         """Re-read the attributes and check the layout; returns ``progress``."""
+        if self.path.is_symlink():
+            raise self._error("a symlink; a calibration store is a folder of its own, never a link")
         try:
-            attrs = json.loads((self.path / ".zattrs").read_text())
+            attrs = read_store_json(self.path, ".zattrs")
+        except NotRegularFile as err:
+            raise CalibrationStoreError(f"{err.strerror} (its attributes); the calibration store is "
+                                        "damaged") from None
         except (OSError, ValueError) as err:
             raise self._error(f"cannot read its attributes (.zattrs: {err})") from None
         if not isinstance(attrs, dict):
@@ -237,32 +254,92 @@ class CalibrationReader:
             raise self._error(f"attribute 'progress' is {progress!r}, not {{batches, simulations}}")
         if not 0 <= progress["simulations"] <= attrs["simulations"]:
             raise self._error(f"progress counts {progress['simulations']} simulations of {attrs['simulations']}")
-        try:
-            self.root = open_group(self.path, "r")
-        except Exception as err:
-            raise self._error(f"zarr cannot open it ({err})") from None
-        self.attrs = attrs
-        self.progress = dict(progress)
+        # every finished batch but the last runs batch_size simulations of the plan
+        done = min(progress["batches"] * attrs["batch_size"], attrs["simulations"])
+        if progress["batches"] < 0 or progress["simulations"] != done:
+            raise self._error(f"progress counts {progress['simulations']} simulations in {progress['batches']} "
+                              f"batches of {attrs['batch_size']}, not {done}: edited or damaged")
+        if attrs["status"] == "finished" and progress["simulations"] != attrs["simulations"]:
+            raise self._error(f"status 'finished' but progress counts {progress['simulations']} of "
+                              f"{attrs['simulations']} simulations: edited or damaged; resume it to finish")
         names = list(_ROW_ARRAYS) + ["quantity", "coverage", "level"]
         if attrs["model_kind"] == "field":
             names += ["k", "voxel_rank", "voxel_coverage"]
-        for name in names:
-            if name not in self.root:
-                raise self._error(f"array {name!r} is missing")
-            if name in (*_ROW_ARRAYS, "voxel_rank") and self.root[name].shape[0] < progress["simulations"]:
-                raise self._error(f"array {name!r} holds {self.root[name].shape[0]} simulations, "
+        # the metadata files zarr reads, checked first so that a damaged one is named
+        for rel in (".zgroup", *(f"{name}/{meta}" for name in names for meta in (".zarray", ".zattrs"))):
+            self._json(rel)
+        try:
+            self.root = open_group(self.path, "r")
+            arrays = {name: self.root[name] for name in names}
+        except Exception as err:  # noqa: BLE001 - zarr raises many kinds for a broken store
+            raise self._error(f"zarr cannot open it ({err})") from None
+        self.attrs = attrs
+        self.progress = dict(progress)
+        for name, arr in arrays.items():
+            if name in (*_ROW_ARRAYS, "voxel_rank") and arr.shape[0] < progress["simulations"]:
+                raise self._error(f"array {name!r} holds {arr.shape[0]} simulations, "
                                   f"progress says {progress['simulations']}")
+        for name in names:
+            self._check_chunks(name, progress["simulations"] if name in (*_ROW_ARRAYS, "voxel_rank") else None)
         self._quantities = [str(q) for q in self._read("quantity", ())]
+        if not self._quantities or not all(q.isprintable() and q for q in self._quantities):
+            raise self._error(f"array 'quantity' holds {self._quantities!r}, not the names of the "
+                              "quantities: damaged")
+        index = self._rows("simulation")
+        if not np.array_equal(index, np.arange(progress["simulations"])):
+            raise self._error("array 'simulation' does not number the finished simulations 0, 1, ...: "
+                              "damaged")
         if self.root["rank"].shape[1:] != (len(self._quantities),):
             raise self._error(f"array 'rank' has shape {self.root['rank'].shape}, not (simulation, "
                               f"{len(self._quantities)} quantities)")
         return self.progress
 
-    def _read(self, name: str, selection) -> np.ndarray:
+    def _json(self, rel: str) -> dict:
+        """The JSON object of the store's metadata file ``rel``; CalibrationStoreError naming it."""
         try:
-            return np.asarray(self.root[name][selection])
-        except Exception as err:
-            raise self._error(f"cannot read {name} (damaged chunk: {err})") from None
+            value = read_store_json(self.path, rel)
+        except FileNotFoundError:
+            folder = rel.rpartition("/")[0]
+            what = f"array {folder!r} is missing" if folder else "missing"
+            raise CalibrationStoreError(f"{self.path / rel}: {what}; the calibration store is damaged") from None
+        except NotRegularFile as err:
+            raise CalibrationStoreError(f"{err.strerror}; the calibration store is damaged") from None
+        except (OSError, ValueError) as err:
+            raise CalibrationStoreError(f"{self.path / rel}: unreadable or not JSON ({err}); the calibration "
+                                        "store is damaged") from None
+        if not isinstance(value, dict):
+            raise CalibrationStoreError(f"{self.path / rel}: not a JSON object; the calibration store is damaged")
+        return value
+
+    def _check_chunks(self, name: str, rows: int | None) -> None:
+        """Every chunk file of array ``name`` covering its first ``rows`` simulations (None: all
+        of a fixed array) exists: zarr would read a missing one as zeros (ranks 0, names '')."""
+        arr = self.root[name]
+        extent = list(arr.shape)
+        if rows is not None:
+            extent[0] = rows
+        try:
+            key = first_missing_chunk(self.path / name, extent, arr.chunks)
+        except OSError as err:
+            raise self._error(f"array {name!r} is unreadable ({err.strerror or err})") from None
+        if key is not None:
+            raise CalibrationStoreError(f"{self.path / name / key}: missing chunk file of {name}: the "
+                                        "calibration store is damaged (zarr would read it as zeros)")
+
+    def _read(self, name: str, selection) -> np.ndarray:
+        arr = self.root[name]
+        try:
+            return np.asarray(arr[selection])
+        except Exception as err:  # noqa: BLE001 - zarr and the codecs raise many kinds
+            found = damaged_chunk(arr, selection if isinstance(selection, tuple) else (selection,))
+            if found is None:
+                raise self._error(f"cannot read {name} ({err})") from None
+            key, chunk_err = found
+            if isinstance(chunk_err, NotRegularFile):
+                raise CalibrationStoreError(f"{chunk_err.strerror} (a chunk file of {name}); the calibration "
+                                            "store is damaged") from None
+            raise CalibrationStoreError(f"{self.path / name / key}: damaged chunk of {name} (truncated or "
+                                        f"corrupt: {chunk_err})") from None
 
     def _rows(self, name: str) -> np.ndarray:
         return self._read(name, slice(0, self.progress["simulations"]))
@@ -299,9 +376,15 @@ class CalibrationReader:
     def has_field(self) -> bool:
         return self.attrs["model_kind"] == "field"
 
+    def _ranks(self, name: str) -> np.ndarray:
+        ranks = self._rows(name).astype(np.int64)
+        if ranks.size and (ranks.min() < 0 or ranks.max() > self.draws):
+            raise self._error(f"array {name!r} holds ranks outside 0..{self.draws}: damaged")
+        return ranks
+
     def ranks(self) -> np.ndarray:
         """(finished simulations, quantities) ranks in 0..draws."""
-        return self._rows("rank").astype(np.int64)
+        return self._ranks("rank")
 
     def truth(self) -> np.ndarray:
         return self._rows("truth")
@@ -320,7 +403,7 @@ class CalibrationReader:
 
     def voxel_ranks(self) -> np.ndarray:
         """(finished simulations, x, y, z) ranks at every voxel (field model)."""
-        return self._rows("voxel_rank").astype(np.int64)
+        return self._ranks("voxel_rank")
 
     def k(self) -> np.ndarray:
         return self._read("k", slice(None)) if self.has_field else np.zeros(0)

@@ -92,13 +92,20 @@ class DataConfig(NamedTuple):
     def text(self) -> str:
         """The document as TOML, the notes as comments at the top."""
         lines = ["# Fieldscope run configuration, made from the data file "
-                 f"{self.document['data']['path']} (File > New from data)"]
-        lines += [f"# - {note}" for note in self.notes]
+                 f"{_comment(self.document['data']['path'])} (File > New from data)"]
+        lines += [f"# - {_comment(note)}" for note in self.notes]
         body = to_toml(self.document)
         if self.box_size is None:
             body = body.replace("[grid]\n", "[grid]\n# box_size = ...  # not stated by the data "
                                 "file: the box's side length (one number or three)\n", 1)
         return "\n".join(lines) + "\n\n" + body
+
+
+def _comment(text: str) -> str:
+    """``text`` for one TOML comment line: a newline or another control character (a file
+    name may hold one) written as its escape, ``\\n``, so that it cannot end the comment."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii")
+                   for c in str(text))
 
 
 def is_data_file(path) -> bool:
@@ -338,6 +345,12 @@ def _fit_prior(document: dict, base_dir: str, notes: list[str]) -> None:
         warnings.simplefilter("ignore")         # NaN voxels: said in the notes already
         config = config_from_dict(document, base_dir)
         _, observations, grid = load_observations(config)
+    values = observations.data[observations.mask]
+    if values.size and np.all(values == values.flat[0]):
+        # nothing fluctuates: no field, no P(k) and no amplitude can be made from them
+        raise LoadError(f"{config.data_path}: the observed data are constant ({float(values.flat[0]):g} at every "
+                        "observed voxel): they hold no fluctuations to infer a field from; check data.key "
+                        "(is this a mask or a noise map?) and the file")
     k_pivot = _pivot(grid)
     prior["k_pivot"] = k_pivot
     try:
@@ -355,6 +368,10 @@ def _fit_prior(document: dict, base_dir: str, notes: list[str]) -> None:
             variance = max(float(np.var(values)), noise_var)
         index = -2.0
         amplitude = _round(_amplitude_for_variance(grid, k_pivot, index, variance), 2)
+        if not (math.isfinite(amplitude) and amplitude > 0):
+            raise LoadError(f"{config.data_path}: no prior amplitude can be made from the data (the data's "
+                            f"variance less the noise's gives {amplitude!r}); give prior.amplitude "
+                            "yourself") from None
         prior.update(amplitude=amplitude, index={"dist": "normal", "loc": index,
                                                  "scale": _INDEX_SCALE})
         notes.append(f"prior: the fit to the data's P(k) failed ({exc}); a broad default instead: "

@@ -169,8 +169,11 @@ def _check_same_model(model, sim_model, simulate_config: RunConfig):
     if model.kind != sim_model.kind:
         raise PlanError(f"{where}: simulates the {sim_model.kind} model, the config samples the {model.kind} model")
     if list(sim_model.param_names) != list(model.param_names):
-        raise PlanError(f"{where}: samples {', '.join(sim_model.param_names) or 'no parameters'}, the config "
-                        f"{', '.join(model.param_names) or 'none'}: the truths must be the same quantities")
+        def sampled(names):
+            return ", ".join(names) if names else "no parameter (every one is fixed)"
+        raise PlanError(f"{where}: its model samples {sampled(sim_model.param_names)}, but the calibrated "
+                        f"config's samples {sampled(model.param_names)}; both must sample the same parameters "
+                        "(each simulation's true values are compared with their posterior)")
     if model.has_field and sim_model.grid.shape != model.grid.shape:
         raise PlanError(f"{where}: grid {sim_model.grid.shape}, the config's is {model.grid.shape}")
     if not model.has_field and not np.array_equal(sim_model.spec.t, model.spec.t):

@@ -75,7 +75,7 @@ from core.engine.nuts import IterativeNoUTurnSampler
 from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
 from core.engine.warmup import WarmupWatch
 from core.field.power_spectrum import hyperparameter_names
-from core.run import run_folder
+from core.run import input_files, run_folder
 from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, stage2_apart, unrolls
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
@@ -667,7 +667,8 @@ class Engine:
                 model_kind=model.kind, chains=s.chains,
                 num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
                 param_names=model.param_names, observed=model.observed,
-                extra_attrs={"algorithm": s.algorithm, "device": self.device}, **extra)
+                extra_attrs={"algorithm": s.algorithm, "device": self.device,
+                             "inputs": input_files.input_digests(self.config)}, **extra)
         self._release_observed()
         return self._run(self._fresh_state())
 
@@ -685,6 +686,7 @@ class Engine:
         config (``core.run.run_folder.claim_resume``)."""
         claim = run_folder.claim_resume(self.run_dir)
         try:
+            input_files.verify_inputs(self.run_dir, self.config)     # a changed data file: refused
             if claim.restart:
                 return self._restart(num_samples)
             return self._resume(num_samples)

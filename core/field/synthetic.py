@@ -341,6 +341,17 @@ def save_dataset(path, dataset: Dataset) -> None:
         raise
 
 
+def dataset_bytes(dataset: Dataset) -> bytes:
+    """The bytes ``save_dataset`` writes for ``dataset`` (the same for the same dataset)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "dataset.npz")
+        save_dataset(path, dataset)
+        with open(path, "rb") as fh:
+            return fh.read()
+
+
 _REQUIRED = ("data", "mask", "noise", "box_size")
 
 

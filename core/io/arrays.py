@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from core.io.regular_file import NotRegularFile, describe_mode, regular_file_size
+
 try:  # lzma-compressed zip members raise its error on corrupt data
     from lzma import LZMAError
 except ImportError:  # pragma: no cover - Python built without lzma
@@ -159,18 +161,18 @@ def _check_file(path) -> tuple[str, int]:
     except TypeError:
         raise LoadError(f"{path!r}: not a file path") from None
     try:
-        info = os.stat(path)
+        size = regular_file_size(path)    # a FIFO or device would block or never end
+    except NotRegularFile as exc:
+        if stat.S_ISDIR(exc.mode):
+            raise LoadError(f"{path}: is a directory, not a data file") from None
+        raise LoadError(f"{path}: not a regular file ({describe_mode(exc.mode)})") from None
     except FileNotFoundError:
         raise LoadError(f"{path}: no such file") from None
     except (OSError, ValueError) as exc:
         raise LoadError(f"{path}: cannot access the file ({_short(exc)})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise LoadError(f"{path}: is a directory, not a data file")
-    if not stat.S_ISREG(info.st_mode):    # a FIFO or device would block or never end
-        raise LoadError(f"{path}: not a regular file")
-    if info.st_size == 0:
+    if size == 0:
         raise LoadError(f"{path}: the file is empty (0 bytes)")
-    return path, info.st_size
+    return path, size
 
 
 @contextlib.contextmanager

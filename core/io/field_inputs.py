@@ -61,6 +61,13 @@ def is_file_reference(ref: str) -> bool:
     return isinstance(ref, str) and _REF_FILE.match(ref) is not None
 
 
+def referenced_file(ref: str) -> str | None:
+    """The file name a ``data.mask`` / ``data.noise_map`` text names (without ':KEY'), or None
+    for an array in the data file."""
+    match = _REF_FILE.match(ref) if isinstance(ref, str) else None
+    return None if match is None else match.group("file")
+
+
 class _Reference(NamedTuple):
     """Where ``data.mask`` / ``data.noise_map`` (or the data) points: resolved, not read."""
 

@@ -203,6 +203,15 @@ def load_series(path) -> Series:
 def save_series_csv(path, t, y, f=None) -> None:
     """Write ``t,y`` (or ``t,y,f``) with a header line and 17 significant digits (floats
     with ``repr``: ``load_series`` reads back exactly the same numbers)."""
+    text = series_csv_text(t, y, f)
+    with open(path, "w", newline="") as fh:
+        fh.write(text)
+
+
+def series_csv_text(t, y, f=None) -> str:
+    """The text ``save_series_csv`` writes."""
+    import io
+
     t = series_column("t", t)
     y = series_column("y", y)
     cols = [t, y]
@@ -213,11 +222,12 @@ def save_series_csv(path, t, y, f=None) -> None:
     for name, col in zip(header[1:], cols[1:]):
         if col.size != t.size:
             raise ValueError(f"{name}: length {col.size} does not match t (length {t.size})")
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        for row in zip(*cols):
-            w.writerow([repr(float(v)) for v in row])
+    out = io.StringIO(newline="")
+    w = csv.writer(out)
+    w.writerow(header)
+    for row in zip(*cols):
+        w.writerow([repr(float(v)) for v in row])
+    return out.getvalue()
 
 
 def load_series_inputs(config) -> Series:

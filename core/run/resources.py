@@ -569,3 +569,49 @@ def format_seconds(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+# --------------------------------------------------------------------------- before TensorFlow
+
+
+def data_shape_problem(config) -> tuple[tuple | None, str | None]:
+    """(grid shape or None, the first problem or None) of a field config, from its data file's
+    header alone (nothing is loaded; numpy only): what the command line refuses before
+    TensorFlow loads. The shape is None for the integral model."""
+    if config.model.kind != "field":
+        return None, None
+    from core import io as loaders
+
+    try:
+        info = loaders.array_info(config.data_path, config.data.key)
+    except loaders.LoadError as err:
+        return None, str(err)
+    shape = tuple(info.shape or ())
+    if len(shape) != 3 or 0 in shape:
+        return None, None          # the loader's header checks name it, with every detail
+    problem = grid_problem(shape)
+    return shape, (f"{config.data_path}: {problem}" if problem else None)
+
+
+def calibration_problem(config, shape, batch_chains: int, available: int | None = None) -> str | None:
+    """A one-line refusal when a calibration batch of ``batch_chains`` chains (simulations per
+    batch times the config's chains) on the grid ``shape`` cannot fit in memory (the batch is
+    one program, like a run of that many chains), else None. The integral model (shape None)
+    counts as a grid of one cell."""
+    if shape is None:
+        shape = (1, 1, 1)
+        estimate = estimate_run(shape, chains=batch_chains, dtype="float64", chunk_size=1, thin=1,
+                                num_warmup=0, num_samples=1, truth=False)
+    else:
+        # the batch's program and state (the draws it keeps are counted as one step's: a
+        # lower bound, so that only a batch that surely cannot fit is refused)
+        s, f = config.sampler, config.field
+        estimate = estimate_run(shape, chains=batch_chains, dtype=f.dtype, algorithm=s.algorithm,
+                                num_leapfrog_steps=s.num_leapfrog_steps, chunk_size=1, thin=1,
+                                parameterisation=f.parameterisation, noise_map=config.data.noise_map is not None)
+    problem = memory_problem(estimate, available)
+    if problem is None:
+        return None
+    return (f"--batch: a batch of {batch_chains} chains does not fit: {problem}; give a smaller --batch "
+            "(fewer simulations run at once)")
+

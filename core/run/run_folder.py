@@ -13,13 +13,15 @@ other is refused at once, naming the holder.
 * A resumed run (``claim_resume``) without a checkpoint never completed its first chunk's
   checkpoint: it has nothing to continue from, so it starts again from the beginning with
   its stored config (``restart``); at most that first chunk's draws were stored, and the same
-  seed draws them again.
+  seed draws them again. A store of more than one chunk (or a finished one) without a
+  checkpoint lost it: resume refuses, changing nothing, rather than draw everything again.
 
 Every refusal is a ``RunStoreError`` naming the folder and what to do.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ from pathlib import Path
 from core.store import run_lock
 from core.store.run_store import CHECKPOINT_NAME, STORE_NAME, RunReader, RunStoreError
 
-__all__ = ["Claim", "claim_new", "claim_resume", "drawn", "remove_store"]
+__all__ = ["Claim", "claim_new", "claim_resume", "drawn", "remove_store", "check_num_samples"]
 
 
 @dataclass
@@ -123,8 +125,18 @@ def claim_resume(run_dir) -> Claim:
     claim = Claim(run_dir, created=_lock(run_dir))
     try:
         reader.refresh()                   # as it is now that nobody else writes it
-        if not (run_dir / CHECKPOINT_NAME).exists():
+        if not os.path.lexists(run_dir / CHECKPOINT_NAME):
             n = drawn(reader)
+            chunks = reader.progress["chunks"]
+            if chunks > 1 or (n and reader.status == "finished"):
+                # the first chunk's checkpoint was written: it was lost, and starting again
+                # would replace every stored draw
+                raise RunStoreError(
+                    f"{run_dir}: {CHECKPOINT_NAME} is missing, but the run stored {n} draws per chain "
+                    f"in {chunks} chunks ({reader.status}): its checkpoint was lost, and resume needs it to "
+                    f"continue the same chains. Nothing was changed: the draws stay readable (fieldscope "
+                    f"summary {run_dir}); put {CHECKPOINT_NAME} back to resume, or start a new run in "
+                    "another folder (fieldscope run CONFIG --out NEWDIR)")
             again = (f" (its {n} stored draws per chain are drawn again: the same seed gives the "
                      "same draws)") if n else ""
             claim.restart = True
@@ -135,3 +147,24 @@ def claim_resume(run_dir) -> Claim:
     except BaseException:
         claim.release()
         raise
+
+
+def check_num_samples(run_dir, num_samples: int) -> None:
+    """Refuse at once (before anything loads or is written) a new total of post-warmup draws
+    that cannot extend the run in ``run_dir``: below 1, above the config limit
+    (``core.config.limits.MAX_DRAWS``), or not more than it holds when it is finished
+    (fewer than it holds: they would be lost). RunStoreError naming ``--num-samples``."""
+    from core.config.limits import MAX_DRAWS
+
+    n = num_samples
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_DRAWS:
+        raise RunStoreError(f"--num-samples {n}: a run takes 1 to {MAX_DRAWS:,} post-warmup draws per chain "
+                            "(the limit of sampler.num_samples)")
+    reader = RunReader(run_dir)
+    held = reader.progress["draws"]
+    if n < held:
+        raise RunStoreError(f"--num-samples {n}: {run_dir} already holds {held} post-warmup draws per chain; "
+                            "give more to extend it (nothing stored is removed)")
+    if n == held and reader.status == "finished":
+        raise RunStoreError(f"--num-samples {n}: {run_dir} is finished with {held} draws per chain; give a "
+                            "larger number to extend it")

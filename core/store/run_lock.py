@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.io.regular_file import NotRegularFile, open_regular
 from core.store.run_store import RunStoreError
 
 LOCK_NAME = "writer.lock"
@@ -159,11 +160,20 @@ def _read(path: Path):
     """(parsed JSON or None if unreadable, (st_dev, st_ino), raw bytes) of the lock file at
     ``path``, read through one open file; None when there is no such file."""
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            raw = fh.read(1 << 16)
+        fd = open_regular(path, follow_symlinks=False)
     except FileNotFoundError:
         return None
+    except NotRegularFile:
+        # a FIFO, a device or a symlink in its place (never read: it could block or never
+        # end) is an unreadable lock
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        return None, (st.st_dev, st.st_ino), b""
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        raw = fh.read(1 << 16)
     return _parse(raw), (st.st_dev, st.st_ino), raw
 
 

@@ -77,7 +77,6 @@ import json
 import math
 import os
 import shutil
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +85,18 @@ import zarr
 from numcodecs import CRC32, Blosc
 
 from core import __version__
+from core.io.regular_file import NotRegularFile, open_regular
 from core.store.run_record import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
-from core.store.zarr_files import WRITE_EVERY_CHUNK, consolidate, open_group, utc_now
+from core.store.zarr_files import (
+    WRITE_EVERY_CHUNK,
+    consolidate,
+    damaged_chunk,
+    first_missing_chunk,
+    open_array,
+    open_group,
+    read_store_json,
+    utc_now,
+)
 
 #: statistics added to STAT_NAMES after stores were first written: a store without one (written
 #: before it existed) is not damaged; its reader gives NaN for it, and resume adds the array
@@ -173,8 +182,10 @@ def _write_error(run_dir, what: str, exc: OSError) -> StoreWriteError:
 
     code = errno_mod.errorcode.get(exc.errno, "") if exc.errno is not None else ""
     reason = exc.strerror or str(exc) or type(exc).__name__
-    return StoreWriteError(f"{run_dir}: {what} failed: {reason}" + (f" [{code}]" if code else ""),
-                           exc.errno)
+    # the file the OS refused (a rename's target: a directory planted in a file's place)
+    target = getattr(exc, "filename2", None) or getattr(exc, "filename", None)
+    return StoreWriteError(f"{run_dir}: {what} failed: {reason}" + (f" [{code}]" if code else "")
+                           + (f" ({os.fspath(target)})" if target and exc.strerror else ""), exc.errno)
 
 
 def _open_root_checked(store_path: Path, mode: str):
@@ -188,9 +199,7 @@ def _open_array(store_path: Path, group: str, name: str):
     """zarr's array ``group/name`` of a checked store; RunStoreError naming it when zarr
     rejects its metadata (an unknown codec)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return zarr.open_array(str(store_path / group / name), mode="r", zarr_format=2)
+        return open_array(store_path / group / name)
     except Exception as err:
         raise RunStoreError(f"{store_path / group / name / '.zarray'}: zarr cannot open array "
                             f"{group}/{name} ({err})") from None
@@ -437,15 +446,18 @@ def _is_count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _read_json(path: Path, what: str) -> dict:
+def _read_json(root: Path, rel: str, what: str) -> dict:
+    """The JSON object of the store file ``root/rel``: a regular file inside the store
+    (no symlink, FIFO or device, at most METADATA_MAX_BYTES), or RunStoreError naming it."""
+    path = root / rel
     try:
-        text = path.read_bytes()
+        value = read_store_json(root, rel)
     except FileNotFoundError:
         raise RunStoreError(f"{path}: missing ({what}); the run store is damaged") from None
+    except NotRegularFile as err:
+        raise RunStoreError(f"{err.strerror} ({what}); the run store is damaged") from None
     except OSError as err:
         raise RunStoreError(f"{path}: unreadable ({what}): {err.strerror or err}") from None
-    try:
-        value = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise RunStoreError(f"{path}: not valid JSON ({what}; truncated or garbled): {err}") from None
     if not isinstance(value, dict):
@@ -498,6 +510,8 @@ class _Layout:
 
     def __init__(self, store_path: Path, progress: dict | None = None, consolidated: bool = True):
         self.path = Path(store_path)
+        if self.path.is_symlink():
+            raise RunStoreError(f"{self.path}: a symlink; a run store is a folder of its run, never a link")
         if not self.path.is_dir():
             raise RunStoreError(f"{self.path}: missing or not a directory (the run store)")
         self._json(".zgroup", "the store's root group")
@@ -531,7 +545,7 @@ class _Layout:
     # -- pieces ----------------------------------------------------------------------
 
     def _json(self, rel: str, what: str) -> dict:
-        return _read_json(self.path / rel, what)
+        return _read_json(self.path, rel, what)
 
     def _attr_error(self, key: str, value, problem: str) -> RunStoreError:
         return RunStoreError(f"{self.path / '.zattrs'}: {key} is {value!r}, {problem}")
@@ -717,9 +731,10 @@ class _Layout:
                 raise RunStoreError(f"{where}: shape {shape} holds more than {MAX_ELEMENTS} elements")
             if tuple(dims) == ("x", "y", "z") and self.grid is not None and tuple(shape) != self.grid:
                 raise RunStoreError(f"{where}: shape {shape}, not the grid {list(self.grid)}")
-        # a store written before chunks carried a CRC32 may lack chunks that equal the fill
-        # value (zarr skipped writing them): only this writer's arrays can be checked for them
-        if (spec.fixed or spec.axis is not None) and _checksummed(meta):
+        # a store written before every chunk was written (WRITE_EVERY_CHUNK, with the CRC32) may
+        # lack chunks whose values all equal the fill value, 0: zarr skipped them. Only float
+        # arrays whose values are never all 0 over a chunk can be checked in such a store
+        if (spec.fixed or spec.axis is not None) and (_checksummed(meta) or _never_all_zero(spec.name, dt)):
             self._check_chunks(rel, shape, chunks, spec)
         self.arrays[(spec.group, spec.name)] = meta
         return meta
@@ -729,24 +744,27 @@ class _Layout:
         extent = list(shape)
         if spec.axis is not None:
             extent[spec.axis] = spec.count
-        if not shape:
-            ranges = [range(1)]
-        else:
-            ranges = [range(math.ceil(n / c)) for n, c in zip(extent, chunks)]
-        needed = math.prod(len(r) for r in ranges)
-        if needed == 0:
-            return
         try:
-            present = set(os.listdir(self.path / rel))
+            key = first_missing_chunk(self.path / rel, extent, chunks)
         except OSError as err:
             raise RunStoreError(f"{self.path / rel}: unreadable: {err.strerror or err}") from None
-        # at most len(present) + 1 keys are looked at before a missing one is found
-        for index in itertools.islice(itertools.product(*ranges), len(present) + 1):
-            key = ".".join(str(i) for i in index)
-            if key not in present:
-                raise RunStoreError(
-                    f"{self.path / rel / key}: missing chunk file of {rel} (its draws are published: "
-                    "the run store is damaged; zarr would read it as zeros)")
+        if key is not None:
+            raise RunStoreError(
+                f"{self.path / rel / key}: missing chunk file of {rel} (its draws are published: "
+                "the run store is damaged; zarr would read it as zeros)")
+
+
+#: float arrays of a store that may hold a chunk of zeros (a frozen chain's acceptance and
+#: energy error; the observed data and noise, which may be 0 where nothing is observed)
+_MAY_BE_ALL_ZERO = frozenset({"acceptance_rate", "energy_error", "data", "noise", "noise_map", "truth",
+                              "mean", "std", "y", "t"})
+
+
+def _never_all_zero(name: str, dtype: np.dtype) -> bool:
+    """Whether a chunk of array ``name`` all 0 cannot be real (sampled floats: parameters,
+    lp, step sizes, field draws, P(k)), so that its absence is damage even in a store
+    written before every chunk was written."""
+    return dtype.kind == "f" and name not in _MAY_BE_ALL_ZERO
 
 
 def _checksummed(meta: dict) -> bool:
@@ -804,12 +822,19 @@ def _write_npz(fh, arrays: dict) -> None:
 def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:
     path = Path(run_dir) / CHECKPOINT_NAME
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files if k != "__meta__"}
-            meta = json.loads(str(data["__meta__"]))
+        # written by write_checkpoint's rename: never a symlink, a FIFO or a device
+        fh = os.fdopen(open_regular(path, follow_symlinks=False), "rb")
     except FileNotFoundError:
         raise RunStoreError(f"{path}: no checkpoint; the run has not completed a chunk, "
                             "start it again instead of resuming") from None
+    except NotRegularFile as err:
+        raise RunStoreError(f"{err.strerror} (the checkpoint Fieldscope writes is a regular file)") from None
+    except OSError as err:
+        raise RunStoreError(f"{path}: unreadable checkpoint ({err.strerror or err})") from None
+    try:
+        with fh, np.load(fh, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files if k != "__meta__"}
+            meta = json.loads(str(data["__meta__"]))
     except Exception as err:
         raise RunStoreError(f"{path}: unreadable checkpoint ({err})") from None
     if not isinstance(meta, dict):
@@ -865,21 +890,13 @@ class RunReader:
 
     def _damaged(self, group: str, name: str, arr, selection: tuple, err: Exception) -> RunStoreError:
         where = self.store_path / group / name
-        chunks = arr.chunks
-        per_axis = []
-        for axis, n in enumerate(arr.shape):
-            sel = selection[axis] if axis < len(selection) else slice(None)
-            index = np.arange(n)[sel] if not isinstance(sel, (int, np.integer)) else np.asarray([sel])
-            per_axis.append(sorted({int(i) // chunks[axis] for i in np.atleast_1d(index)}))
-        for index in itertools.product(*per_axis):
-            region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunks))
-            try:
-                arr[region]
-            except Exception as chunk_err:
-                key = ".".join(str(i) for i in index) or "0"
-                return RunStoreError(f"{where / key}: damaged chunk of {group}/{name} (truncated or "
-                                     f"corrupt: {chunk_err})")
-        return RunStoreError(f"{where}: cannot read {group}/{name} ({err})")
+        found = damaged_chunk(arr, selection)
+        if found is None:
+            return RunStoreError(f"{where}: cannot read {group}/{name} ({err})")
+        key, chunk_err = found
+        if isinstance(chunk_err, NotRegularFile):
+            return RunStoreError(f"{chunk_err.strerror} (a chunk file of {group}/{name}); the run store is damaged")
+        return RunStoreError(f"{where / key}: damaged chunk of {group}/{name} (truncated or corrupt: {chunk_err})")
 
     @property
     def status(self) -> str:
@@ -1011,7 +1028,7 @@ class RunReader:
 
     def _moment_count(self) -> int:
         where = self.store_path / "field_moments" / ".zattrs"
-        count = _read_json(where, "attributes of group field_moments").get("count")
+        count = _read_json(self.store_path, "field_moments/.zattrs", "attributes of group field_moments").get("count")
         if not _is_count(count):
             raise RunStoreError(f"{where}: count is {count!r}, not a non-negative integer")
         return count

@@ -35,7 +35,14 @@ The diagnostics table (``RunSummary.table``, printed by ``fieldscope summary``, 
     mean, sd, q5, q50, q95, mcse_mean   as ``core.store.diagnostics.ScalarSummary``
 
 Values that need attention (``needs_attention``): R-hat > 1.01, a bulk or tail ESS
-below 100, any post-warmup divergence. ``divergence_text`` is how every client words the
+below 100, any post-warmup divergence.
+
+Chains that do not sample (``chain_warnings``, the first lines of the summary and the last
+of ``fieldscope run``): a chain whose post-warmup acceptance averages below
+``LOW_ACCEPTANCE`` (0.05: it rejects nearly every proposal, as with a target acceptance of
+1e-4 or a warmup of one step), or whose draws never change (every parameter and the
+log-density the same in every post-warmup draw). Its draws are kept, but they are not
+draws of the posterior, and a table of "0 divergences" would hide it. ``divergence_text`` is how every client words the
 two divergence counts ("0 divergences (49 in warmup)").
 """
 
@@ -53,11 +60,16 @@ from core.store.run_store import RunReader
 
 __all__ = [
     "RHAT_ATTENTION", "ESS_ATTENTION", "DiagnosticsRow", "TABLE_COLUMNS", "TEXT_COLUMNS",
-    "format_cell", "needs_attention", "divergence_text", "ChainHealth", "RunSummary", "summarize_run"
+    "format_cell", "needs_attention", "divergence_text", "ChainHealth", "RunSummary", "summarize_run",
+    "LOW_ACCEPTANCE", "chain_warnings", "stored_chain_warnings"
 ]
 
 #: R-hat above this, an ESS below ESS_ATTENTION or any divergence needs attention
 RHAT_ATTENTION = 1.01
+#: a chain whose mean post-warmup acceptance is below this does not sample (chain_warnings)
+LOW_ACCEPTANCE = 0.05
+#: post-warmup draws a chain needs before it is judged (fewer say little)
+_JUDGED_DRAWS = 10
 ESS_ATTENTION = 100.0
 
 
@@ -166,6 +178,7 @@ class RunSummary:
     sampling_gradient_evaluations: int = 0  # post-warmup, all chains
     warmup_divergences: int = 0             # all chains
     device: str = ""                        # where the last session computed ("" in older stores)
+    warnings: list = None                   # chain_warnings: chains that do not sample
 
     @property
     def gradients_per_effective_sample(self) -> float:
@@ -216,6 +229,7 @@ class RunSummary:
         p = self.progress
         lines = [f"status: {self.status}   warmup draws: {p.get('warmup_draws', 0)}   "
                  f"draws: {p.get('draws', 0)}   field draws: {p.get('field_draws', 0)}"]
+        lines += [f"warning: {w}" for w in self.warnings or []]
         if self.rows:
             lines.append(dg.summary_table_text(self.rows))
         lines.append(f"{divergence_text(self.divergences, self.warmup_divergences)}"
@@ -315,7 +329,8 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
         sampling_seconds=_seconds(timing, "sampling_seconds"),
         warmup_seconds=_seconds(timing, "warmup_seconds"),
         sampling_gradient_evaluations=int(post_steps.sum()),
-        device=str(reader.attrs.get("device") or ""))
+        device=str(reader.attrs.get("device") or ""),
+        warnings=chain_warnings(acceptance, draws))
     if reader.has_field and progress.get("field_draws", 0) >= 4:
         n = progress["field_draws"]
         if field_diagnostics:
@@ -325,3 +340,44 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
         summary.shells = dg.shell_diagnostics(power)
         summary.shell_k = k
     return summary
+
+
+def _chains(indices) -> str:
+    indices = [int(i) for i in indices]
+    return ("chain " if len(indices) == 1 else "chains ") + ", ".join(map(str, indices))
+
+
+def chain_warnings(acceptance: np.ndarray, draws: dict) -> list[str]:
+    """One line per way the chains fail to sample (module docstring), from the post-warmup
+    ``acceptance`` (chain, draw) and ``draws`` {name: (chain, draw)} (the parameters and lp).
+    Empty when they sample, or with fewer than 10 post-warmup draws."""
+    acceptance = np.asarray(acceptance, float)
+    if acceptance.ndim != 2 or acceptance.shape[1] < _JUDGED_DRAWS:
+        return []
+    out = []
+    with np.errstate(all="ignore"):
+        per_chain = np.nanmean(acceptance, axis=1) if np.isfinite(acceptance).any() else None
+    if per_chain is not None:
+        low = np.flatnonzero(per_chain < LOW_ACCEPTANCE)
+        if low.size:
+            out.append(f"{_chains(low)} of {acceptance.shape[0]} accepted almost no proposal (mean acceptance "
+                       f"{', '.join(f'{per_chain[c]:.3g}' for c in low)}, below {LOW_ACCEPTANCE}): "
+                       "their draws are not draws of the posterior; check sampler.target_accept, "
+                       "sampler.num_warmup and sampler.step_size and run again")
+    values = [np.asarray(v, float) for v in draws.values() if np.asarray(v).ndim == 2]
+    if values and values[0].shape[1] >= _JUDGED_DRAWS:
+        frozen = [c for c in range(values[0].shape[0])
+                  if all(np.all(v[c] == v[c, 0]) or not np.isfinite(v[c]).any() for v in values)]
+        if frozen:
+            out.append(f"{_chains(frozen)} never moved: every post-warmup draw equals the first; "
+                       "the run does not sample the posterior")
+    return out
+
+
+def stored_chain_warnings(run_dir) -> list[str]:
+    """``chain_warnings`` of the run store in ``run_dir`` (reads the post-warmup acceptance,
+    parameters and lp only); RunStoreError when it cannot be read."""
+    reader = RunReader(run_dir)
+    draws = {name: reader.param(name) for name in reader.param_names}
+    draws["lp"] = reader.stat("lp")
+    return chain_warnings(reader.stat("acceptance_rate"), draws)

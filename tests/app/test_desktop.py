@@ -191,3 +191,37 @@ def test_exec_falls_back_to_python_dash_m_app(tmp_path):
     script.chmod(0o755)
     assert desktop.exec_command(str(python)) == [str(script)]
     assert os.access(sys.executable, os.X_OK)
+
+
+def test_install_replaces_planted_links_and_uninstall_removes_only_what_it_wrote(tmp_path, monkeypatch, capsys):
+    """Issue 33.5: install-desktop wrote through a link planted at an icon or at the launcher's
+    temporary name, uninstall deleted a launcher it did not write, a failed install left .tmp."""
+    home = tmp_path / "data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    icon = home / "icons" / "hicolor" / "48x48" / "apps" / "fieldscope.png"
+    launcher = home / "applications" / "fieldscope.desktop"
+    for link in (icon, launcher.with_name(launcher.name + ".tmp"), launcher):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(victim)
+    assert cli.main(["install-desktop"]) == 0
+    assert victim.read_text() == "the user's own file\n"
+    assert not icon.is_symlink() and icon.read_bytes() == (RESOURCES / "fieldscope-48.png").read_bytes()
+    assert not launcher.is_symlink() and desktop.MARKER in launcher.read_text().splitlines()
+    assert not [p for p in home.rglob("*.part")]
+    launcher.with_name(launcher.name + ".tmp").unlink()       # the planted link, never written through
+    capsys.readouterr()
+    # a launcher of the user's own (no marker) is left by uninstall, and said so
+    launcher.write_text("[Desktop Entry]\nType=Application\nName=Mine\nExec=mine\n")
+    assert cli.main(["install-desktop", "--uninstall"]) == 0
+    out = capsys.readouterr().out
+    assert launcher.read_text().startswith("[Desktop Entry]\nType=Application\nName=Mine")
+    assert f"{launcher}: left in place" in out and not icon.exists()
+    # a failed write (a folder where the icon goes) leaves no temporary file
+    launcher.unlink()
+    icon.mkdir(parents=True)
+    assert cli.main(["install-desktop"]) == 2
+    assert str(icon) in capsys.readouterr().err
+    assert not [p for p in home.rglob("*.part")] and not [p for p in home.rglob("*.tmp")]
