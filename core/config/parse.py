@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from core.config.limits import (
+    MAX_BANDS,
     MAX_DENSE_MODES,
     MAX_DRAWS,
     MAX_LEAPFROG_STEPS,
@@ -394,7 +395,6 @@ def _parse_field_prior(raw) -> PriorSection:
 
 #: Band powers without ``n_bins`` or ``edges``: this many bins from the grid's shells.
 DEFAULT_BAND_COUNT = 16
-_MAX_BANDS = 512
 _BAND_POWER_EXAMPLE = 'band_power = {dist = "lognormal", loc = 0.0, scale = 5.0}'
 
 
@@ -415,10 +415,10 @@ def _parse_band_powers(t, integral_keys) -> PriorSection:
         edges = tuple(float(e) for e in raw)
         if not all(math.isfinite(e) and e > 0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
             _fail("prior.edges", "must be positive, finite and strictly increasing", raw)
-        if len(edges) - 1 > _MAX_BANDS:
-            _fail("prior.edges", f"may give at most {_MAX_BANDS} bins", raw)
+        if len(edges) - 1 > MAX_BANDS:
+            _fail("prior.edges", f"may give at most {MAX_BANDS} bins", raw)
     else:
-        n_bins = _int("prior.n_bins", t.get("n_bins", DEFAULT_BAND_COUNT), 1, _MAX_BANDS,
+        n_bins = _int("prior.n_bins", t.get("n_bins", DEFAULT_BAND_COUNT), 1, MAX_BANDS,
                       "each bin is a sampled hyperparameter")
     if "band_power" not in t:
         raise ConfigError("prior.band_power", f"missing; band powers need each bin's prior, e.g. "

@@ -278,6 +278,33 @@ def hyper_posterior(grid: Grid, observations: Observations, spectrum: PowerSpect
     return HyperPosterior(tuple(name for name, _ in sampled), method=f"quadrature {nodes}^{d}", **result)
 
 
+def _chain_marginals(grids, phi, tau) -> list[np.ndarray]:
+    """Normalised marginal weights on each bin's nodes of prod_b exp(phi_b(eta_b)) times the
+    random walk prod_b N(eta_{b+1} - eta_b; 0, tau) (tau None: independent bins), by a
+    forward-backward pass in log space."""
+    nb = len(grids)
+
+    def link(b):
+        diff = (grids[b + 1][None, :] - grids[b][:, None]) / tau
+        return -0.5 * diff * diff
+
+    forward = [phi[0]]
+    for b in range(nb - 1):
+        message = logsumexp(forward[-1][:, None] + link(b), axis=0) if tau is not None else logsumexp(forward[-1])
+        forward.append(phi[b + 1] + message)
+    backward = [np.zeros_like(phi[-1])]
+    for b in range(nb - 2, -1, -1):
+        after = phi[b + 1] + backward[0]
+        backward.insert(0, logsumexp(link(b) + after[None, :], axis=1) if tau is not None
+                        else np.full(grids[b].size, logsumexp(after)))
+    weights = []
+    for b in range(nb):
+        lp = forward[b] + backward[b]
+        w = np.exp(lp - lp.max())
+        weights.append(w / w.sum())
+    return weights
+
+
 def band_posterior(grid: Grid, observations: Observations, spectrum: BandPowers, hyper_priors,
                    resolution: int = 400) -> HyperPosterior:
     """Exact per-bin posterior of band powers without a mask (module docstring); every bin
@@ -325,38 +352,27 @@ def band_posterior(grid: Grid, observations: Observations, spectrum: BandPowers,
             precision[b + 1, b + 1] += 1 / tau**2
             precision[b, b + 1] = precision[b + 1, b] = -1 / tau**2
     sd = np.sqrt(np.diag(np.linalg.inv(precision)))
-    grids = []
-    for b in range(nb):
-        step = 20 * sd[b] / resolution if tau is None else min(20 * sd[b] / resolution, tau / 5)
-        half = min(int(math.ceil(10 * sd[b] / step)), 3000)
-        grids.append(x[b] + step * np.arange(-half, half + 1))
-    phi = [unary(b, grids[b]) for b in range(nb)]
-
-    def link(b):
-        """log N(eta_{b+1} - eta_b; 0, tau) between the nodes of bins b and b + 1."""
-        diff = (grids[b + 1][None, :] - grids[b][:, None]) / tau
-        return -0.5 * diff * diff
-
-    forward = [phi[0]]
-    for b in range(nb - 1):
-        message = logsumexp(forward[-1][:, None] + link(b), axis=0) if tau is not None else logsumexp(forward[-1])
-        forward.append(phi[b + 1] + message)
-    backward = [np.zeros_like(phi[-1])]
-    for b in range(nb - 2, -1, -1):
-        after = phi[b + 1] + backward[0]
-        backward.insert(0, logsumexp(link(b) + after[None, :], axis=1) if tau is not None
-                        else np.full(grids[b].size, logsumexp(after)))
+    span = np.full(nb, 10.0)            # +- this many Laplace sd; doubled for a bin whose tail reaches it
+    for _ in range(5):
+        grids = []
+        for b in range(nb):
+            step = 20 * sd[b] / resolution if tau is None else min(20 * sd[b] / resolution, tau / 5)
+            half = min(int(math.ceil(span[b] * sd[b] / step)), 20000)
+            grids.append(x[b] + step * np.arange(-half, half + 1))
+        weights = _chain_marginals(grids, [unary(b, grids[b]) for b in range(nb)], tau)
+        reaching = [b for b, w in enumerate(weights) if max(w[0], w[-1]) > 1e-12]
+        if not reaching:
+            break
+        span[reaching] *= 2
+    else:
+        raise ValueError(f"band_posterior: the posterior of bin {reaching[0]} reaches the edge of its grid "
+                         f"(+-{span[reaching[0]] / 2:g} Laplace sd)")
     result = {key: {} for key in ("mean", "sd", "eta_mean", "eta_sd")}
     for b, (name, prior) in enumerate(sampled):
-        lp = forward[b] + backward[b]
-        weight = np.exp(lp - lp.max())
-        if max(weight[0], weight[-1]) > 1e-12 * weight.sum():
-            raise ValueError(f"band_posterior: bin {b}'s posterior reaches the edge of its grid")
-        weight /= weight.sum()
         for key, values in (("", prior.forward(grids[b])), ("eta_", grids[b])):
-            mean = float(np.sum(weight * values))
+            mean = float(np.sum(weights[b] * values))
             result[key + "mean"][name] = mean
-            result[key + "sd"][name] = float(np.sqrt(np.sum(weight * (values - mean)**2)))
+            result[key + "sd"][name] = float(np.sqrt(np.sum(weights[b] * (values - mean)**2)))
     return HyperPosterior(tuple(spectrum.parameters), method="forward-backward per bin", **result)
 
 
