@@ -10,8 +10,10 @@ refusal a ``ConfigError`` naming the key, the limit and why:
     MAX_PATH_CHARS       4096 characters for a file name (Linux's PATH_MAX): data.path,
                          data.mask, data.noise_map, prior.table
     MAX_STRING_CHARS     1024 characters for any other string (an array name, a unit)
-    MAX_ARRAY_ITEMS      16 items in any array (the longest a config takes is
-                         grid.box_size, three numbers)
+    MAX_ARRAY_ITEMS      16 items in any array (grid.box_size takes three numbers), except
+                         prior.edges: MAX_BANDS + 1 band-power edges
+    MAX_BANDS            512 band-power bins (prior.n_bins, prior.edges): each bin is a
+                         sampled hyperparameter, recorded every draw
     MAX_DRAWS            10^7 for sampler.num_warmup, sampler.num_samples and
                          sampler.chunk_size. Field-level runs need 10^3 to 10^5 draws; 10^7
                          draws store about 50 bytes per chain per draw of statistics alone
@@ -48,7 +50,7 @@ import numpy as np
 
 from core.config.schema import ConfigError
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_PATH_CHARS", "MAX_STRING_CHARS", "MAX_ARRAY_ITEMS",
+__all__ = ["MAX_CONFIG_BYTES", "MAX_PATH_CHARS", "MAX_STRING_CHARS", "MAX_ARRAY_ITEMS", "MAX_BANDS", "LONG_ARRAYS",
            "MAX_DRAWS", "MAX_LEAPFROG_STEPS", "MAX_DENSE_MODES", "PATH_KEYS", "read_config_text",
            "check_text_size", "check_document_sizes", "check_dtype_range"]
 
@@ -56,6 +58,9 @@ MAX_CONFIG_BYTES = 2**20
 MAX_PATH_CHARS = 4096
 MAX_STRING_CHARS = 1024
 MAX_ARRAY_ITEMS = 16
+MAX_BANDS = 512
+#: Arrays allowed to be longer than MAX_ARRAY_ITEMS, and their own limit.
+LONG_ARRAYS = {"prior.edges": MAX_BANDS + 1}
 MAX_DRAWS = 10**7
 MAX_LEAPFROG_STEPS = 2048
 MAX_DENSE_MODES = 4096
@@ -111,9 +116,11 @@ def check_document_sizes(raw: Mapping) -> None:
                 raise ConfigError(key, f"is {len(value):,} characters long; {what} may have at "
                                        f"most {limit:,}", label=label)
         elif isinstance(value, list):
-            if len(value) > MAX_ARRAY_ITEMS:
-                raise ConfigError(key, f"is an array of {len(value):,} items; an array in a "
-                                       f"config may have at most {MAX_ARRAY_ITEMS}", label=label)
+            limit = LONG_ARRAYS.get(key, MAX_ARRAY_ITEMS)
+            if len(value) > limit:
+                where = "this array" if key in LONG_ARRAYS else "an array in a config"
+                raise ConfigError(key, f"is an array of {len(value):,} items; {where} "
+                                       f"may have at most {limit}", label=label)
             for i, item in enumerate(value):
                 walk(item, key, f"{label}[{i}]")
         elif isinstance(value, Mapping):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from core.config.limits import (
+    MAX_BANDS,
     MAX_DENSE_MODES,
     MAX_DRAWS,
     MAX_LEAPFROG_STEPS,
@@ -348,9 +349,11 @@ def _parse_field_prior(raw) -> PriorSection:
     t = _table("prior", raw)
     kind = _choice("prior.kind", t.get("kind", "power_law"), tuple(SPECTRA))
     integral_keys = {k: "applies only to the integral model" for k in INTEGRAL_PARAMETERS}
+    band_keys = {k: "applies only to prior.kind = 'band_powers'"
+                 for k in ("n_bins", "edges", "band_power", "random_walk_scale")}
     if kind == "table":
         _check_keys("prior", t, ("kind", "table"), {
-            **integral_keys,
+            **integral_keys, **band_keys,
             **{k: "does not apply to prior.kind = 'table' (a table has no hyperparameters)"
                for k in ("k_pivot", "amplitude", "index", "cutoff_scale")}})
         if "table" not in t:
@@ -358,8 +361,10 @@ def _parse_field_prior(raw) -> PriorSection:
                               "table = \"pk.txt\" (a file of k, P rows)")
         return PriorSection(kind=kind, k_pivot=None, amplitude=None, index=None,
                             table=_str("prior.table", t["table"], nonempty=True))
+    if kind == "band_powers":
+        return _parse_band_powers(t, integral_keys)
     names = [f.name for f in fields(SPECTRA[kind])]     # amplitude, index, k_pivot[, cutoff]
-    elsewhere = {**integral_keys,
+    elsewhere = {**integral_keys, **band_keys,
                  "table": "applies only to prior.kind = 'table'",
                  "cutoff_scale": "applies only to prior.kind = 'power_law_cutoff'"}
     _check_keys("prior", t, ["kind"] + names, elsewhere)
@@ -388,6 +393,47 @@ def _parse_field_prior(raw) -> PriorSection:
                         index=values["index"], cutoff_scale=values.get("cutoff_scale"))
 
 
+#: Band powers without ``n_bins`` or ``edges``: this many bins from the grid's shells.
+DEFAULT_BAND_COUNT = 16
+_BAND_POWER_EXAMPLE = 'band_power = {dist = "lognormal", loc = 0.0, scale = 5.0}'
+
+
+def _parse_band_powers(t, integral_keys) -> PriorSection:
+    band_keys = ("kind", "n_bins", "edges", "band_power", "random_walk_scale")
+    _check_keys("prior", t, band_keys, {
+        **integral_keys, "table": "applies only to prior.kind = 'table'",
+        **{k: "does not apply to prior.kind = 'band_powers' (each bin's power is a hyperparameter "
+              "of its own: set prior.band_power)" for k in ("k_pivot", "amplitude", "index", "cutoff_scale")}})
+    if "n_bins" in t and "edges" in t:
+        raise ConfigError("prior.edges", "give either prior.n_bins (edges from the grid) or prior.edges, "
+                          "not both")
+    n_bins, edges = None, None
+    if "edges" in t:
+        raw = t["edges"]
+        if not isinstance(raw, list) or len(raw) < 2 or not all(_is_number(e) for e in raw):
+            _fail("prior.edges", "must be a list of at least 2 wavenumbers (1 / length unit)", raw)
+        edges = tuple(float(e) for e in raw)
+        if not all(math.isfinite(e) and e > 0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+            _fail("prior.edges", "must be positive, finite and strictly increasing", raw)
+        if len(edges) - 1 > MAX_BANDS:
+            _fail("prior.edges", f"may give at most {MAX_BANDS} bins", raw)
+    else:
+        n_bins = _int("prior.n_bins", t.get("n_bins", DEFAULT_BAND_COUNT), 1, MAX_BANDS,
+                      "each bin is a sampled hyperparameter")
+    if "band_power" not in t:
+        raise ConfigError("prior.band_power", f"missing; band powers need each bin's prior, e.g. "
+                          f"{_BAND_POWER_EXAMPLE} (loc: log P in length unit^3)")
+    band_power = _prior("prior.band_power", t["band_power"], ("lognormal",))
+    if band_power.is_fixed:
+        raise ConfigError("prior.band_power", f"band powers are sampled: give a prior such as "
+                          f"{_BAND_POWER_EXAMPLE}, not a fixed number ({band_power.value!r})")
+    walk = t.get("random_walk_scale")
+    if walk is not None:
+        walk = _float("prior.random_walk_scale", walk, "positive")
+    return PriorSection(kind="band_powers", k_pivot=None, amplitude=None, index=None, n_bins=n_bins,
+                        edges=edges, band_power=band_power, random_walk_scale=walk)
+
+
 _INTEGRAL_DEFAULTS = {"A": {"dist": "normal", "loc": 0.0, "scale": 1.0},
                       "c": {"dist": "normal", "loc": 0.0, "scale": 10.0},
                       "sigma": {"dist": "halfnormal", "scale": 1.0}}
@@ -407,7 +453,8 @@ def _parse_integral(raw, data_raw: Mapping) -> tuple[PriorSection, IntegralSecti
     p = _table("prior", raw)
     _check_keys("prior", p, INTEGRAL_PARAMETERS, {
         k: "applies only to the field model" for k in
-        ("kind", "k_pivot", "amplitude", "index", "cutoff_scale", "table")})
+        ("kind", "k_pivot", "amplitude", "index", "cutoff_scale", "table", "n_bins", "edges",
+         "band_power", "random_walk_scale")})
     priors = {name: p.get(name, _INTEGRAL_DEFAULTS[name]) for name in INTEGRAL_PARAMETERS}
     keys = {name: f"prior.{name}" for name in INTEGRAL_PARAMETERS}
     if "noise_sigma" in data_raw:

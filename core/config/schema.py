@@ -140,7 +140,13 @@ class PriorSection:
     """Field: the P(k) family and its hyperparameters; integral: A, c, sigma.
 
     Entries that do not apply to the kind are None (``cutoff_scale`` outside
-    power_law_cutoff; amplitude, index, k_pivot for "table"; A, c, sigma for the field).
+    power_law_cutoff; amplitude, index, k_pivot for "table" and "band_powers"; the band
+    entries outside "band_powers"; A, c, sigma for the field).
+
+    Band powers (``kind = "band_powers"``, ``core.field.power_spectrum.BandPowers``): ``n_bins``
+    bins with edges from the grid (``band_edges``) or the given ``edges`` (then ``n_bins`` is
+    None), each bin's power sampled with the prior ``band_power`` (lognormal), and
+    ``random_walk_scale``: None (independent bins) or the prior sd of log P_{b+1} - log P_b.
     """
 
     kind: str | None = "power_law"
@@ -149,6 +155,10 @@ class PriorSection:
     index: PriorValue | None = NormalPrior(loc=-2.0, scale=0.5)
     cutoff_scale: PriorValue | None = None
     table: str | None = None
+    n_bins: int | None = None
+    edges: tuple[float, ...] | None = None
+    band_power: PriorValue | None = None
+    random_walk_scale: float | None = None
     A: PriorValue | None = None
     c: PriorValue | None = None
     sigma: PriorValue | None = None

@@ -52,6 +52,16 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
         p = cfg.prior
         if p.kind == "table":
             out["prior"] = {"kind": p.kind, "table": p.table}
+        elif p.kind == "band_powers":
+            prior = {"kind": p.kind}
+            if p.edges is not None:
+                prior["edges"] = list(p.edges)
+            else:
+                prior["n_bins"] = p.n_bins
+            prior["band_power"] = prior_to_config(p.band_power)
+            if p.random_walk_scale is not None:
+                prior["random_walk_scale"] = p.random_walk_scale
+            out["prior"] = prior
         else:
             prior = {"kind": p.kind, "k_pivot": p.k_pivot,
                      "amplitude": prior_to_config(p.amplitude),

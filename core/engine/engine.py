@@ -74,7 +74,7 @@ from core.engine.models import build_model, nonfinite_report
 from core.engine.nuts import IterativeNoUTurnSampler
 from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
 from core.engine.warmup import WarmupWatch
-from core.field.power_spectrum import hyperparameter_names
+from core.field.power_spectrum import hyperparameter_priors
 from core.run import input_files, run_folder
 from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, stage2_apart, unrolls
 from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
@@ -102,8 +102,7 @@ def samples_hyperparameters(config) -> bool:
     """Whether a field config samples a P(k) hyperparameter (a prior table, not a number)."""
     if config.model.kind != "field":
         return False
-    return any(not isinstance(getattr(config.prior, name), (int, float))
-               for name in hyperparameter_names(config.prior.kind))
+    return any(not prior.is_fixed for prior in hyperparameter_priors(config.prior).values())
 
 class EngineError(RuntimeError):
     """A run that cannot go on, with a diagnosis a user can act on."""

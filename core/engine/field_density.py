@@ -33,7 +33,11 @@ raw_modes
 Hyperparameters of P(k) (amplitude, index, cutoff_scale) are fixed or sampled. A
 sampled one is represented by an unconstrained eta with theta = b(eta), b the map of its
 prior's kind (``core.priors``; TensorFlow twin in ``core.engine.prior_density``); the
-density of eta is the tfp prior of theta plus log |d theta / d eta|.
+density of eta is the tfp prior of theta plus log |d theta / d eta|. Band powers
+(``core.field.power_spectrum.BandPowers``): one hyperparameter P_b per bin (lognormal, so
+eta_b = log P_b), log P(k) gathered from the bins by each mode's bin index, and the family's
+random-walk prior sum_b log N(eta_{b+1} - eta_b; 0, tau) added to the hyperparameters' prior
+(the TensorFlow twin of ``BandPowers.log_random_walk_prior``).
 
 Likelihoods (``core.field.observations``): Gaussian with per-voxel noise and a mask, or
 Poisson counts with lambda = nbar exp(x); an optional Gaussian smoothing
@@ -81,7 +85,7 @@ from core.engine import fft
 from core.engine.prior_density import tf_prior
 from core.field.grid import Grid
 from core.field.observations import Observations
-from core.field.power_spectrum import PowerLaw, PowerLawCutoff, PowerSpectrum
+from core.field.power_spectrum import BandPowers, PowerLaw, PowerLawCutoff, PowerSpectrum
 from core.field.preconditioner import MODE_PRECISION_METHODS, dense_block, fourier_scale, likelihood_mode_precision
 from core.priors import Prior, SampledPrior
 
@@ -196,6 +200,9 @@ class FieldPosterior:
                                  f"(it has: {', '.join(spectrum.parameters) or 'none'})")
             if prior.is_fixed:
                 continue
+            if isinstance(spectrum, BandPowers) and prior.dist != "lognormal":
+                raise ValueError(f"prior of {name!r}: band powers take dist = \"lognormal\" (log P is "
+                                 f"the sampled coordinate), not {prior.dist!r}")
             if name in _POSITIVE:
                 if prior.dist == "normal":
                     raise ValueError(f"prior of {name!r}: must be positive; use dist = \"lognormal\" "
@@ -218,6 +225,8 @@ class FieldPosterior:
         if isinstance(spec, (PowerLaw, PowerLawCutoff)):
             self._log_k_ratio = tf.constant(np.log(safe_k / spec.k_pivot), rd)
             self._k2 = tf.constant(safe_k**2, rd)
+        if isinstance(spec, BandPowers):     # each mode's bin (k = 0: bin 0, masked by S_0 = 0)
+            self._bin_half = tf.constant(np.maximum(spec.bin_index(k_half), 0).astype(np.int32))
         fixed_s = self._mode_variance_numpy(k_half)
         self._fixed_sqrt_s = tf.constant(np.sqrt(fixed_s), rd) if not self.sampled else None
         if self.parameterisation == "raw_modes" or self.preconditioner == "fourier":
@@ -227,6 +236,8 @@ class FieldPosterior:
             self._log_k_ratio_full = (tf.constant(np.log(np.where(k_full > 0, k_full, 1.0) / spec.k_pivot), rd)
                                       if isinstance(spec, (PowerLaw, PowerLawCutoff)) else None)
             self._k2_full = tf.constant(np.where(k_full > 0, k_full, 1.0)**2, rd)
+            if isinstance(spec, BandPowers):
+                self._bin_full = tf.constant(np.maximum(spec.bin_index(k_full), 0).astype(np.int32))
             self._fixed_s_full = tf.constant(
                 np.where(k_full > 0, self._mode_variance_numpy(k_full), 1.0), rd) if not self.sampled else None
         self.block = None
@@ -293,11 +304,35 @@ class FieldPosterior:
             b = h.bijector(self.dtype)
             theta = b.forward(e)
             total += h.distribution(self.dtype).log_prob(theta) + b.forward_log_det_jacobian(e, event_ndims=0)
-        return total
+        return total + self._random_walk_log_prior(eta)
 
-    def _log_power_with(self, theta, log_k_ratio, k2):
-        """log P(k; theta) for the analytic families, broadcasting theta over chains."""
+    def _random_walk_log_prior(self, eta):
+        """Band powers' smoothness prior: sum_b log N(eta_{b+1} - eta_b; 0, tau), eta_b = log P_b
+        (``BandPowers.log_random_walk_prior``); 0 for the other families or without a walk."""
         spec = self.spectrum
+        if not isinstance(spec, BandPowers) or spec.random_walk_scale is None or not self.sampled:
+            return 0.0
+        tau = spec.random_walk_scale
+        log_bins = self._band_log_powers(eta)
+        step = (log_bins[..., 1:] - log_bins[..., :-1]) / tau
+        per_step = -0.5 * step * step - (math.log(tau) + 0.5 * _LOG_2PI)
+        return tf.reduce_sum(per_step, axis=-1)
+
+    def _band_log_powers(self, eta):
+        """Band powers: log P_b per bin, (..., n_bins): eta_b where sampled (lognormal: eta = log P),
+        the spectrum's own power where fixed."""
+        spec, column = self.spectrum, {h.name: i for i, h in enumerate(self.sampled)}
+        return tf.stack([eta[..., column[name]] if name in column
+                         else tf.fill(tf.shape(eta)[:-1], tf.constant(math.log(value), self.dtype))
+                         for name, value in zip(spec.parameters, spec.powers)], axis=-1)
+
+    def _log_power_with(self, theta, log_k_ratio, k2, bins=None, eta=None):
+        """log P(k; theta) for the analytic families, broadcasting theta over chains; band
+        powers gather log P_b (from ``eta``) by each mode's bin (``bins``)."""
+        spec = self.spectrum
+        if isinstance(spec, BandPowers):
+            log_bins = self._band_log_powers(eta)            # (chains, n_bins)
+            return tf.gather(log_bins, bins, axis=-1)       # (chains, n0, n1, m)
         def value(name):
             if name in theta:
                 return tf.reshape(theta[name], [-1, 1, 1, 1])
@@ -312,13 +347,15 @@ class FieldPosterior:
         if not self.sampled:
             return self._fixed_sqrt_s
         theta = self.hyperparameters(eta)
-        log_s = self._log_power_with(theta, self._log_k_ratio, self._k2) + math.log(self._norm)
+        log_s = self._log_power_with(theta, getattr(self, "_log_k_ratio", None), getattr(self, "_k2", None),
+                                     getattr(self, "_bin_half", None), eta) + math.log(self._norm)
         return tf.exp(0.5 * log_s) * self._dc_mask_half
 
     def _log_mode_variance_full(self, eta):
         """log S_k on the full grid with sampled hyperparameters; 0 at the inert k = 0 entry."""
         theta = self.hyperparameters(eta)
-        log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full) + math.log(self._norm)
+        log_s = self._log_power_with(theta, self._log_k_ratio_full, self._k2_full,
+                                     getattr(self, "_bin_full", None), eta) + math.log(self._norm)
         return log_s * self._k_full_nonzero
 
     # -- the preconditioner ---------------------------------------------------

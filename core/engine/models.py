@@ -27,8 +27,7 @@ from core.config import RunConfig
 from core.engine import fft
 from core.engine.field_density import FieldPosterior
 from core.field.power_estimator import measure_power
-from core.field.power_spectrum import hyperparameter_names, prior_spectrum
-from core.priors import parse_prior
+from core.field.power_spectrum import hyperparameter_priors, prior_spectrum
 
 __all__ = ["FieldModel", "IntegralModel", "build_model", "nonfinite_report"]
 
@@ -64,10 +63,12 @@ class FieldModel:
             raise LoadError(f"{config.data_path}: {problem}")
         prior = config.prior
         # the config holds a number (fixed) or a core.priors object (sampled)
-        hyper = {name: parse_prior(f"prior.{name}", getattr(prior, name))
-                 for name in hyperparameter_names(prior.kind)}
+        hyper = hyperparameter_priors(prior)
         values = {name: h.median() for name, h in hyper.items()}   # a fixed one: its value
-        spectrum = prior_spectrum(prior, load_prior_table(config), values)
+        try:
+            spectrum = prior_spectrum(prior, load_prior_table(config), values, grid=self.grid)
+        except ValueError as exc:       # band powers: more bins than the grid has distinct |k|
+            raise LoadError(f"{config.data_path}: {exc}") from None
         self.spectrum = spectrum
         self.dtype = _DTYPES[config.field.dtype]
         # "fourier" is a change of variables inside the density (every kernel gets it);

@@ -21,6 +21,13 @@ Families (the registry ``SPECTRA`` maps config names to classes)
                     log P = log A + n log(k / k_p) - (k R)^2
 "table"             a (k, P) table, linear interpolation in (log k, log P); beyond the
                     table, power laws continuing the first and last segments.
+"band_powers"       P(k) = P_b for edges[b] <= k < edges[b + 1] (piecewise constant, bins
+                    usually even in log k): a non-parametric spectrum whose hyperparameters
+                    are the bin powers ``band_power_00``, ``band_power_01``, ... (unit^3, > 0).
+                    Modes below the first edge take P_0, modes above the last edge the last
+                    bin's power (the last bin is closed). Default edges: ``band_edges``. Its
+                    optional smoothness prior is a Gaussian random walk in log P
+                    (``BandPowers.log_random_walk_prior``), on top of each bin's own prior.
 
 A = ``amplitude`` (unit^3, > 0), n = ``index`` (any finite number), k_p = ``k_pivot``
 (1 / unit, > 0, a fixed convention, never sampled), R = ``cutoff_scale`` (unit, >= 0).
@@ -49,6 +56,10 @@ __all__ = [
     "PowerLaw",
     "PowerLawCutoff",
     "TabulatedPower",
+    "BandPowers",
+    "band_edges",
+    "band_power_names",
+    "hyperparameter_priors",
     "SPECTRA",
     "spectrum_from_config",
     "spectrum_to_json",
@@ -301,35 +312,203 @@ class TabulatedPower(PowerSpectrum):
     __hash__ = None
 
 
+def band_power_names(n_bins: int) -> list[str]:
+    """The hyperparameter names of ``n_bins`` band powers: band_power_00, band_power_01, ...
+    (zero-padded to at least two digits, so that they sort in bin order)."""
+    width = max(2, len(str(n_bins - 1)))
+    return [f"band_power_{b:0{width}d}" for b in range(n_bins)]
+
+
+def band_edges(k, n_bins: int) -> np.ndarray:
+    """Default band-power edges for the wavenumbers ``k`` of a grid (any shape; k = 0 ignored).
+
+    ``n_bins`` bins as even in log k as the grid's discrete |k| allow, none empty: the edges
+    lie halfway (in log k) between consecutive distinct |k| of the grid, the outer ones half a
+    step beyond the smallest and the largest. Chosen from the lowest bin up: each next edge is
+    the admissible midpoint closest to an even split (in log k) of what is left, leaving at
+    least one distinct |k| for every bin still to place. ValueError if the grid has fewer
+    distinct nonzero |k| than ``n_bins``.
+    """
+    if not isinstance(n_bins, numbers.Integral) or isinstance(n_bins, bool) or n_bins < 1:
+        raise ValueError(f"band powers: n_bins = {n_bins!r} must be a positive integer")
+    k = np.asarray(k, dtype=np.float64).ravel()
+    log_k = np.unique(np.round(np.log(k[k > 0]), 9))
+    if log_k.size < n_bins:
+        raise ValueError(f"band powers: n_bins = {n_bins} but the grid has only {log_k.size} "
+                         "distinct |k|: use at most that many bins")
+    if log_k.size == 1:
+        return np.exp(log_k[0] + np.array([-0.05, 0.05]))
+    cuts = 0.5 * (log_k[1:] + log_k[:-1])           # cut j: between distinct |k| j and j + 1
+    low = log_k[0] - 0.5 * (log_k[1] - log_k[0])
+    high = log_k[-1] + 0.5 * (log_k[-1] - log_k[-2])
+    edges, first = [low], 0                          # first: the lowest |k| not yet in a bin
+    for b in range(1, n_bins):
+        target = edges[-1] + (high - edges[-1]) / (n_bins - b + 1)
+        admissible = np.arange(first, log_k.size - 1 - (n_bins - b) + 1)
+        j = admissible[np.argmin(np.abs(cuts[admissible] - target))]
+        edges.append(cuts[j])
+        first = j + 1
+    edges.append(high)
+    return np.exp(np.array(edges))
+
+
+@dataclass(frozen=True)
+class BandPowers(PowerSpectrum):
+    """P(k) piecewise constant over bins in k: P(k) = P_b for edges[b] <= k < edges[b + 1].
+
+    edges: increasing, > 0, length n_bins + 1 (unit^-1); powers: the n_bins values P_b
+    (unit^3, > 0); modes below edges[0] take P_0 and modes from edges[-1] up the last
+    power (documented choice: every mode of the grid has a bin). P(0) = 0.
+    random_walk_scale: None (independent bins) or tau > 0, the prior sd of
+    log P_{b+1} - log P_b: the smoothness prior (``log_random_walk_prior``). Hyperparameters:
+    ``band_power_names(n_bins)``, each overriding one P_b.
+    """
+
+    edges: tuple
+    powers: tuple
+    random_walk_scale: float | None = None
+
+    kind: ClassVar[str] = "band_powers"
+
+    def __post_init__(self):
+        edges = np.asarray(self.edges, dtype=np.float64)
+        powers = np.asarray(self.powers, dtype=np.float64)
+        if edges.ndim != 1 or edges.size < 2:
+            raise ValueError(f"band_powers edges = {self.edges!r}: need at least 2 values")
+        if not np.all(np.isfinite(edges)) or np.any(edges <= 0) or np.any(np.diff(edges) <= 0):
+            raise ValueError(f"band_powers edges = {edges.tolist()!r}: must be positive, finite "
+                             "and strictly increasing")
+        if powers.shape != (edges.size - 1,):
+            raise ValueError(f"band_powers: {powers.size} powers for {edges.size - 1} bins "
+                             f"({edges.size} edges): give one power per bin")
+        if not np.all(np.isfinite(powers) & (powers > 0)):
+            raise ValueError(f"band_powers powers = {powers.tolist()!r}: must be positive and finite")
+        scale = self.random_walk_scale
+        if scale is not None and not (_is_real_number(scale) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"band_powers random_walk_scale = {scale!r}: must be a positive number "
+                             "(or None for independent bins)")
+        object.__setattr__(self, "edges", tuple(edges.tolist()))
+        object.__setattr__(self, "powers", tuple(powers.tolist()))
+        object.__setattr__(self, "random_walk_scale", None if scale is None else float(scale))
+        names = tuple(band_power_names(powers.size))
+        object.__setattr__(self, "parameters", names)          # per instance: one per bin
+        object.__setattr__(self, "parameter_rules", dict.fromkeys(names, "positive"))
+
+    @property
+    def n_bins(self) -> int:
+        return len(self.powers)
+
+    def _merged(self, overrides):
+        unknown = [name for name in overrides if name not in self.parameters]
+        if unknown:
+            raise ValueError(f"band_powers: unknown hyperparameter {unknown[0]!r} (this spectrum "
+                             f"has {self.parameters[0]} .. {self.parameters[-1]})")
+        values = dict(zip(self.parameters, self.powers))
+        values.update(overrides)
+        return {name: _check_parameter(self.kind, name, value, "positive") for name, value in values.items()}
+
+    def bin_index(self, k) -> np.ndarray:
+        """The bin of each wavenumber (int64, the shape of k): 0 .. n_bins - 1, -1 at k = 0."""
+        k = _check_k(k)
+        inner = np.asarray(self.edges[1:-1])
+        return np.where(k > 0, np.searchsorted(inner, k, side="right"), -1)
+
+    def log_power(self, k, **overrides) -> np.ndarray:
+        """log P(k); -inf at k = 0. Overrides: band_power_00, ... (any subset)."""
+        p = self._merged(overrides)
+        index = self.bin_index(k)
+        logp = np.full(np.broadcast_shapes(index.shape, *[np.shape(v) for v in p.values()]), -np.inf)
+        for b, name in enumerate(self.parameters):       # overrides broadcast against k
+            logp = np.where(index == b, np.log(p[name]), logp)
+        return logp
+
+    def log_random_walk_prior(self, log_powers) -> np.ndarray:
+        """sum_b log Normal(log P_{b+1} - log P_b; 0, tau) over the last axis of ``log_powers``
+        (shape (..., n_bins)); 0 without a random walk. Normalised per step, so with each bin's
+        own lognormal prior the joint prior is a proper Gaussian in log P."""
+        log_powers = np.asarray(log_powers, dtype=np.float64)
+        if self.random_walk_scale is None or log_powers.shape[-1] < 2:
+            return np.zeros(log_powers.shape[:-1])
+        tau = self.random_walk_scale
+        step = np.diff(log_powers, axis=-1) / tau
+        return np.sum(-0.5 * step * step - math.log(tau) - 0.5 * math.log(2.0 * math.pi), axis=-1)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"edges": list(self.edges), "powers": list(self.powers),
+                "random_walk_scale": self.random_walk_scale}
+
+
 SPECTRA: dict[str, type[PowerSpectrum]] = {
     "power_law": PowerLaw,
     "power_law_cutoff": PowerLawCutoff,
     "table": TabulatedPower,
+    "band_powers": BandPowers,
 }
 
 
-def hyperparameter_names(kind: str) -> list[str]:
-    """The hyperparameters of a config's P(k) family (``[prior] kind``); none for a table."""
+def _band_count(prior) -> int:
+    return prior.n_bins if prior.edges is None else len(prior.edges) - 1
+
+
+def hyperparameter_names(kind: str, n_bins: int | None = None) -> list[str]:
+    """The hyperparameters of a config's P(k) family (``[prior] kind``); none for a table;
+    for band powers one per bin (``n_bins`` needed)."""
     if kind == "table":
         return []
+    if kind == "band_powers":
+        if n_bins is None:
+            raise ValueError("band_powers: the number of bins is needed for the names")
+        return band_power_names(n_bins)
     return ["amplitude", "index"] + (["cutoff_scale"] if kind == "power_law_cutoff" else [])
 
 
+def hyperparameter_priors(prior) -> dict:
+    """name -> ``core.priors`` object (``Fixed`` for a fixed one) of every hyperparameter of a
+    field config's ``[prior]`` section: the section's own value per name; for band powers
+    every bin gets ``prior.band_power``. The engine's model builds its hyperparameters here."""
+    from core.priors import parse_prior
+
+    if prior.kind == "band_powers":
+        return {name: parse_prior("prior.band_power", prior.band_power)
+                for name in band_power_names(_band_count(prior))}
+    return {name: parse_prior(f"prior.{name}", getattr(prior, name))
+            for name in hyperparameter_names(prior.kind)}
+
+
 def prior_spectrum(prior, table: "TabulatedPower | None" = None,
-                   values: Mapping[str, float] | None = None) -> PowerSpectrum:
+                   values: Mapping[str, float] | None = None, grid=None) -> PowerSpectrum:
     """The P(k) of a field config's ``[prior]`` section (``core.config.PriorSection``).
 
     For ``prior.kind == "table"`` the caller gives the table read from ``prior.table``
     (``core.io.load_prior_table(config)``: this numpy module reads no files). A family takes
     ``values[name]`` for each hyperparameter given there and the section's number for the
-    others; a sampled hyperparameter must be given (ValueError otherwise). The engine's
-    model, the exact posterior and the P(k) panel all build their spectrum here.
+    others; a sampled hyperparameter must be given (ValueError otherwise). Band powers
+    without ``prior.edges`` need the ``grid`` (``core.field.grid.Grid``) for their default
+    edges (``band_edges``). The engine's model, the exact posterior and the P(k) panel all
+    build their spectrum here.
     """
     if prior.kind == "table":
         if not isinstance(table, TabulatedPower):
             raise ValueError("prior.kind = 'table': the table read from prior.table must be "
                              "given")
         return table
+    if prior.kind == "band_powers":
+        if prior.edges is not None:
+            edges = np.asarray(prior.edges, dtype=np.float64)
+        elif grid is None:
+            raise ValueError("prior.kind = 'band_powers' without prior.edges: the grid is needed "
+                             "for the default edges")
+        else:
+            edges = band_edges(grid.k_magnitude_full(), prior.n_bins)
+        values = dict(values or {})
+        powers = []
+        for name in band_power_names(edges.size - 1):
+            value = values.get(name, prior.band_power)
+            if not isinstance(value, numbers.Real):
+                raise ValueError(f"{name} (prior.band_power) is sampled: its value must be given")
+            powers.append(float(value))
+        return BandPowers(edges=tuple(edges), powers=tuple(powers),
+                          random_walk_scale=prior.random_walk_scale)
     values = dict(values or {})
     params: dict[str, Any] = {"k_pivot": prior.k_pivot}
     for name in hyperparameter_names(prior.kind):

@@ -9,6 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -291,6 +292,25 @@ BAD = [
     (F + "[prior]\ntable = \"pk.txt\"\n", "[prior] key 'table' applies only to prior.kind = "
      "'table'", 'prior.table'),
     (F + "[prior]\nkind = \"powerlaw\"\n", "(did you mean 'power_law'?)", 'prior.kind'),
+    (F + "[prior]\nkind = \"band_powers\"\n", "prior.band_power: missing; band powers need each bin's prior, "
+     "e.g. band_power = {dist = \"lognormal\"", 'prior.band_power'),
+    (F + "[prior]\nkind = \"band_powers\"\nband_power = 3.0\n", "prior.band_power: band powers are sampled",
+     'prior.band_power'),
+    (F + "[prior]\nkind = \"band_powers\"\nband_power = { dist = \"normal\", loc = 0.0, scale = 1.0 }\n",
+     "prior.band_power: unknown dist 'normal'; known: ['lognormal']", 'prior.band_power'),
+    (F + "[prior]\nkind = \"band_powers\"\nn_bins = 0\n", "prior.n_bins: must be a positive integer", 'prior.n_bins'),
+    (F + "[prior]\nkind = \"band_powers\"\nn_bins = 600\n", "prior.n_bins: may be at most 512", 'prior.n_bins'),
+    (F + "[prior]\nkind = \"band_powers\"\nedges = [0.2, 0.1]\n", "prior.edges: must be positive, finite and "
+     "strictly increasing", 'prior.edges'),
+    (F + "[prior]\nkind = \"band_powers\"\nedges = [0.1]\n", "prior.edges: must be a list of at least 2",
+     'prior.edges'),
+    (F + "[prior]\nkind = \"band_powers\"\nedges = [0.1, 0.2]\nn_bins = 3\n", "give either prior.n_bins",
+     'prior.edges'),
+    (F + "[prior]\nkind = \"band_powers\"\nindex = -2.0\n", "[prior] key 'index' does not apply to "
+     "prior.kind = 'band_powers'", 'prior.index'),
+    (F + "[prior]\nkind = \"band_powers\"\nrandom_walk_scale = 0\nband_power = { dist = \"lognormal\", "
+     "loc = 0.0, scale = 1.0 }\n", "prior.random_walk_scale: must be a positive", 'prior.random_walk_scale'),
+    (F + "[prior]\nn_bins = 16\n", "[prior] key 'n_bins' applies only to prior.kind = 'band_powers'", 'prior.n_bins'),
     (F + "[prior]\nA = 1.0\n", "[prior] key 'A' applies only to the integral model", 'prior.A'),
     (F + "[integral]\nrefine = 4\n", "[integral] applies only to model.kind = 'integral'", 'integral'),
     (I + "[grid]\nbox_size = 1.0\n", "[grid] applies only to model.kind = 'field'", 'grid'),
@@ -386,9 +406,19 @@ def field_documents(draw):
     # 1 / noise_sigma^2 must fit the dtype too
     noise = positive32 if dtype == "float32" else st.floats(1e-150, 1e300)
     distribution = distributions(finite_, positive_)
-    kind = draw(st.sampled_from(["power_law", "power_law_cutoff", "table"]))
+    kind = draw(st.sampled_from(["power_law", "power_law_cutoff", "table", "band_powers"]))
     if kind == "table":
         prior = {"kind": kind, "table": draw(text)}
+    elif kind == "band_powers":
+        prior = {"kind": kind}
+        if draw(st.booleans()):
+            prior["n_bins"] = draw(st.integers(1, 512))
+        else:
+            steps = draw(st.lists(st.floats(1e-3, 1e3), min_size=1, max_size=20))
+            prior["edges"] = [float(v) for v in np.cumsum([draw(st.floats(1e-6, 1e6))] + steps)]
+        prior["band_power"] = {"dist": "lognormal", "loc": draw(finite_), "scale": draw(positive_)}
+        if draw(st.booleans()):
+            prior["random_walk_scale"] = draw(positive_)
     else:
         prior = {"kind": kind, "k_pivot": draw(positive_),
                  "amplitude": draw(st.one_of(positive_, distribution)),

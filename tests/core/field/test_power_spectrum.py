@@ -6,13 +6,17 @@ import warnings
 import numpy as np
 import pytest
 
+from core.field.grid import Grid
 from core.field.power_spectrum import (
     FIELD_HYPERPRIOR_KINDS,
     SPECTRA,
+    BandPowers,
     PowerLaw,
     PowerLawCutoff,
     PowerSpectrum,
     TabulatedPower,
+    band_edges,
+    band_power_names,
     spectrum_from_config,
 )
 from core.priors import SAMPLED_KINDS
@@ -109,9 +113,10 @@ def test_table_exact_at_nodes_and_loglog_linear_between():
 
 def test_registry_and_config_roundtrip(tmp_path):
     assert SPECTRA == {"power_law": PowerLaw, "power_law_cutoff": PowerLawCutoff,
-                       "table": TabulatedPower}
+                       "table": TabulatedPower, "band_powers": BandPowers}
     for spectrum in (PowerLaw(3.0, -2.0, 0.5), PowerLawCutoff(3.0, -2.0, 0.5, 4.0),
-                     TabulatedPower([0.1, 0.2, 0.4], [1.0, 2.0, 0.5])):
+                     TabulatedPower([0.1, 0.2, 0.4], [1.0, 2.0, 0.5]),
+                     BandPowers((0.1, 0.2, 0.4), (3.0, 1.0)), BandPowers((0.1, 0.2, 0.4), (3.0, 1.0), 0.5)):
         assert isinstance(spectrum, PowerSpectrum)
         assert SPECTRA[spectrum.kind] is type(spectrum)
         rebuilt = spectrum_from_config(spectrum.kind, spectrum.to_config())
@@ -136,3 +141,69 @@ def test_registry_and_config_roundtrip(tmp_path):
 def test_field_hyperprior_kinds_are_registry_kinds():
     assert set(FIELD_HYPERPRIOR_KINDS) == {"normal", "lognormal", "uniform"}
     assert set(FIELD_HYPERPRIOR_KINDS) <= set(SAMPLED_KINDS)
+
+
+# ---------------------------------------------------------------------------- band powers
+
+
+def test_band_powers_are_piecewise_constant_with_clamped_ends():
+    bands = BandPowers((0.1, 0.2, 0.4, 0.8), (5.0, 2.0, 1.0))
+    assert bands.parameters == ("band_power_00", "band_power_01", "band_power_02")
+    k = np.array([0.0, 0.05, 0.1, 0.199, 0.2, 0.5, 0.8, 3.0])
+    np.testing.assert_array_equal(bands.bin_index(k), [-1, 0, 0, 0, 1, 2, 2, 2])
+    np.testing.assert_allclose(bands(k), [0.0, 5.0, 5.0, 5.0, 2.0, 1.0, 1.0, 1.0], rtol=1e-15)
+    # overrides broadcast against k, one bin at a time
+    got = bands.evaluate(np.array([0.15, 0.3]), band_power_01=np.array([[7.0], [9.0]]))
+    np.testing.assert_allclose(got, [[5.0, 7.0], [5.0, 9.0]], rtol=1e-15)
+    with pytest.raises(ValueError, match="unknown hyperparameter 'amplitude'"):
+        bands.evaluate(0.3, amplitude=1.0)
+    with pytest.raises(ValueError, match="must be positive"):
+        bands.evaluate(0.3, band_power_02=-1.0)
+
+
+@pytest.mark.parametrize("edges, powers, walk, message", [
+    ((0.1,), (), None, "at least 2"), ((0.2, 0.1), (1.0,), None, "strictly increasing"),
+    ((0.0, 0.1), (1.0,), None, "positive"), ((0.1, 0.2, 0.3), (1.0,), None, "one power per bin"),
+    ((0.1, 0.2), (0.0,), None, "positive and finite"), ((0.1, 0.2), (1.0,), -1.0, "random_walk_scale")])
+def test_band_powers_reject_bad_input(edges, powers, walk, message):
+    with pytest.raises(ValueError, match=message):
+        BandPowers(edges, powers, walk)
+
+
+def test_band_random_walk_prior_is_a_sum_of_normal_steps():
+    from scipy import stats
+
+    bands = BandPowers((0.1, 0.2, 0.4, 0.8), (5.0, 2.0, 1.0), random_walk_scale=0.3)
+    log_p = np.array([[1.0, 0.5, 0.9], [0.0, 0.0, 0.0]])
+    expected = stats.norm(0, 0.3).logpdf(np.diff(log_p, axis=-1)).sum(axis=-1)
+    np.testing.assert_allclose(bands.log_random_walk_prior(log_p), expected, rtol=1e-13)
+    np.testing.assert_array_equal(BandPowers((0.1, 0.2, 0.4), (1.0, 2.0)).log_random_walk_prior(log_p[:, :2]), 0.0)
+
+
+@pytest.mark.parametrize("shape, box, n_bins", [((16, 16, 16), 64.0, 16), ((8, 8, 8), 10.0, 5),
+                                                ((12, 10, 8), (30.0, 20.0, 10.0), 12), ((32, 32, 32), 100.0, 16)])
+def test_default_band_edges_cover_every_mode_with_no_empty_bin(shape, box, n_bins):
+    grid = Grid(shape, box)
+    k = grid.k_magnitude_full()
+    edges = band_edges(k, n_bins)
+    assert edges.size == n_bins + 1 and np.all(np.diff(edges) > 0)
+    assert edges[0] < k[k > 0].min() and edges[-1] > k.max()
+    counts = np.histogram(k[k > 0], edges)[0]
+    assert np.all(counts > 0) and counts.sum() == grid.n_cells - 1
+    if shape == (32, 32, 32):     # enough distinct |k|: the upper bins are even in log k
+        widths = np.diff(np.log(edges))[4:]
+        assert widths.max() < 1.3 * widths.min()
+
+
+def test_default_band_edges_need_enough_distinct_wavenumbers():
+    k = Grid((4, 4, 4), 10.0).k_magnitude_full()
+    distinct = np.unique(np.round(k[k > 0], 9)).size
+    assert band_edges(k, distinct).size == distinct + 1
+    with pytest.raises(ValueError, match=f"only {distinct} distinct"):
+        band_edges(k, distinct + 1)
+
+
+def test_band_power_names_sort_in_bin_order():
+    assert band_power_names(3) == ["band_power_00", "band_power_01", "band_power_02"]
+    names = band_power_names(120)
+    assert names[-1] == "band_power_119" and sorted(names) == names
