@@ -57,8 +57,10 @@ cutoff scale fitted at 0).
 
 Goodness of fit, and the flag
 -----------------------------
-chi^2 = sum_i (x_i - mu_i)^2 / (2 mu_i^2 / n_i) over the shells used, dof = shells - fitted
-parameters (the noise included when fitted). A fit is FLAGGED when chi^2 / dof > 1.5 and its
+chi^2 is the deviance, 2 sum_i (n_i / 2) (x_i / mu_i - 1 - log(x_i / mu_i)) over the shells
+used (the likelihood-ratio chi^2 against a saturated model; for many modes it is Pearson's
+sum (x_i - mu_i)^2 / (2 mu_i^2 / n_i), and unlike Pearson's it is not thrown by the few-mode
+shells' long tails), dof = shells - fitted parameters (the noise included when fitted). A fit is FLAGGED when chi^2 / dof > 1.5 and its
 chance under the model is below 1e-3: the family does not describe the data's P(k) within
 the errors of the modes (wrong shape, the noise level wrong, so that leftover or missing noise
 at high k is read as signal, or a mask / beam not described). A flagged fit's numbers are not
@@ -131,7 +133,7 @@ class FitResult:
                         observed voxels); noise_sigma_error its sd (0 when given)
     noise_fitted        whether N was fitted (noise="fit")
     observed_fraction   f; mask_floor w (0 for large masked regions)
-    chi2, dof           Pearson chi^2 of the shells against the fit, and shells - parameters
+    chi2, dof           the deviance chi^2 of the shells against the fit, shells - parameters
     p_value             P(chi^2_dof >= chi2)
     log_likelihood      the gamma log-likelihood at the optimum (constants included)
     n_parameters        parameters fitted (hyperparameters, plus 1 with the noise)
@@ -593,7 +595,7 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
 
     mu, _ = like.mean(theta, derivatives=False)
     a, x = like.a, like.x
-    chi2 = float(np.sum(a * (x - mu) ** 2 / mu ** 2))
+    chi2 = float(np.sum(like._residuals(mu) ** 2))
     dof = n_used - n_par
     p_value = float(chi2_distribution.sf(chi2, dof))
     loglike = like.log_likelihood(mu)
@@ -729,7 +731,7 @@ def _check_detection(like: _Likelihood, theta, best_value, kind, names, fit_nois
 def _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value, k_used,
                a, x, mu) -> str:
     """What a flagged fit means, for this fit (module docstring)."""
-    contribution = a * (x - mu) ** 2 / mu ** 2
+    contribution = 2.0 * a * (x / mu - 1.0 - np.log(x / mu))
     high = k_used > np.median(k_used)
     where = ("mostly at high k, where the noise dominates" if contribution[high].sum()
              > 0.7 * contribution.sum() else "mostly at low k" if contribution[~high].sum()
