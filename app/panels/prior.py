@@ -371,8 +371,8 @@ class PriorPanel(SetupPanel):
                              "choose it above to use that fit.")
         if fit.flagged:
             lines.append("FLAGGED: " + fit.warning)
-        lines.append("Dots: the data's P(k), noise subtracted, mask corrected (hollow: below "
-                     "the noise); dashed: the fit; solid: the prior.")
+        lines.append("Dots: the data's P(k), noise subtracted, mask corrected (hollow: less "
+                     "than 2 sd above 0); dashed: the fit; solid: the prior.")
         self.fit_label.setStyleSheet("color: #d9534f;" if fit.flagged else "")
         self.fit_label.setText("\n".join(lines))
         finite = np.isfinite(fit.power) & fit.used
@@ -383,7 +383,10 @@ class PriorPanel(SetupPanel):
         self.fit_dropped.setData(fit.k[shown & ~detected], fit.power[shown & ~detected])
         k = fit.k[np.isfinite(fit.k)]
         k = np.geomspace(k.min(), k.max(), 200)
-        self.fit_curve.setData(k, fit.spectrum.evaluate(k))
+        p = fit.spectrum.evaluate(k)
+        # the fit drawn where the data can see it: not decades below the noise
+        visible = p > 1e-3 * fit.noise_power
+        self.fit_curve.setData(k[visible], p[visible])
 
     def fit_usable(self) -> bool:
         """A fit to use: there is one, and it is not flagged or the user said to use it."""

@@ -72,8 +72,11 @@ A signal must be detected: when the fit improves -2 log L over the noise alone b
 the 1e-3 quantile of chi^2 with as many degrees of freedom as hyperparameters, the fit is
 refused (``PriorFitError``): there is nothing in the data's P(k) above the noise to fit.
 
-The data's P(k) as shown: P_data,i = (x_i - N - w <B^2 P_fit>) / ((1 - w) <B^2>_shell i),
-its sd mu_i sqrt(2 / n_i) / ((1 - w) <B^2>_shell i).
+The data's P(k) as shown: P_data,i = (x_i - N - leak_i) / (d_i <B^2>_shell i), d_i the share
+of its own power shell i keeps under the mask (1 + M_ii; 1 - w with the flat-floor model),
+leak_i what the fit says it receives from the other shells; its sd
+mu_i sqrt(2 / n_i) / (d_i <B^2>_shell i). Where the leak or the noise dominates, P_data is
+noise around 0 (a shell below 2 sd is drawn hollow in the Prior panel).
 
 Poisson counts are refused: their power is that of exp(s) - 1 plus shot noise, not P(k)
 of the field s, and undoing the log-normal transform is not attempted here.
@@ -644,13 +647,15 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
     own = model.average(p_fit)
     signal = model.signal(p_fit, shells.mixing, w)
     mu_all = signal + noise_power
-    # the data's own-shell power: what the mask moved in from other shells taken out, the
-    # share it moved out put back (the fit's ratio own / signal), the beam divided out
+    # the data's own-shell power: the shell keeps a share d_i of its own power and receives
+    # leak_i from the others (by the fit); P_data = (x - N - leak) / (d <B^2>)
+    kept = (1.0 + np.diag(shells.mixing)) if shells.mixing is not None else \
+        np.full(own.shape, 1.0 - w)
     with np.errstate(invalid="ignore", divide="ignore"):
-        keep = np.where(signal > 0, own / signal, 1.0)
-        power = (shells.x - noise_power) * keep / model.beam2
-        power_error = mu_all * keep * np.sqrt(1.0 / np.where(shells.used, shells.half_modes,
-                                                             np.nan)) / model.beam2
+        leak = signal - kept * own
+        power = (shells.x - noise_power - leak) / (kept * model.beam2)
+        power_error = mu_all * np.sqrt(1.0 / np.where(shells.used, shells.half_modes, np.nan)) \
+            / (kept * model.beam2)
     flagged = bool(dof > 0 and chi2 / dof > FLAG_RATIO and p_value < FLAG_P_VALUE)
     warning = ""
     if flagged:
