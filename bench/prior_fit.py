@@ -100,7 +100,7 @@ def main(argv=None) -> None:
     print(f"grid {args.grid}^3, box {args.box}; masks {', '.join(MASKS)}; noise sd {NOISES}; "
           f"{args.seeds} seeds per case")
     for (label, spectrum), noise_mode in itertools.product(SPECTRA.items(), ("given", "fit")):
-        zs, zs_chosen, chosen, flagged, failed = {}, [], {}, 0, 0
+        zs, zs_chosen, chosen, flagged, failed, ratios = {}, [], {}, 0, 0, []
         for (mask_label, mask), sigma, seed in itertools.product(MASKS.items(), NOISES,
                                                                  range(args.seeds)):
             # every data set its own truth, noise and dropouts: cases are independent draws
@@ -113,6 +113,7 @@ def main(argv=None) -> None:
                 continue
             fit = choice.fits[true_kind[label]]
             flagged += fit.flagged
+            ratios.append(fit.chi2_per_dof)
             for name, z in z_scores(fit, truth_in(fit.kind, spectrum), sigma).items():
                 zs.setdefault(name, []).append(z)
             chosen[choice.chosen] = chosen.get(choice.chosen, 0) + 1
@@ -137,7 +138,8 @@ def main(argv=None) -> None:
             print(f"  {name:13s} |z|<3 {np.mean(z < 3):7.2%}   rms z {np.sqrt(np.mean(z[np.isfinite(z)] ** 2)):5.2f}")
         print("  chosen        " + ", ".join(f"{k} {v / n:.0%}" for k, v in sorted(chosen.items())))
         print(f"  z(chosen)     |z|<3 {np.mean(np.array(zs_chosen) < 3):7.2%} (all hyperparameters)")
-        print(f"  flagged       {flagged / max(n, 1):.1%} of the truth family's fits")
+        print(f"  flagged       {flagged / max(n, 1):.1%} of the truth family's fits; their chi2/dof "
+              f"mean {np.mean(ratios):.2f}, largest {np.max(ratios):.2f}")
     print(f"\nall: {total['ok']} of {total['checks']} hyperparameter z within 3 "
           f"({total['ok'] / max(total['checks'], 1):.2%}) over {total['sets']} data sets; "
           f"{time.perf_counter() - t0:.0f} s")
