@@ -52,8 +52,10 @@ The fit moves in theta: log x for a hyperparameter the family declares positive,
 finite one, x >= 0 (a bound) for a non-negative one (read from the family's rules in
 ``SPECTRA``, so every family is handled alike), and log N when the noise is fitted. It starts
 from several points (a grid of indices and cutoff scales spanning the data's k range, and the
-caller's start; the amplitude matched to the data at each) and keeps the best (L-BFGS-B with
-the exact gradient of the likelihood above). cov = F^-1, F the Fisher information (the
+caller's start; the amplitude matched to the data at each) and keeps the best. Each start is
+a trust-region least-squares fit of the deviance residuals
+r_i = sign(x_i - mu_i) sqrt(n_i (x_i / mu_i - 1 - log(x_i / mu_i))), whose sum of squares is
+-2 log L up to a constant: the maximum-likelihood fit, with the bounds. cov = F^-1, F the Fisher information (the
 expected Hessian of -log L at the optimum): F_ab = sum_i (n_i / 2) d_a log mu_i d_b log mu_i;
 the hyperparameters' covariance is D cov D, D = diag(dx / dtheta), with N marginalised. An
 error is inf where the data do not constrain a hyperparameter (a null direction of F, e.g. a
@@ -448,7 +450,9 @@ def _check_family(kind: str, fixed) -> None:
 
 
 class _Likelihood:
-    """-log L(theta) of the module docstring and its gradient, for one family on one data set.
+    """-log L(theta) of the module docstring, its deviance residuals and their Jacobian, for
+    one family on one data set (d log P / d theta by central differences of the family's
+    ``log_power``, so that every family of the registry is handled alike).
 
     theta = the fitted hyperparameters in their coordinates (a non-negative one divided by
     ``scale``), then log N when the noise is fitted.
@@ -529,14 +533,12 @@ class _Likelihood:
             dsignal = np.column_stack([dsignal, np.full(mu.shape, n)])
         return mu, dsignal
 
-    def __call__(self, theta):
-        mu, dmu = self.mean(theta)
+    def __call__(self, theta) -> float:
+        """-log L(theta) without its constant (sum_i a_i (log mu_i + x_i / mu_i))."""
+        mu, _ = self.mean(theta, derivatives=False)
         if not np.all(np.isfinite(mu)) or np.any(mu <= 0):
-            return 1e300, np.zeros(len(theta))
-        ratio = self.x / mu
-        value = float(np.sum(self.a * (np.log(mu) + ratio)))
-        grad = (self.a * (1.0 - ratio) / mu) @ dmu
-        return value, np.where(np.isfinite(grad), grad, 0.0)
+            return 1e300
+        return float(np.sum(self.a * (np.log(mu) + self.x / mu)))
 
     def deviance_residuals(self, theta):
         """r_i = sign(x_i - mu_i) sqrt(2 a_i (x_i / mu_i - 1 - log(x_i / mu_i))): sum r^2 is
@@ -581,7 +583,6 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
     fit_noise = noise == "fit"
     n_par = len(names) + fit_noise
     n_used = int(shells.used.sum())
-    n_empty = int(np.sum(shells.counts == 0))
     if n_used <= n_par:
         raise PriorFitError(f"{kind}: {len(names)} hyperparameters ({', '.join(names)})"
                             + (" and the noise" if fit_noise else "") + f" but only {n_used} "
@@ -608,7 +609,7 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
                                        method="trf", x_scale="jac", max_nfev=300)
         except (ValueError, FloatingPointError, OverflowError, np.linalg.LinAlgError):
             continue
-        value = like(result.x)[0]
+        value = like(result.x)
         if np.isfinite(value) and value < 1e299:
             results.append((value, result.x))
     if not results:
@@ -623,7 +624,7 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
     p_value = float(chi2_distribution.sf(chi2, dof))
     loglike = like.log_likelihood(mu)
 
-    _check_detection(like, theta, best_value, kind, names, fit_noise, n_used, n_empty)
+    _check_detection(like, best_value, kind, names, fit_noise, n_used)
 
     jac = like.fisher(theta)
     fit_cov_all, unconstrained_all = _covariance(jac)
@@ -681,7 +682,6 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
     if flagged:
         warning = _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value,
                              k_used, a, x, mu)
-    n_shells = n_used
     return FitResult(kind=kind, names=names, values=values, errors=errors, covariance=cov,
                      fit_covariance=fit_cov, coordinates=coordinates, spectrum=spectrum,
                      k=shells.k, counts=shells.counts, power=power, power_error=power_error,
@@ -691,7 +691,7 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
                      observed_fraction=shells.fraction, mask_floor=shells.floor, chi2=chi2,
                      dof=dof, p_value=p_value, log_likelihood=loglike, n_parameters=n_par,
                      aic=-2.0 * loglike + 2.0 * n_par,
-                     bic=-2.0 * loglike + n_par * math.log(n_shells), flagged=flagged,
+                     bic=-2.0 * loglike + n_par * math.log(n_used), flagged=flagged,
                      warning=warning, starts=(len(starts), agree), message=message)
 
 
@@ -737,8 +737,7 @@ def _starts(like: _Likelihood, kind, names, coordinates, start, length, k_lo, k_
     return starts
 
 
-def _check_detection(like: _Likelihood, theta, best_value, kind, names, fit_noise, n_used,
-                     n_empty) -> None:
+def _check_detection(like: _Likelihood, best_value, kind, names, fit_noise, n_used) -> None:
     """PriorFitError when the signal is not detected above the noise (module docstring)."""
     a, x = like.a, like.x
     n = float(np.sum(a * x) / np.sum(a)) if fit_noise else like.shells.noise_power
