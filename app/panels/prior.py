@@ -1,17 +1,23 @@
 """The Prior panel: the P(k) family and its hyperparameters (fixed or sampled), or the integral
 model's parameter priors; a prior draw of the field; a fit of the hyperparameters to the data.
 
-"Fit to data" reads the data file, mask and noise of the current config and fits the chosen
-family to the data's P(k) (``core.field.prior_fit``) in a worker thread
+"Fit to data" reads the data file, mask and noise of the current config and fits every
+family to the data's P(k) (``core.field.prior_fit.fit_families``; the noise held at the
+config's, or fitted too when "fit the noise level too" is ticked) in a worker thread
 (``app.views.jobs.LatestJob``): the GUI thread only builds the config and draws the result.
-A result is dropped when the data, grid, likelihood or family changed since it was asked
-for. "Use as fixed values" and "Use as prior centres" write through ``ConfigState`` keys,
-as typing the numbers would (validation and the config text follow).
+The panel shows the fit of the config's family, and which family the BIC prefers. A result
+is dropped when the data, grid, likelihood or family changed since it was asked for. "Use as
+fixed values" and "Use as prior centres" write through ``ConfigState`` keys, as typing the
+numbers would (validation and the config text follow). A flagged fit (chi^2 / dof far above
+1: the family or the noise level does not describe the data) is shown in red with what the
+flag means, and those two buttons stay disabled until the user ticks "Use this flagged fit
+anyway".
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -70,16 +76,20 @@ _FIT_KEYS = ("data.", "grid.", "likelihood.", "model.", "prior.kind", "prior.k_p
 FIT_COLOUR = "#ff9f40"
 
 
-def fit_for_config(config, start=None):
-    """``core.field.prior_fit.fit_power_spectrum`` for a validated field ``RunConfig``: its
-    data file, mask and noise read as a run reads them. Runs in the worker thread; raises
-    ``LoadError`` / ``ValueError`` (``PriorFitError``) with a message naming the problem."""
-    from core.field.prior_fit import fit_power_spectrum
+def fit_for_config(config, start=None, noise="given"):
+    """``core.field.prior_fit.fit_families`` for a validated field ``RunConfig``: its data
+    file, mask and noise read as a run reads them; every family fitted (``start`` the
+    config's centres, for its own family), ``noise`` "given" or "fit". Runs in the worker
+    thread; raises ``LoadError`` / ``ValueError`` (``PriorFitError``) with a message naming
+    the problem."""
+    from core.field.prior_fit import fit_families
     from core.io import load_observations
 
-    _, observations, grid = load_observations(config)
-    return fit_power_spectrum(observations, grid, config.prior.kind, config.prior.k_pivot,
-                              start=start)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # NaN voxels masked: the Data panel says so
+        _, observations, grid = load_observations(config)
+    return fit_families(observations, grid, config.prior.k_pivot,
+                        start={config.prior.kind: dict(start or {})}, noise=noise)
 
 
 def round_to_error(value: float, error: float) -> float:
@@ -223,6 +233,7 @@ class PriorPanel(SetupPanel):
 
     def _build_fit(self) -> None:
         self.fit_result = None
+        self.fit_choice = None
         self._fit_generation = 0
         self._fitter = LatestJob(self, name="fieldscope-prior-fit")
         self._fitter.finished.connect(self._fit_done)
@@ -239,7 +250,17 @@ class PriorPanel(SetupPanel):
         self.fit_button = QPushButton("Fit to data")
         self.fit_button.setObjectName("prior.fit")
         self.fit_button.clicked.connect(self.fit_to_data)
-        v.addRow(self.fit_button)
+        self.fit_noise = QCheckBox("fit the noise level too")
+        self.fit_noise.setObjectName("prior.fit.noise")
+        self.fit_noise.setToolTip("fit the white-noise power with the P(k) hyperparameters "
+                                  "instead of holding it at the Data panel's noise: a check of "
+                                  "the noise level set")
+        fit_row = QWidget()
+        fh = QHBoxLayout(fit_row)
+        fh.setContentsMargins(0, 0, 0, 0)
+        fh.addWidget(self.fit_button)
+        fh.addWidget(self.fit_noise)
+        v.addRow(fit_row)
         self.fit_label = QLabel()
         self.fit_label.setWordWrap(True)
         self.fit_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -254,6 +275,11 @@ class PriorPanel(SetupPanel):
         h.addWidget(self.use_fixed_button)
         h.addWidget(self.use_centres_button)
         v.addRow(row)
+        # a flagged fit (chi^2 / dof >> 1) is used only on the user's word
+        self.accept_flagged = QCheckBox("Use this flagged fit anyway (I know why it fits badly)")
+        self.accept_flagged.setObjectName("prior.fit.accept_flagged")
+        self.accept_flagged.toggled.connect(lambda _on: self._update_use_buttons())
+        v.addRow(self.accept_flagged)
         self.fit_box = box
         self.body.addWidget(box)
         self._show_fit(None, "")
@@ -290,7 +316,8 @@ class PriorPanel(SetupPanel):
         start = {name: value for name, value in start.items() if value is not None}
         self._fit_generation += 1
         self._show_fit(None, "fitting the data's P(k)…")
-        self._fitter.request(self._fit_generation, fit_for_config, config, start)
+        self._fitter.request(self._fit_generation, fit_for_config, config, start,
+                             "fit" if self.fit_noise.isChecked() else "given")
         self._update_fit_button()
 
     def _fit_done(self, generation, result, error) -> None:
@@ -304,15 +331,22 @@ class PriorPanel(SetupPanel):
             text = str(error) if known else f"{type(error).__name__}: {error}"
             self._show_fit(None, f"No fit: {text}")
         else:
-            self._show_fit(result, "")
+            kind = self.state["prior.kind"]
+            if kind in result.fits:
+                self._show_fit(result.fits[kind], "", result)
+            else:
+                self._show_fit(None, f"No fit: {result.failures.get(kind, result.message)}")
         self.scroll.ensureWidgetVisible(self.fit_box)     # the answer to the click, in view
 
-    def _show_fit(self, fit, text: str) -> None:
+    def _show_fit(self, fit, text: str, choice=None) -> None:
         self.fit_result = fit
+        self.fit_choice = choice
         has = fit is not None
-        self.use_fixed_button.setEnabled(has)
-        self.use_centres_button.setEnabled(has)
+        self.accept_flagged.setChecked(False)           # a new fit asks again
+        self.accept_flagged.setVisible(has and fit.flagged)
+        self._update_use_buttons()
         if not has:
+            self.fit_label.setStyleSheet("")
             self.fit_label.setText(text)
             for item in (self.fit_data, self.fit_dropped):
                 item.setData([], [])
@@ -321,23 +355,58 @@ class PriorPanel(SetupPanel):
             return
         parts = [f"{HYPER_LABELS.get(n, n)} = {_g(fit.values[n])} ± {_g(fit.errors[n], 2)}"
                  for n in fit.names]
-        self.fit_label.setText(
-            "; ".join(parts) + f"\n{fit.message}; chi² {fit.chi2:.1f} for {fit.dof} degrees of "
-            f"freedom; noise P = {_g(fit.noise_power)}, observed fraction {fit.observed_fraction:.3f}."
-            "\nDots: the data's P(k), noise subtracted, mask corrected (hollow: not used); "
-            "dashed: the fit; solid: the prior.")
-        positive = np.isfinite(fit.power) & (fit.power > 0)
-        used, dropped = positive & fit.used, positive & ~fit.used
-        self.fit_data.setData(fit.k[used], fit.power[used])
-        self.fit_dropped.setData(fit.k[dropped], fit.power[dropped])
+        noise = (f"noise sd fitted: {fit.noise_sigma:.6g} ± {_g(fit.noise_sigma_error, 2)} "
+                 f"(rms over the observed voxels)" if fit.noise_fitted
+                 else f"noise sd held at {fit.noise_sigma:.6g} (rms over the observed voxels)")
+        lines = ["; ".join(parts),
+                 f"{fit.message}; chi² {fit.chi2:.1f} for {fit.dof} degrees of freedom "
+                 f"(chi²/dof {fit.chi2_per_dof:.2f}); {noise}; observed fraction "
+                 f"{fit.observed_fraction:.3f}."]
+        if choice is not None and len(choice.fits) > 1:
+            if choice.chosen == fit.kind:
+                lines.append(f"Best family by BIC: this one ({choice.message}).")
+            else:
+                lines.append(f"The data prefer {choice.chosen} by BIC ({choice.message}); "
+                             "choose it above to use that fit.")
+        if fit.flagged:
+            lines.append("FLAGGED: " + fit.warning)
+        lines.append("Dots: the data's P(k), noise subtracted, mask corrected (hollow: less "
+                     "than 2 sd above 0); dashed: the fit; solid: the prior.")
+        self.fit_label.setStyleSheet("color: #d9534f;" if fit.flagged else "")
+        self.fit_label.setText("\n".join(lines))
+        finite = np.isfinite(fit.power) & fit.used
+        # above zero by two of its sd: detected; the others are drawn hollow at their value
+        detected = finite & (fit.power > 2.0 * fit.power_error)
+        shown = finite & (fit.power > 0)
+        self.fit_data.setData(fit.k[detected], fit.power[detected])
+        self.fit_dropped.setData(fit.k[shown & ~detected], fit.power[shown & ~detected])
         k = fit.k[np.isfinite(fit.k)]
         k = np.geomspace(k.min(), k.max(), 200)
-        self.fit_curve.setData(k, fit.spectrum.evaluate(k))
+        p = fit.spectrum.evaluate(k)
+        # the fit drawn where the data can see it: not decades below the noise
+        visible = p > 1e-3 * fit.noise_power
+        self.fit_curve.setData(k[visible], p[visible])
+
+    def fit_usable(self) -> bool:
+        """A fit to use: there is one, and it is not flagged or the user said to use it."""
+        fit = self.fit_result
+        return fit is not None and (not fit.flagged or self.accept_flagged.isChecked())
+
+    def _update_use_buttons(self) -> None:
+        usable = self.fit_usable()
+        self.use_fixed_button.setEnabled(usable)
+        self.use_centres_button.setEnabled(usable)
+        tip = ("" if usable or self.fit_result is None else
+               "the fit is flagged (chi²/dof far above 1): tick 'Use this flagged fit anyway' "
+               "to use it")
+        self.use_fixed_button.setToolTip(tip)
+        self.use_centres_button.setToolTip(tip)
 
     def _fitted(self):
         fit = self.fit_result
-        return [] if fit is None else [(n, round_to_error(fit.values[n], fit.errors[n]))
-                                       for n in fit.names]
+        if not self.fit_usable():
+            return []
+        return [(n, round_to_error(fit.values[n], fit.errors[n])) for n in fit.names]
 
     def use_fit_as_fixed(self) -> None:
         """Every fitted hyperparameter fixed at its fitted value (rounded to its error)."""

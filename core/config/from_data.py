@@ -19,26 +19,29 @@ data.mask     an array of the file named mask, observed, valid, footprint or sel
 noise         an array named noise, noise_map, sigma, noise_sd, rms or error: of the data's
               shape, ``data.noise_map`` (a 0-d one, ``data.noise_sigma``); else a number under
               one of those names in the file's metadata (``LoadedArray.attrs``); else an
-              estimate, stated as one in the notes (``estimate_noise_sigma``): the white floor
-              N of the data's P(k) in voxel units (box = shape, so N = sigma^2), from a
-              weighted least-squares fit of log P_tot(k) = log(A (k / k0)^n + N) over the
-              shells (P_tot the zero-filled observed voxels' power over the observed
-              fraction, the log's weight c f / 2 for a shell of c modes), when the fit
-              constrains log N to +-0.5; else sigma = 1.4826 MAD(h), h the second differences
-              x[i-1] - 2 x[i] + x[i+1] along each axis over sqrt(6) (white noise of sd sigma
-              gives h of sd sigma; signal on the voxel scale adds to it, so it is an upper
-              bound).
+              estimate, stated as one in the notes (``estimate_noise_sigma``) and written
+              unrounded: the white floor N of the data's P(k) in voxel units (box = shape, so
+              N = sigma^2), fitted jointly with the signal's P(k) by
+              ``core.field.prior_fit.fit_families`` (every family, a gamma likelihood of the
+              shell powers, the mask's shell mixing) when the chosen family's fit is not
+              flagged and gives sigma to better than 25 %; else sigma = 1.4826 MAD(h), h the
+              second differences x[i-1] - 2 x[i] + x[i+1] along each axis over sqrt(6) (white
+              noise of sd sigma gives h of sd sigma; signal on the voxel scale adds to it, so
+              it is an upper bound).
 grid          box_size and unit from the file (``LoadedArray.box_size`` / ``unit``: .npz
               members, HDF5 attributes, FITS CDELT/CUNIT) unless given; when neither,
               ``grid.box_size`` is left out (``DataConfig.box_size`` is None) and the caller
               asks the user (the desktop app does).
-prior         a power law. With a box size: k_pivot a round number near sqrt(k_f k_Ny) (inside
-              the data's k range, so that amplitude and index are not strongly correlated),
-              amplitude and index fitted to the data's P(k) (``core.field.prior_fit``): the
-              amplitude fixed at its fitted value, the index sampled, normal(fitted, 0.5).
-              When the fit fails, index normal(-2, 0.5) and the amplitude that gives the
-              prior the data's variance less the noise's, with a note. Without a box size:
-              ``core.config``'s defaults, and a note.
+prior         With a box size: k_pivot a round number near sqrt(k_f k_Ny) (inside the
+              data's k range, so that amplitude and index are not strongly correlated); every
+              family fitted to the data's P(k) (``core.field.prior_fit.fit_families``; the
+              noise fitted again when it was estimated, held when the file states it) and the
+              one of lowest BIC written: the index sampled, normal(fitted, 0.5), the others
+              fixed at their fitted values (rounded to their errors). When no fit is possible
+              or the best one is flagged (chi^2 / dof >> 1: no family describes the data), a
+              power law with index normal(-2, 0.5) and the amplitude that gives the prior the
+              data's variance less the noise's, with a note that says why. Without a box
+              size: ``core.config``'s defaults, and a note.
 likelihood, field, sampler   ``core.config.new_config``'s values (the sampler: MCLMC with
               the fourier preconditioner, ``NEW_CONFIG_SAMPLERS["field"]``).
 
@@ -166,45 +169,30 @@ def _round_to_error(value: float, error: float) -> float:
     return _round(value, 3)
 
 
-def _noise_from_power(x: np.ndarray, ok: np.ndarray) -> float | None:
-    """sigma from the white floor of the data's P(k) (module docstring), or None when the
-    fit does not constrain it."""
-    from scipy.optimize import least_squares
-
+def _noise_from_power(x: np.ndarray, ok: np.ndarray) -> tuple[float, float] | None:
+    """(sigma, its sd) from the white floor of the data's P(k) (module docstring), or None
+    when no family fits without a flag or the fit does not constrain the noise."""
     from core.field.grid import Grid
-    from core.field.power_estimator import measure_power
+    from core.field.observations import Observations
+    from core.field.prior_fit import PriorFitError, fit_families
 
     if min(x.shape) < 4:
         return None
-    grid = Grid(x.shape, [float(n) for n in x.shape])
-    fraction = float(ok.mean())
-    field = np.where(ok, x - float(np.mean(x[ok])), 0.0)
-    measured = measure_power(field, grid)
-    use = (measured.counts > 0) & np.isfinite(measured.power) & (measured.power > 0)
-    if use.sum() < 5:
-        return None
-    k, power = measured.k[use], measured.power[use] / fraction
-    weight = np.sqrt(measured.counts[use] * fraction / 2.0)
-    k0 = math.sqrt(k[0] * k[-1])
-
-    def residuals(theta):
-        with np.errstate(over="ignore", under="ignore"):
-            model = np.exp(theta[0]) * (k / k0) ** theta[1] + np.exp(theta[2])
-        return (np.log(power) - np.log(model)) * weight
-
-    start = [math.log(float(np.median(power))), -2.0, math.log(float(power[-3:].min()) / 2)]
+    grid = Grid(x.shape, [float(n) for n in x.shape])       # voxel units: N = sigma^2
+    values = np.where(ok, x, 0.0)
+    start = _noise_from_differences(x, ok) or float(np.std(values[ok])) or 1.0
     try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            result = least_squares(residuals, start, method="trf", x_scale="jac")
-        jac = np.asarray(result.jac, dtype=np.float64)
-        sd_log_noise = math.sqrt(np.linalg.inv(jac.T @ jac)[2, 2])
-    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            observations = Observations.create(values, mask=ok, noise_sigma=start)
+        choice = fit_families(observations, grid, 0.25, noise="fit")
+    except (PriorFitError, ValueError):
         return None
-    sigma = math.exp(0.5 * result.x[2])
-    if not (result.success and math.isfinite(sd_log_noise) and sd_log_noise < 0.5
-            and math.isfinite(sigma) and sigma > 0):
+    fit = choice.best
+    if fit.flagged or not (math.isfinite(fit.noise_sigma_error)
+                           and fit.noise_sigma_error < 0.25 * fit.noise_sigma):
         return None
-    return sigma
+    return fit.noise_sigma, fit.noise_sigma_error
 
 
 def _noise_from_differences(x: np.ndarray, ok: np.ndarray) -> float | None:
@@ -243,9 +231,12 @@ def estimate_noise_sigma(data, observed=None) -> tuple[float, str] | None:
         ok &= np.asarray(observed, bool)
     if not ok.any():
         return None
-    sigma = _noise_from_power(x, ok)
-    if sigma is not None:
-        return sigma, "the white floor of the data's P(k)"
+    estimate = _noise_from_power(x, ok)
+    if estimate is not None:
+        sigma, error = estimate
+        return sigma, (f"the white floor of the data's P(k), fitted jointly with the signal's "
+                       f"P(k) (a gamma likelihood of the shell powers; sd of the estimate "
+                       f"{error:.2g})")
     sigma = _noise_from_differences(x, ok)
     if sigma is not None:
         return sigma, ("1.4826 x the MAD of the data's second differences; signal on the voxel "
@@ -334,9 +325,9 @@ def _amplitude_for_variance(grid, k_pivot: float, index: float, variance: float)
     return variance / unit_variance
 
 
-def _fit_prior(document: dict, base_dir: str, notes: list[str]) -> None:
+def _fit_prior(document: dict, base_dir: str, notes: list[str], noise_estimated: bool) -> None:
     """Set document["prior"] from a fit to the data's P(k) (module docstring)."""
-    from core.field.prior_fit import fit_power_spectrum
+    from core.field.prior_fit import fit_families
     from core.io.arrays import LoadError
     from core.io.field_inputs import load_observations
 
@@ -354,36 +345,49 @@ def _fit_prior(document: dict, base_dir: str, notes: list[str]) -> None:
     k_pivot = _pivot(grid)
     prior["k_pivot"] = k_pivot
     try:
-        fit = fit_power_spectrum(observations, grid, "power_law", k_pivot)
-        amplitude = _round_to_error(fit.values["amplitude"], fit.errors["amplitude"])
-        index = _round_to_error(fit.values["index"], fit.errors["index"])
-        if not (math.isfinite(amplitude) and amplitude > 0 and math.isfinite(index)):
-            raise ValueError(f"the fit gave amplitude {amplitude!r}, index {index!r}")
+        # an estimated noise level is fitted again with the signal; a stated one is held
+        choice = fit_families(observations, grid, k_pivot,
+                              noise="fit" if noise_estimated else "given")
+        fit = choice.best
+        if fit.flagged:
+            raise ValueError(f"{fit.kind} was the best family ({choice.message}) but its fit is "
+                             f"flagged, not used: {fit.warning}")
+        values = {n: _round_to_error(fit.values[n], fit.errors[n]) for n in fit.names}
+        if not (math.isfinite(values["amplitude"]) and values["amplitude"] > 0
+                and math.isfinite(values["index"])):
+            raise ValueError(f"the fit gave amplitude {values['amplitude']!r}, index "
+                             f"{values['index']!r}")
     except (ValueError, LoadError) as exc:
         observed = observations.mask
-        values = observations.data[observed]
+        data_values = observations.data[observed]
         noise_var = float(np.mean(observations.noise[observed] ** 2))
-        variance = float(np.var(values)) - noise_var
+        variance = float(np.var(data_values)) - noise_var
         if not variance > 0:
-            variance = max(float(np.var(values)), noise_var)
+            variance = max(float(np.var(data_values)), noise_var)
         index = -2.0
         amplitude = _round(_amplitude_for_variance(grid, k_pivot, index, variance), 2)
         if not (math.isfinite(amplitude) and amplitude > 0):
             raise LoadError(f"{config.data_path}: no prior amplitude can be made from the data (the data's "
                             f"variance less the noise's gives {amplitude!r}); give prior.amplitude "
                             "yourself") from None
-        prior.update(amplitude=amplitude, index={"dist": "normal", "loc": index,
-                                                 "scale": _INDEX_SCALE})
+        prior.update(kind="power_law", amplitude=amplitude,
+                     index={"dist": "normal", "loc": index, "scale": _INDEX_SCALE})
+        prior.pop("cutoff_scale", None)
         notes.append(f"prior: the fit to the data's P(k) failed ({exc}); a broad default instead: "
                      f"power law with index normal({index}, {_INDEX_SCALE}) and amplitude {amplitude} "
                      f"at k_pivot = {k_pivot} (the data's variance less the noise's)")
         return
-    prior.update(amplitude=amplitude, index={"dist": "normal", "loc": index,
-                                             "scale": _INDEX_SCALE})
-    notes.append(f"prior: power law fitted to the data's P(k) ({fit.message}): amplitude "
-                 f"{amplitude} ± {_round(fit.errors['amplitude'])} (fixed) and index {index} ± "
-                 f"{_round(fit.errors['index'])} (sampled, normal({index}, {_INDEX_SCALE})) at "
-                 f"k_pivot = {k_pivot}")
+    prior["kind"] = fit.kind
+    prior.update(values)
+    prior["index"] = {"dist": "normal", "loc": values["index"], "scale": _INDEX_SCALE}
+    if fit.kind != "power_law_cutoff":
+        prior.pop("cutoff_scale", None)
+    fixed = ", ".join(f"{n} {values[n]} ± {_round(fit.errors[n])}" for n in fit.names
+                      if n != "index")
+    notes.append(f"prior: {fit.kind} fitted to the data's P(k) ({choice.message}; {fit.message}; "
+                 f"chi²/dof = {fit.chi2_per_dof:.2f}): {fixed} (fixed) and index {values['index']} ± "
+                 f"{_round(fit.errors['index'])} (sampled, normal({values['index']}, {_INDEX_SCALE})) "
+                 f"at k_pivot = {k_pivot}")
 
 
 def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
@@ -431,6 +435,7 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
         notes.append(f"{n_bad} voxel(s) of the data are NaN or infinite: they are masked "
                      "automatically (treated as unobserved; no mask setting is needed)")
 
+    noise_estimated = False
     noise = None if isinstance(loader, NpyLoader) else \
         _find_noise(loader, path, infos, loaded.attrs, shape, observed, notes)
     data.pop("noise_sigma", None)
@@ -444,10 +449,11 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
                          "estimate one from; data.noise_sigma = 1.0 is a placeholder: set the "
                          "real noise level")
         else:
-            data["noise_sigma"] = _round(estimate[0], 2)
-            notes.append(f"noise: data.noise_sigma = {data['noise_sigma']} is an ESTIMATE (the "
+            data["noise_sigma"] = float(estimate[0])        # unrounded: see issue 32
+            notes.append(f"noise: data.noise_sigma = {data['noise_sigma']!r} is an ESTIMATE (the "
                          f"file states no noise level) from {estimate[1]}; set the real noise "
                          "level if you know it")
+            noise_estimated = True
     if array.dtype.kind in "iu":
         notes.append(f"data: integers ({array.dtype}); for counts, likelihood.kind = "
                      "'poisson_lognormal' may suit them better than the gaussian default")
@@ -478,6 +484,6 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
         notes.append(f"grid: box size {grid['box_size']}{' ' + grid['unit'] if grid['unit'] else ''} "
                      f"({source})")
         config_from_dict(document, base_dir)          # a bad box_size / unit: its own message
-        _fit_prior(document, base_dir, notes)
+        _fit_prior(document, base_dir, notes, noise_estimated)
     config_from_dict(document, base_dir)              # the document is always a valid config
     return DataConfig(document, tuple(notes))

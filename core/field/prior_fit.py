@@ -1,84 +1,121 @@
-"""A prior from the data: fit a P(k) family's hyperparameters to the data's P(k) (numpy/scipy).
+"""A prior from the data: fit P(k) families' hyperparameters (and the noise) to the data's P(k).
 
-Conventions: those of ``core.field.grid`` and ``core.field.power_spectrum`` (angular k,
-P in unit^3, <|DFT(delta)_k|^2> = P(k) N^2 / V); the data's shell power is measured with
-``core.field.power_estimator.measure_power``, the estimator every view uses.
+numpy / scipy only. Conventions: those of ``core.field.grid`` and ``core.field.power_spectrum``
+(angular k, P in unit^3, <|DFT(delta)_k|^2> = P(k) N^2 / V); the data's shell power is
+measured with ``core.field.power_estimator.measure_power``, the estimator every view uses.
 
-The data's P(k), corrected
---------------------------
+Use: ``fit_power_spectrum(observations, grid, kind, k_pivot)`` fits one family;
+``fit_families(observations, grid, k_pivot)`` fits every parametric family and chooses one
+by the Bayesian information criterion. ``noise="fit"`` fits the white-noise power jointly
+(the noise level the observations carry is then only a start); ``noise="given"`` holds it.
+
+What is measured
+----------------
 Gaussian likelihood, d = B s + n on the observed voxels (mask m, observed fraction
-f = mean(m)), B the optional beam exp(-(k R_b)^2 / 2), n white noise of sd sigma_i:
+f = mean(m)), B the optional beam exp(-(k R_b)^2 / 2), n white noise of sd sigma_i. The
+field measured is m (d - dbar) (observed voxels minus their mean, masked voxels 0); its shell
+power divided by f is x_i for shell i of c_i full-grid modes.
 
-1. The field measured is m (d - dbar): observed voxels minus their mean dbar (so the mean
-   leaves no imprint of the mask), masked voxels 0.
-2. Mask. The masked field's power is the true one convolved with the mask's window
-   |W(q)|^2 = |DFT(m)(q)|^2 / N_cells^2, whose sum over q is f (Parseval). Split the
-   window into a part concentrated at small q (large masked regions: a slab, a sphere, a
-   survey footprint; total weight f - w) and a flat floor (scattered single voxels, e.g.
-   random dropouts: total weight w, estimated as N_cells times the median of |W(q)|^2
-   over the modes above half the Nyquist wavenumber, divided by ln 2, the median of an
-   exponential variable of mean 1). Where P is smooth on the scale of
-   the concentrated part,
+The mean of x_i
+---------------
+    mu_i = <B^2 P(k; theta)>_shell i + sum_j (M - 1)_ij <B^2 P(k; theta)>_shell j + N
 
-       P_hat / f ~ (1 - w / f) P(k) + (w / f) <P>,   <P> = (1 / N_cells) sum_q P(q),
+<.>_shell the exact mode average over the shell's modes. N = <sigma_i^2>_observed V / N_cells
+is the white noise's power (exact under any mask: a white field restricted to the observed
+voxels stays white). M is the mask's mixing of shells (``mask_mixing``): M_ij is the mean of
+x_i for a field whose P is 1 on shell j and 0 elsewhere, computed exactly on the periodic
+grid as E|DFT(m s)(q)|^2 = (1 / N_cells^2) sum_k E|DFT(s)(k)|^2 |DFT(m)(q - k)|^2, by FFTs
+(a pair per shell; cached per mask). It carries everything a mask does to the mean: the
+power a slab or a hole's hard edges move from the high-power low-k shells into every other
+one (the leak that, unmodelled, reads as extra noise or signal at high k), and the flat floor
+of scattered voxels. The approximation: P constant within each shell j for the leak (the own
+shell is exact). Without a mask M = 1. Grids above ``MIXING_MAX_CELLS`` use a flat-floor
+model instead, (1 - w) <B^2 P>_i + w <B^2 P> with w = ``mask_floor`` (the flat share of
+the window, from its median at high k): right for scattered voxels, blind to the leak.
 
-   so the measured power is divided by f and the model carries the white floor (for
-   random dropouts of probability d alone, w / f = d: P_hat / f = (1 - d) P + d <P>).
-   The approximation: the concentrated part still couples neighbouring shells at low k,
-   where P is steep compared with the window's width; it is not deconvolved.
-3. Noise. White noise of sd sigma_i on the observed voxels adds, after step 2, the flat
-   N = <sigma_i^2>_observed V / N_cells (sigma^2 times the cell volume for a uniform sd:
-   a white field of variance sigma^2 has <|DFT|^2> = N_cells sigma^2, and the estimator
-   multiplies by V / N_cells^2). P_tot = P_hat / f. The data's P(k) as shown is
-   P_data = (P_tot - N - (w / f) <B^2 P_fit>) / ((1 - w / f) <B^2>_shell).
+The spread of x_i: a gamma likelihood
+-------------------------------------
+A shell of c Gaussian modes has a power that is mu chi^2_c / c (``power_estimator``); the
+mask leaves about n_i = f c_i independent modes (the zero-filled field's modes are
+correlated over the window's width; for a 0/1 mask <m^4> / <m^2>^2 = 1 / f, the FKP factor).
+So each x_i is modelled as Gamma(shape n_i / 2, mean mu_i), variance 2 mu_i^2 / n_i, and
+
+    -log L(theta, N) = sum_i (n_i / 2) (log mu_i + x_i / mu_i)  + const
+
+summed over every non-empty shell: the noise-dominated shells are kept (they pin N, and a
+family that puts power there pays for it), none is dropped by an ad hoc threshold. The
+weights are no choice: they are the number of modes.
+
+The fit and its errors
+----------------------
+The fit moves in theta: log x for a hyperparameter the family declares positive, x for a
+finite one, x >= 0 (a bound) for a non-negative one (read from the family's rules in
+``SPECTRA``, so every family is handled alike), and log N when the noise is fitted. It starts
+from several points (a grid of indices and cutoff scales spanning the data's k range, and the
+caller's start; the amplitude matched to the data at each) and keeps the best. Each start is
+a trust-region least-squares fit of the deviance residuals
+r_i = sign(x_i - mu_i) sqrt(n_i (x_i / mu_i - 1 - log(x_i / mu_i))), whose sum of squares is
+-2 log L up to a constant: the maximum-likelihood fit, with the bounds. cov = F^-1, F the Fisher information (the
+expected Hessian of -log L at the optimum): F_ab = sum_i (n_i / 2) d_a log mu_i d_b log mu_i;
+the hyperparameters' covariance is D cov D, D = diag(dx / dtheta), with N marginalised. An
+error is inf where the data do not constrain a hyperparameter (a null direction of F, e.g. a
+cutoff scale fitted at 0).
+
+Goodness of fit, and the flag
+-----------------------------
+chi^2 is the deviance, 2 sum_i (n_i / 2) (x_i / mu_i - 1 - log(x_i / mu_i)) over the shells
+used (the likelihood-ratio chi^2 against a saturated model; for many modes it is Pearson's
+sum (x_i - mu_i)^2 / (2 mu_i^2 / n_i), and unlike Pearson's it is not thrown by the few-mode
+shells' long tails), dof = shells - fitted parameters (the noise included when fitted). A fit is FLAGGED when chi^2 / dof > 1.5 and its
+chance under the model is below 1e-3: the family does not describe the data's P(k) within
+the errors of the modes (wrong shape, the noise level wrong, so that leftover or missing noise
+at high k is read as signal, or a mask / beam not described). A flagged fit's numbers are not
+estimates of anything; the Prior panel does not use one as prior centres without the user's
+word. With the noise given, a flagged fit is refitted with the noise free; when that one is
+not flagged, the message says the noise level is the likely cause and what the data prefer.
+
+A signal must be detected: when the fit improves -2 log L over the noise alone by less than
+the 1e-3 quantile of chi^2 with as many degrees of freedom as hyperparameters, the fit is
+refused (``PriorFitError``): there is nothing in the data's P(k) above the noise to fit.
+
+The data's P(k) as shown: P_data,i = (x_i - N - leak_i) / (d_i <B^2>_shell i), d_i the share
+of its own power shell i keeps under the mask (1 + M_ii; 1 - w with the flat-floor model),
+leak_i what the fit says it receives from the other shells; its sd
+mu_i sqrt(2 / n_i) / (d_i <B^2>_shell i). Where the leak or the noise dominates, P_data is
+noise around 0 (a shell below 2 sd is drawn hollow in the Prior panel).
 
 Poisson counts are refused: their power is that of exp(s) - 1 plus shot noise, not P(k)
 of the field s, and undoing the log-normal transform is not attempted here.
-
-The fit
--------
-Shells whose excess P_tot - N is not above ``min_snr`` times its sd are dropped (noise
-dominated or empty). For each kept shell i with c_i full-grid modes,
-
-    y_i = log(P_tot,i - N),   Var[y_i] = (2 / (f c_i)) ((P_i + N) / P_i)^2
-
-(the relative variance of a Gaussian shell estimate is 2 / c, ``power_estimator``; the
-mask leaves about f c independent modes; subtracting the noise scales the error of the
-log by (P + N) / P). y_i is compared with the model
-
-    mu_i(theta) = log[(1 - w / f) <B^2 P(k; theta)>_shell + (w / f) <B^2 P(theta)>]
-
-(<.>_shell the mode average over the shell, exact; <.> over every mode of the grid)
-
-by weighted least squares, sum_i (y_i + Var[y_i] / 2 - mu_i)^2 / Var[y_i] (the half
-variance removes the bias of the log, E[log X] ~ log E[X] - Var / 2). The variances are
-first computed with P_i from the data, then once more with the fitted P_i. The fit
-moves in theta: log x for a hyperparameter the family declares positive, x for a finite
-one, x >= 0 (a bound) for a non-negative one (read from the family's rules in
-``SPECTRA``, so every family is handled alike). cov(theta) = (J^T J)^-1 with J the
-Jacobian of the weighted residuals at the optimum (the stated errors are the model's,
-not rescaled by chi^2, which is reported); the covariance of the hyperparameters is
-D cov(theta) D with D = diag(dx / dtheta).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 from scipy.optimize import least_squares
+from scipy.stats import chi2 as chi2_distribution
 
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_estimator import masked_data_field, measure_power
 from core.field.power_spectrum import SPECTRA, PowerSpectrum, spectrum_from_config
 
-__all__ = ["FitResult", "PriorFitError", "fit_power_spectrum", "free_parameters", "mask_floor"]
+__all__ = ["FitResult", "FamilyChoice", "PriorFitError", "fit_power_spectrum", "fit_families",
+           "free_parameters", "fittable_families", "mask_floor", "NOISE_MODES"]
 
-#: The default threshold: a shell is used when P_tot - N exceeds this many sd.
-MIN_SNR = 3.0
+#: how the white-noise power is treated: held at the observations' noise, or fitted jointly
+NOISE_MODES = ("given", "fit")
+#: a fit is flagged when chi^2 / dof exceeds this ...
+FLAG_RATIO = 1.5
+#: ... and chi^2 is this improbable under the model
+FLAG_P_VALUE = 1e-3
+#: a signal is detected when -2 log L improves over the noise alone beyond this chance
+DETECTION_P_VALUE = 1e-3
 
 
 class PriorFitError(ValueError):
@@ -91,19 +128,30 @@ class FitResult:
 
     kind, names         the family and its fitted hyperparameters (registry order)
     values, errors      {name: x}, {name: sd of x}; inf where the data do not constrain x
-    covariance          (p, p) covariance of the hyperparameters, in ``names`` order
+    covariance          (p, p) covariance of the hyperparameters, in ``names`` order (the
+                        noise marginalised when fitted)
     fit_covariance      the same in the fit's coordinates (log x for a positive x)
-    coordinates         ("log", "identity", ...) per name: the fit's coordinate
+    coordinates         ("log", "identity", "nonnegative") per name: the fit's coordinate
     spectrum            the family at the fitted values (k_pivot as given)
     k, counts           every shell's mode-averaged k and full-grid mode count
     power               the data's P(k) per shell, noise, mask floor and beam removed
                         (P_data of the module docstring); NaN where empty
-    power_error         its sd, P_tot sqrt(2 / (f c)) / ((1 - w / f) <B^2>)
-    used                bool per shell: the shells the fit used
-    noise_power         N (unit^3), observed_fraction f
-    mask_floor          w / f: the mask window's flat share (0 for large masked regions)
-    chi2, dof           the fit's chi^2 and degrees of freedom (shells used - p)
-    message             one line: shells used and dropped, and why
+    power_error         its sd (from the fitted mean)
+    used                bool per shell: the shells in the likelihood (every non-empty one)
+    noise_power         N (unit^3): fitted or given; noise_power_error its sd (0 when given)
+    noise_sigma         sqrt(N / cell volume): the noise sd N stands for (the rms sd of the
+                        observed voxels); noise_sigma_error its sd (0 when given)
+    noise_fitted        whether N was fitted (noise="fit")
+    observed_fraction   f; mask_floor w (0 for large masked regions)
+    chi2, dof           the deviance chi^2 of the shells against the fit, shells - parameters
+    p_value             P(chi^2_dof >= chi2)
+    log_likelihood      the gamma log-likelihood at the optimum (constants included)
+    n_parameters        parameters fitted (hyperparameters, plus 1 with the noise)
+    aic, bic            -2 log L + 2 p, -2 log L + p log(shells)
+    flagged             chi^2 / dof far above 1 (module docstring): not to be used unasked
+    warning             "" or what the flag means for this fit, in one paragraph
+    starts              (starting points tried, how many reached the best -log L within 0.5)
+    message             one line: shells used, mask floor, what is not constrained
     """
 
     kind: str
@@ -120,11 +168,48 @@ class FitResult:
     power_error: np.ndarray
     used: np.ndarray
     noise_power: float
+    noise_power_error: float
+    noise_sigma: float
+    noise_sigma_error: float
+    noise_fitted: bool
     observed_fraction: float
     mask_floor: float
     chi2: float
     dof: int
+    p_value: float
+    log_likelihood: float
+    n_parameters: int
+    aic: float
+    bic: float
+    flagged: bool
+    warning: str
+    starts: tuple[int, int]
     message: str
+
+    @property
+    def chi2_per_dof(self) -> float:
+        return self.chi2 / self.dof if self.dof > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class FamilyChoice:
+    """``fit_families``' answer: every family's fit, and the one the criterion prefers.
+
+    fits        {kind: FitResult} of the families that could be fitted
+    failures    {kind: message} of those that could not
+    chosen      the kind with the lowest BIC (None when no family could be fitted)
+    message     one line: the families' BIC differences and the choice
+    """
+
+    fits: dict
+    failures: dict
+    chosen: str | None
+    message: str
+    criterion: str = field(default="bic")
+
+    @property
+    def best(self) -> FitResult | None:
+        return None if self.chosen is None else self.fits[self.chosen]
 
 
 def free_parameters(kind: str) -> tuple[str, ...]:
@@ -133,6 +218,11 @@ def free_parameters(kind: str) -> tuple[str, ...]:
         raise PriorFitError(f"prior.kind = {kind!r}: unknown P(k) family (known: "
                             f"{', '.join(SPECTRA)})")
     return tuple(SPECTRA[kind].parameters)
+
+
+def fittable_families() -> tuple[str, ...]:
+    """The registry's families with hyperparameters to fit (every one but a table)."""
+    return tuple(kind for kind, cls in SPECTRA.items() if cls.parameters)
 
 
 def _rule(kind: str, name: str) -> str:
@@ -163,9 +253,19 @@ class _ShellModel:
         self.beam2 = self.average(np.ones_like(self.k_unique))
         self.n_cells = grid.n_cells
 
-    def mean_all(self, p_unique: np.ndarray) -> float:
-        """(1 / N_cells) sum over every mode of B^2 p(|k|) (the shells hold all but k = 0)."""
-        return float(np.dot(self.weight_b2, p_unique)) / self.n_cells
+    def signal(self, p_unique: np.ndarray, mixing, floor: float) -> np.ndarray:
+        """The signal's share of every shell's mean power: with the mask's ``mixing`` matrix
+        M, <B^2 P>_i + sum_j (M - 1)_ij <B^2 P>_j; without it, the flat-floor model
+        (1 - w) <B^2 P>_i + w <B^2 P> (module docstring)."""
+        own = self.average(p_unique)
+        if mixing is None:
+            return (1.0 - floor) * own + floor * self.mean_all(p_unique)
+        return own + mixing @ np.nan_to_num(own)
+
+    def mean_all(self, p_unique: np.ndarray) -> np.ndarray:
+        """(1 / N_cells) sum over every mode of B^2 p(|k|) (the shells hold all but k = 0);
+        ``p_unique`` (..., n_unique)."""
+        return np.asarray(p_unique @ self.weight_b2 / self.n_cells)
 
     def average(self, p_unique: np.ndarray) -> np.ndarray:
         """(1 / c) sum_modes B^2 p(|k|) per shell (NaN for an empty shell)."""
@@ -176,7 +276,7 @@ class _ShellModel:
 
 
 def mask_floor(mask: np.ndarray, grid: Grid) -> float:
-    """w / f: the flat share of the mask's window (module docstring, step 2), in [0, 1).
+    """w / f: the flat share of the mask's window (module docstring), in [0, 1).
 
     |W(q)|^2 = |DFT(m)(q)|^2 / N^2 sums to f over the grid; its flat floor w is N / ln 2 times
     the median of |W(q)|^2 over the half-grid modes with |q| above half the smallest Nyquist
@@ -197,30 +297,73 @@ def mask_floor(mask: np.ndarray, grid: Grid) -> float:
     return min(max(floor / fraction, 0.0), 0.99)
 
 
-def fit_power_spectrum(observations: Observations, grid: Grid, kind: str, k_pivot: float, *,
-                       start: Mapping[str, float] | None = None,
-                       fixed: Mapping[str, float] | None = None, edges=None,
-                       min_snr: float = MIN_SNR) -> FitResult:
-    """Fit family ``kind``'s hyperparameters to the data's P(k) (module docstring).
+#: the mask's shell-mixing matrix is computed for grids up to this many cells (its cost is
+#: one pair of FFTs per shell); larger grids use the flat-floor model
+MIXING_MAX_CELLS = 128 ** 3
 
-    ``k_pivot`` is the family's fixed pivot; ``start`` optional starting values
-    ({name: x}, e.g. the config's current centres); ``fixed`` hyperparameters held at the
-    given values (the others are fitted); ``edges`` the shells (default
-    ``grid.shell_edges()``). Raises ``PriorFitError`` for a likelihood or family this fit
-    cannot handle and for data with fewer usable shells than free hyperparameters.
-    """
-    names_all = free_parameters(kind)
-    if not names_all:
-        raise PriorFitError(f"prior.kind = {kind!r}: this P(k) family has no hyperparameters "
-                            "to fit (choose a parametric family such as power_law)")
-    fixed = dict(fixed or {})
-    unknown = [name for name in fixed if name not in names_all]
-    if unknown:
-        raise PriorFitError(f"{kind}: unknown hyperparameter {unknown[0]!r} (this family has "
-                            f"{', '.join(names_all)})")
-    names = tuple(name for name in names_all if name not in fixed)
-    if not names:
-        raise PriorFitError(f"{kind}: every hyperparameter is held fixed; nothing to fit")
+
+def mask_mixing(mask: np.ndarray, grid: Grid, edges: np.ndarray) -> np.ndarray:
+    """M - 1 for the mask (module docstring): column j is the expected shell power / f of
+    the zero-filled masked field whose P is 1 on shell j's modes and 0 elsewhere, minus the
+    unmasked answer (1 on shell j). Exact for a P constant within each shell (periodic grid):
+    E x_q = FFT(IFFT(P) * IFFT(|DFT(m)|^2))_q / (N f)."""
+    m = np.asarray(mask, dtype=bool)
+    index = grid.shell_index_half(edges)
+    # the matrix depends on the mask and on which half-grid mode falls in which shell only
+    # (not on the box's scale): New from data asks for it in voxel units and in the box's
+    key = (hashlib.sha1(np.packbits(m).tobytes()).hexdigest(), m.shape,
+           hashlib.sha1(np.ascontiguousarray(index).tobytes()).hexdigest())
+    if key not in _MIXING_CACHE:
+        if len(_MIXING_CACHE) >= 4:
+            _MIXING_CACHE.pop(next(iter(_MIXING_CACHE)))
+        _MIXING_CACHE[key] = _mixing(m, grid, index, edges.size - 1)
+    return _MIXING_CACHE[key].copy()
+
+
+_MIXING_CACHE: dict = {}
+
+
+def _mixing(mask: np.ndarray, grid: Grid, index: np.ndarray, n_bins: int) -> np.ndarray:
+    m = mask.astype(np.float64)
+    shape = grid.shape
+    n_cells = m.size
+    fraction = float(m.mean())
+    autocorrelation = np.fft.irfftn(np.abs(np.fft.rfftn(m)) ** 2, s=shape, axes=(0, 1, 2))
+    weight = grid.multiplicity_half()
+    flat_index = index.ravel()
+    inside = flat_index >= 0
+    counts = np.bincount(flat_index[inside], weights=weight.ravel()[inside], minlength=n_bins)
+    out = np.zeros((n_bins, n_bins))
+    for j in range(n_bins):
+        if counts[j] == 0:
+            continue
+        xi = np.fft.irfftn((index == j).astype(np.float64), s=shape, axes=(0, 1, 2))
+        power = np.fft.rfftn(xi * autocorrelation).real / (n_cells * fraction)
+        sums = np.bincount(flat_index[inside], weights=(power * weight).ravel()[inside],
+                           minlength=n_bins)
+        out[:, j] = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+        out[j, j] -= 1.0
+    return out
+
+
+@dataclass(frozen=True)
+class _Shells:
+    """The measured shells of one data set (shared by every family's fit)."""
+
+    grid: Grid
+    model: _ShellModel
+    k: np.ndarray
+    counts: np.ndarray
+    x: np.ndarray            # shell power / f
+    half_modes: np.ndarray   # n_i / 2 (0 for an unused shell)
+    used: np.ndarray
+    fraction: float
+    floor: float
+    mixing: np.ndarray | None    # M - 1, or None (the flat-floor model)
+    noise_power: float       # from the observations (the start when fitted)
+
+
+def _measure(observations: Observations, grid: Grid, edges) -> _Shells:
     if observations.kind != "gaussian":
         raise PriorFitError(f"likelihood.kind = {observations.kind!r}: the fit to the data's "
                             "P(k) needs the gaussian likelihood (the power of counts is that of "
@@ -228,103 +371,413 @@ def fit_power_spectrum(observations: Observations, grid: Grid, kind: str, k_pivo
     if observations.data.shape != grid.shape:
         raise PriorFitError(f"data shape {observations.data.shape} does not match the grid "
                             f"{grid.shape}")
-    if not (isinstance(min_snr, (int, float)) and math.isfinite(min_snr) and min_snr >= 0):
-        raise PriorFitError(f"min_snr = {min_snr!r}: must be a finite number >= 0")
     edges = np.asarray(grid.shell_edges() if edges is None else edges, dtype=np.float64)
-
-    field, fraction = masked_data_field(observations.data, observations.mask)
-    measured = measure_power(field, grid, edges)
+    field_, fraction = masked_data_field(observations.data, observations.mask)
+    measured = measure_power(field_, grid, edges)
     counts = measured.counts
-    shells = _ShellModel(grid, edges, observations.smoothing_scale)
-    noise = observations.noise
-    noise_power = float(np.mean(noise[observations.mask] ** 2) * grid.cell_volume)
-    n_eff = counts * fraction
-    floor = mask_floor(observations.mask, grid)
     with np.errstate(invalid="ignore", divide="ignore"):
-        p_tot = measured.power / fraction
-        rel = np.sqrt(2.0 / n_eff)
-        excess = p_tot - noise_power
-        power_error = p_tot * rel / ((1.0 - floor) * shells.beam2)
-        used = (counts > 0) & np.isfinite(excess) & (excess > 0) & (excess > min_snr * p_tot * rel)
-    n_used = int(used.sum())
-    n_empty = int(np.sum(counts == 0))
-    dropped = int(counts.size - n_empty - n_used)
-    shell_text = (f"{n_used} of {counts.size - n_empty} shells used"
-                  + (f"; {dropped} dropped (data P(k) minus the noise not above {min_snr:g} sd)"
-                     if dropped else ""))
-    if n_used < len(names):
-        raise PriorFitError(f"{kind}: {len(names)} hyperparameters ({', '.join(names)}) but "
-                            f"only {n_used} usable P(k) shell(s) ({shell_text}): the data are too "
-                            "noisy or too small to fit this family")
+        x = measured.power / fraction
+    used = (counts > 0) & np.isfinite(x)
+    half_modes = np.where(used, 0.5 * np.maximum(counts * fraction, 1.0), 0.0)
+    noise_power = float(np.mean(observations.noise[observations.mask] ** 2) * grid.cell_volume)
+    masked = fraction < 1.0
+    mixing = (mask_mixing(observations.mask, grid, edges)
+              if masked and grid.n_cells <= MIXING_MAX_CELLS else None)
+    return _Shells(grid, _ShellModel(grid, edges, observations.smoothing_scale), measured.k,
+                   counts, np.where(used, x, np.nan), half_modes, used, fraction,
+                   mask_floor(observations.mask, grid) if masked else 0.0, mixing, noise_power)
 
+
+def fit_power_spectrum(observations: Observations, grid: Grid, kind: str, k_pivot: float, *,
+                       start: Mapping[str, float] | None = None,
+                       fixed: Mapping[str, float] | None = None, edges=None,
+                       noise: str = "given") -> FitResult:
+    """Fit family ``kind``'s hyperparameters to the data's P(k) (module docstring).
+
+    ``k_pivot`` is the family's fixed pivot; ``start`` optional starting values ({name: x},
+    e.g. the config's current centres; tried besides the fit's own starts); ``fixed``
+    hyperparameters held at the given values (the others are fitted); ``edges`` the shells
+    (default ``grid.shell_edges()``); ``noise`` "given" (N from the observations' noise) or
+    "fit" (N fitted jointly). Raises ``PriorFitError`` for a likelihood or family this fit
+    cannot handle, for too few shells and for data with no signal above the noise.
+    """
+    if noise not in NOISE_MODES:
+        raise PriorFitError(f"noise = {noise!r}: must be one of {', '.join(NOISE_MODES)}")
+    _check_family(kind, fixed)
+    shells = _measure(observations, grid, edges)
+    return _fit(shells, kind, k_pivot, start, fixed, noise)
+
+
+def fit_families(observations: Observations, grid: Grid, k_pivot: float, *,
+                 kinds=None, start: Mapping[str, Mapping[str, float]] | None = None,
+                 edges=None, noise: str = "given") -> FamilyChoice:
+    """Fit every family in ``kinds`` (default ``fittable_families()``) and choose the one of
+    lowest BIC. ``start`` {kind: {name: x}} optional starts per family. A family that cannot
+    be fitted is listed in ``failures``; ``PriorFitError`` when none can (its message)."""
+    if noise not in NOISE_MODES:
+        raise PriorFitError(f"noise = {noise!r}: must be one of {', '.join(NOISE_MODES)}")
+    kinds = tuple(fittable_families() if kinds is None else kinds)
+    for kind in kinds:
+        _check_family(kind, None)
+    shells = _measure(observations, grid, edges)
+    fits, failures = {}, {}
+    for kind in kinds:
+        try:
+            fits[kind] = _fit(shells, kind, k_pivot, (start or {}).get(kind), None, noise)
+        except PriorFitError as exc:
+            failures[kind] = str(exc)
+    if not fits:
+        raise PriorFitError("; ".join(failures.values()))
+    chosen = min(fits, key=lambda kind: fits[kind].bic)
+    best = fits[chosen].bic
+    others = ", ".join(f"{kind} +{fits[kind].bic - best:.1f}" for kind in fits if kind != chosen)
+    message = (f"{chosen} chosen by BIC" + (f" (BIC differences: {others})" if others else "")
+               + "".join(f"; {kind} not fitted: {text}" for kind, text in failures.items()))
+    return FamilyChoice(fits, failures, chosen, message)
+
+
+def _check_family(kind: str, fixed) -> None:
+    names_all = free_parameters(kind)
+    if not names_all:
+        raise PriorFitError(f"prior.kind = {kind!r}: this P(k) family has no hyperparameters "
+                            "to fit (choose a parametric family such as power_law)")
+    unknown = [name for name in (fixed or {}) if name not in names_all]
+    if unknown:
+        raise PriorFitError(f"{kind}: unknown hyperparameter {unknown[0]!r} (this family has "
+                            f"{', '.join(names_all)})")
+    if len(fixed or {}) == len(names_all):
+        raise PriorFitError(f"{kind}: every hyperparameter is held fixed; nothing to fit")
+
+
+class _Likelihood:
+    """-log L(theta) of the module docstring, its deviance residuals and their Jacobian, for
+    one family on one data set (d log P / d theta by central differences of the family's
+    ``log_power``, so that every family of the registry is handled alike).
+
+    theta = the fitted hyperparameters in their coordinates (a non-negative one divided by
+    ``scale``), then log N when the noise is fitted.
+    """
+
+    STEP = 1e-5
+
+    def __init__(self, shells: _Shells, template: PowerSpectrum, names, coordinates,
+                 fixed_values, fit_noise: bool, scales):
+        self.shells, self.template = shells, template
+        self.names, self.coordinates = tuple(names), tuple(coordinates)
+        self.fixed_values, self.fit_noise = dict(fixed_values), fit_noise
+        self.scales = np.asarray(scales, dtype=np.float64)
+        self.used = shells.used
+        self.a = shells.half_modes[self.used]
+        self.x = shells.x[self.used]
+
+    def values(self, theta) -> dict:
+        """The hyperparameters at ``theta`` ({name: x})."""
+        out = {}
+        for name, coordinate, t, scale in zip(self.names, self.coordinates, theta, self.scales):
+            out[name] = (math.exp(t) if coordinate == "log" else
+                         max(float(t), 0.0) * float(scale) if coordinate == "nonnegative" else float(t))
+        return out
+
+    def noise_power(self, theta) -> float:
+        return math.exp(theta[-1]) if self.fit_noise else self.shells.noise_power
+
+    def signal(self, theta, derivatives: bool = True):
+        """(S_i, dS_i / dtheta_j) over the used shells: S the signal part of mu."""
+        p = len(self.names)
+        theta = np.asarray(theta, dtype=np.float64)
+        rows = [theta[:p]]
+        steps = []
+        if derivatives:
+            for j in range(p):
+                h = self.STEP
+                up, down = theta[:p].copy(), theta[:p].copy()
+                up[j] += h
+                if self.coordinates[j] == "nonnegative" and theta[j] < h:
+                    steps.append(h)               # one-sided at the bound
+                else:
+                    down[j] -= h
+                    steps.append(2 * h)
+                rows += [up, down]
+        batch = np.array(rows)
+        overrides = {}
+        for j, (name, coordinate, scale) in enumerate(zip(self.names, self.coordinates,
+                                                          self.scales)):
+            col = batch[:, j]
+            overrides[name] = (np.exp(col) if coordinate == "log" else
+                               np.maximum(col, 0.0) * scale if coordinate == "nonnegative"
+                               else col)[:, None]
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            logp = self.template.log_power(self.shells.model.k_unique[None, :], **overrides,
+                                           **self.fixed_values)
+            logp = np.minimum(logp, 700.0)
+            p0 = np.exp(logp[0])
+        model, w, mixing = self.shells.model, self.shells.floor, self.shells.mixing
+        signal = model.signal(p0, mixing, w)[self.used]
+        if not derivatives:
+            return signal, None
+        grads = []
+        for j in range(p):
+            dlogp = (logp[1 + 2 * j] - logp[2 + 2 * j]) / steps[j]
+            dp = np.where(np.isfinite(dlogp), p0 * dlogp, 0.0)
+            grads.append(model.signal(dp, mixing, w)[self.used])
+        return signal, np.array(grads).T
+
+    def mean(self, theta, derivatives: bool = True):
+        """(mu_i, dmu_i / dtheta) over the used shells."""
+        signal, dsignal = self.signal(theta, derivatives)
+        n = self.noise_power(theta)
+        mu = signal + n
+        if not derivatives:
+            return mu, None
+        if self.fit_noise:
+            dsignal = np.column_stack([dsignal, np.full(mu.shape, n)])
+        return mu, dsignal
+
+    def __call__(self, theta) -> float:
+        """-log L(theta) without its constant (sum_i a_i (log mu_i + x_i / mu_i))."""
+        mu, _ = self.mean(theta, derivatives=False)
+        if not np.all(np.isfinite(mu)) or np.any(mu <= 0):
+            return 1e300
+        return float(np.sum(self.a * (np.log(mu) + self.x / mu)))
+
+    def deviance_residuals(self, theta):
+        """r_i = sign(x_i - mu_i) sqrt(2 a_i (x_i / mu_i - 1 - log(x_i / mu_i))): sum r^2 is
+        2 (-log L) up to a constant, so least squares on r is the maximum-likelihood fit."""
+        mu, _ = self.mean(theta, derivatives=False)
+        return self._residuals(mu)
+
+    def _residuals(self, mu):
+        if not np.all(np.isfinite(mu)) or np.any(mu <= 0):
+            return np.full(self.x.shape, 1e150)
+        u = self.x / mu
+        return np.sign(u - 1.0) * np.sqrt(np.maximum(2.0 * self.a * (u - 1.0 - np.log(u)), 0.0))
+
+    def deviance_jacobian(self, theta):
+        mu, dmu = self.mean(theta)
+        if not np.all(np.isfinite(mu)) or np.any(mu <= 0):
+            return np.zeros((self.x.size, len(theta)))
+        r = self._residuals(mu)
+        small = np.abs(r) < 1e-8
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dr = np.where(small, -np.sqrt(self.a) * self.x / mu ** 2,
+                          self.a * (1.0 / mu - self.x / mu ** 2) / np.where(small, 1.0, r))
+        jac = dr[:, None] * dmu
+        return np.where(np.isfinite(jac), jac, 0.0)
+
+    def log_likelihood(self, mu) -> float:
+        """The gamma log-likelihood, constants included (comparable across families)."""
+        a, x = self.a, self.x
+        from scipy.special import gammaln
+        return float(np.sum(a * np.log(a / mu) - gammaln(a) + (a - 1) * np.log(x) - a * x / mu))
+
+    def fisher(self, theta) -> np.ndarray:
+        """sqrt(n_i / 2) d log mu_i / dtheta: J with J^T J the Fisher information."""
+        mu, dmu = self.mean(theta)
+        return np.sqrt(self.a)[:, None] * dmu / mu[:, None]
+
+
+def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -> FitResult:
+    names_all = free_parameters(kind)
+    fixed = {n: float(v) for n, v in (fixed or {}).items()}
+    names = tuple(name for name in names_all if name not in fixed)
+    fit_noise = noise == "fit"
+    n_par = len(names) + fit_noise
+    n_used = int(shells.used.sum())
+    if n_used <= n_par:
+        raise PriorFitError(f"{kind}: {len(names)} hyperparameters ({', '.join(names)})"
+                            + (" and the noise" if fit_noise else "") + f" but only {n_used} "
+                            "usable P(k) shell(s): the data are too small to fit this family")
     coordinates = tuple("log" if _rule(kind, n) == "positive" else
                         "nonnegative" if _rule(kind, n) == "nonnegative" else "identity"
                         for n in names)
-    y = np.log(excess[used])
-    c_eff = n_eff[used]
-    k_used = measured.k[used]
+    k_used = shells.k[shells.used]
+    k_lo, k_hi = float(k_used.min()), float(k_used.max())
+    length = 1.0 / math.sqrt(k_lo * k_hi)        # a non-negative hyperparameter's unit (a length)
+    scales = [length if c == "nonnegative" else 1.0 for c in coordinates]
     template = spectrum_from_config(kind, _complete(kind, k_pivot, names_all, fixed, start))
-    fixed_values = {n: float(v) for n, v in fixed.items()}
+    like = _Likelihood(shells, template, names, coordinates, fixed, fit_noise, scales)
 
-    def to_values(theta):
-        return {n: (math.exp(t) if c == "log" else float(t))
-                for n, c, t in zip(names, coordinates, theta)}
+    starts = _starts(like, kind, names, coordinates, start, length, k_lo, k_hi)
+    lower = np.array([0.0 if c == "nonnegative" else -np.inf for c in coordinates]
+                     + ([-np.inf] if fit_noise else []))
+    results = []
+    for theta0 in starts:
+        try:
+            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+                result = least_squares(like.deviance_residuals, np.maximum(theta0, lower),
+                                       jac=like.deviance_jacobian, bounds=(lower, np.inf),
+                                       method="trf", x_scale="jac", max_nfev=300)
+        except (ValueError, FloatingPointError, OverflowError, np.linalg.LinAlgError):
+            continue
+        value = like(result.x)
+        if np.isfinite(value) and value < 1e299:
+            results.append((value, result.x))
+    if not results:
+        raise PriorFitError(f"{kind}: the fit failed from every start ({len(starts)} tried)")
+    best_value, theta = min(results, key=lambda r: r[0])
+    agree = sum(value <= best_value + 0.5 for value, _ in results)
 
-    def model_all(theta):
-        logp = template.log_power(shells.k_unique, **to_values(theta), **fixed_values)
-        with np.errstate(under="ignore"):
-            p = np.exp(logp)
-        return (1.0 - floor) * shells.average(p) + floor * shells.mean_all(p)
+    mu, _ = like.mean(theta, derivatives=False)
+    a, x = like.a, like.x
+    chi2 = float(np.sum(like._residuals(mu) ** 2))
+    dof = n_used - n_par
+    p_value = float(chi2_distribution.sf(chi2, dof))
+    loglike = like.log_likelihood(mu)
 
-    def model(theta):
-        return model_all(theta)[used]
+    _check_detection(like, best_value, kind, names, fit_noise, n_used)
 
-    theta = np.array([_start_coordinate(c, getattr(template, n), k_used)
-                      for n, c in zip(names, coordinates)])
-    lower = np.array([0.0 if c == "nonnegative" else -np.inf for c in coordinates])
-    signal = excess[used]                 # pass 1: P from the data itself
-    for _ in range(2):
-        var = (2.0 / c_eff) * ((signal + noise_power) / signal) ** 2
-        sd = np.sqrt(var)
-        target = y + 0.5 * var
-
-        def residuals(t, target=target, sd=sd):
-            with np.errstate(divide="ignore"):
-                return (target - np.log(model(t))) / sd
-
-        result = least_squares(residuals, theta, bounds=(lower, np.inf), method="trf",
-                               x_scale="jac")
-        theta = result.x
-        signal = model(theta)          # pass 2: P from the fit
-    chi2 = float(np.sum(result.fun ** 2))
-    jac = np.asarray(result.jac, dtype=np.float64)
-    fit_cov, unconstrained = _covariance(jac)
-    values = to_values(theta)
-    slope = np.array([values[n] if c == "log" else 1.0 for n, c in zip(names, coordinates)])
-    cov = fit_cov * np.outer(slope, slope)
+    jac = like.fisher(theta)
+    fit_cov_all, unconstrained_all = _covariance(jac)
+    values = like.values(theta)
+    slope = np.array([values[n] if c == "log" else s if c == "nonnegative" else 1.0
+                      for n, c, s in zip(names, coordinates, scales)])
+    p = len(names)
+    unscale = np.array(scales)                   # a non-negative x's coordinate was x / scale
+    fit_cov = fit_cov_all[:p, :p] * np.outer(unscale, unscale)
+    cov = fit_cov_all[:p, :p] * np.outer(slope, slope)
+    unconstrained = unconstrained_all[:p]
     errors = {n: (math.inf if bad else float(math.sqrt(max(cov[i, i], 0.0))))
               for i, (n, bad) in enumerate(zip(names, unconstrained))}
-    message = shell_text
+    noise_power = like.noise_power(theta)
+    cell_volume = shells.grid.cell_volume
+    if fit_noise:
+        sd_log = (math.inf if unconstrained_all[-1]
+                  else math.sqrt(max(fit_cov_all[-1, -1], 0.0)))
+        noise_power_error = noise_power * sd_log
+    else:
+        sd_log, noise_power_error = 0.0, 0.0
+    noise_sigma = math.sqrt(noise_power / cell_volume)
+
+    message = f"{n_used} P(k) shells" + (", noise fitted" if fit_noise else ", noise given")
     loose = [n for n, bad in zip(names, unconstrained) if bad]
     if loose:
         message += f"; not constrained by the data: {', '.join(loose)}"
-    if not result.success:
-        message += f"; the optimiser stopped early ({result.message})"
+    if fit_noise and unconstrained_all[-1]:
+        message += "; not constrained by the data: the noise"
+    if shells.floor > 0.01:
+        message += (f"; the mask's scattered voxels put a flat {shells.floor:.0%} of the power "
+                    "into every shell (modelled)")
+    if agree < len(results):
+        message += (f"; {agree} of {len(results)} starts reached the best fit")
+
     spectrum = spectrum_from_config(kind, _complete(kind, k_pivot, names_all,
-                                                    {**fixed_values, **values}, None))
+                                                    {**fixed, **values}, None))
+    model, w = shells.model, shells.floor
     with np.errstate(under="ignore"):
-        p_fit = np.exp(spectrum.log_power(shells.k_unique))
+        p_fit = np.exp(np.minimum(spectrum.log_power(model.k_unique), 700.0))
+    own = model.average(p_fit)
+    signal = model.signal(p_fit, shells.mixing, w)
+    mu_all = signal + noise_power
+    # the data's own-shell power: the shell keeps a share d_i of its own power and receives
+    # leak_i from the others (by the fit); P_data = (x - N - leak) / (d <B^2>)
+    kept = (1.0 + np.diag(shells.mixing)) if shells.mixing is not None else \
+        np.full(own.shape, 1.0 - w)
     with np.errstate(invalid="ignore", divide="ignore"):
-        power = (excess - floor * shells.mean_all(p_fit)) / ((1.0 - floor) * shells.beam2)
-    if floor > 0.01:
-        message += (f"; the mask's scattered voxels put a flat {floor:.0%} of the power into "
-                    "every shell (modelled)")
+        leak = signal - kept * own
+        power = (shells.x - noise_power - leak) / (kept * model.beam2)
+        power_error = mu_all * np.sqrt(1.0 / np.where(shells.used, shells.half_modes, np.nan)) \
+            / (kept * model.beam2)
+    flagged = bool(dof > 0 and chi2 / dof > FLAG_RATIO and p_value < FLAG_P_VALUE)
+    warning = ""
+    if flagged:
+        warning = _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value,
+                             k_used, a, x, mu)
     return FitResult(kind=kind, names=names, values=values, errors=errors, covariance=cov,
                      fit_covariance=fit_cov, coordinates=coordinates, spectrum=spectrum,
-                     k=measured.k, counts=counts, power=power, power_error=power_error,
-                     used=used, noise_power=noise_power, observed_fraction=fraction,
-                     mask_floor=floor,
-                     chi2=chi2, dof=n_used - len(names), message=message)
+                     k=shells.k, counts=shells.counts, power=power, power_error=power_error,
+                     used=shells.used.copy(), noise_power=noise_power,
+                     noise_power_error=noise_power_error, noise_sigma=noise_sigma,
+                     noise_sigma_error=0.5 * noise_sigma * sd_log, noise_fitted=fit_noise,
+                     observed_fraction=shells.fraction, mask_floor=shells.floor, chi2=chi2,
+                     dof=dof, p_value=p_value, log_likelihood=loglike, n_parameters=n_par,
+                     aic=-2.0 * loglike + 2.0 * n_par,
+                     bic=-2.0 * loglike + n_par * math.log(n_used), flagged=flagged,
+                     warning=warning, starts=(len(starts), agree), message=message)
+
+
+def _starts(like: _Likelihood, kind, names, coordinates, start, length, k_lo, k_hi):
+    """Starting points: every combination of a few indices and cutoff scales spanning the
+    data's k range (and the caller's start), the amplitude matched to the data at each."""
+    options = []
+    for name, coordinate in zip(names, coordinates):
+        given = (start or {}).get(name)
+        ok = isinstance(given, (int, float)) and not isinstance(given, bool) \
+            and math.isfinite(given)
+        if coordinate == "identity":
+            grid = [-3.0, 0.0, 2.0] + ([float(given)] if ok else [])
+        elif coordinate == "nonnegative":
+            grid = list(np.geomspace(0.5 / k_hi, 0.5 / k_lo, 3) / length) \
+                + ([float(given) / length] if ok and given > 0 else [])
+        else:
+            grid = [math.log(given) if ok and given > 0 else 0.0]
+        options.append(sorted(set(grid)))
+    x = like.x
+    n_data = like.shells.noise_power
+    if like.fit_noise:
+        top = like.shells.k[like.used] >= np.quantile(like.shells.k[like.used], 0.75)
+        n_data = float(np.median(x[top]))
+    excess = x - n_data
+    starts = []
+    for combo in itertools.product(*options):
+        theta = np.array(combo, dtype=np.float64)
+        if "amplitude" in names:
+            i = names.index("amplitude")
+            theta[i] = 0.0
+            full = np.append(theta, math.log(n_data)) if like.fit_noise else theta
+            signal, _ = like.signal(full, derivatives=False)
+            good = (excess > 0) & (signal > 0) & np.isfinite(signal)
+            if good.any():
+                theta[i] = float(np.median(np.log(excess[good]) - np.log(signal[good])))
+            else:
+                theta[i] = math.log(max(float(np.median(x)), 1e-300))
+            theta[i] = float(np.clip(theta[i], -650.0, 650.0))
+        if like.fit_noise:
+            theta = np.append(theta, math.log(n_data))
+        starts.append(theta)
+    return starts
+
+
+def _check_detection(like: _Likelihood, best_value, kind, names, fit_noise, n_used) -> None:
+    """PriorFitError when the signal is not detected above the noise (module docstring)."""
+    a, x = like.a, like.x
+    n = float(np.sum(a * x) / np.sum(a)) if fit_noise else like.shells.noise_power
+    noise_only = float(np.sum(a * (np.log(n) + x / n)))
+    improvement = 2.0 * (noise_only - best_value)
+    if chi2_distribution.sf(max(improvement, 0.0), len(names)) >= DETECTION_P_VALUE:
+        raise PriorFitError(
+            f"{kind}: {len(names)} hyperparameters ({', '.join(names)}) but no usable P(k) "
+            f"shell: the data's power in its {n_used} shells is consistent with the noise "
+            f"alone (-2 log L improves by {improvement:.1f} only): the data are too noisy or "
+            "too small to fit this family" + ("" if fit_noise else ", or the noise level set "
+                                             "is too high"))
+
+
+def _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value, k_used,
+               a, x, mu) -> str:
+    """What a flagged fit means, for this fit (module docstring)."""
+    contribution = 2.0 * a * (x / mu - 1.0 - np.log(x / mu))
+    high = k_used > np.median(k_used)
+    where = ("mostly at high k, where the noise dominates" if contribution[high].sum()
+             > 0.7 * contribution.sum() else "mostly at low k" if contribution[~high].sum()
+             > 0.7 * contribution.sum() else "at all k")
+    text = (f"chi²/dof = {chi2 / dof:.3g} ({chi2:.1f} for {dof}; chance {p_value:.1g}), misfit "
+            f"{where}: the {kind} family does not describe the data's P(k) within the modes' "
+            "scatter: the shape is wrong (try another family), or the noise level is wrong "
+            "(leftover or missing noise at high k is read as signal), or the mask or beam is "
+            "not as set. The values and errors are not estimates of the truth; do not use them "
+            "as prior centres unless you know why.")
+    if not fit_noise:
+        try:
+            free = _fit(shells, kind, k_pivot, start, fixed, "fit")
+        except PriorFitError:
+            return text
+        if not free.flagged:
+            given = math.sqrt(shells.noise_power / shells.grid.cell_volume)
+            text += (f" With the noise level fitted too, chi²/dof = {free.chi2_per_dof:.3g} and "
+                     f"the noise sd is {free.noise_sigma:.6g} ± {free.noise_sigma_error:.2g} "
+                     f"(rms over the observed voxels; set: {given:.6g}): the noise level set "
+                     "is the likely cause.")
+    return text
 
 
 def _complete(kind, k_pivot, names_all, values, start) -> dict:
@@ -345,16 +798,6 @@ def _complete(kind, k_pivot, names_all, values, start) -> dict:
         raise PriorFitError(f"prior.k_pivot = {k_pivot!r}: {exc}") from None
 
 
-def _start_coordinate(coordinate: str, value: float, k_used: np.ndarray) -> float:
-    if coordinate == "log":
-        return math.log(value)
-    if coordinate == "nonnegative" and value <= 0:
-        # at 0 a scale such as R in exp(-(k R)^2) has no gradient: start inside the range,
-        # at a length the shells resolve
-        return 0.3 / float(np.median(k_used))
-    return float(value)
-
-
 def _covariance(jac: np.ndarray) -> tuple[np.ndarray, list[bool]]:
     """(J^T J)^-1 and which coordinates the data do not constrain (a null direction)."""
     p = jac.shape[1]
@@ -362,7 +805,7 @@ def _covariance(jac: np.ndarray) -> tuple[np.ndarray, list[bool]]:
     scale = np.where(norms > 0, norms, 1.0)
     scaled = jac / scale
     u, s, vt = np.linalg.svd(scaled, full_matrices=False)
-    good = s > 1e-10 * max(s.max(initial=0.0), 1e-300)
+    good = s > 1e-7 * max(s.max(initial=0.0), 1e-300)
     inv = (vt[good].T / s[good] ** 2) @ vt[good]
     cov = inv / np.outer(scale, scale)
     unconstrained = [bool(norms[i] == 0 or np.any(np.abs(vt[~good, i]) > 1e-6)) for i in range(p)]

@@ -8,12 +8,12 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
-from app.panels.prior import PriorPanel
+from app.panels.prior import PriorPanel, round_to_error
 from app.state.config_state import ConfigState
 from core.config import config_from_dict, dump_config, parse_config
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
-from core.field.synthetic import make_dataset, save_dataset
+from core.field.synthetic import gaussian_smooth, make_dataset, save_dataset
 
 TRUE = PowerLaw(amplitude=200.0, index=-2.0, k_pivot=0.3)
 
@@ -60,7 +60,10 @@ def test_fit_to_data_then_use_as_fixed_values_and_as_prior_centres(qtbot, tmp_pa
         assert abs(result.values[name] - getattr(TRUE, name)) < 4 * result.errors[name]
     assert "amplitude A = " in panel.fit_label.text() and "±" in panel.fit_label.text()
     k, p = panel.fit_data.getOriginalDataset()            # the data's P(k) is drawn...
-    assert len(k) == result.used.sum()
+    detected = result.used & (result.power > 2 * result.power_error)
+    assert len(k) == detected.sum() > 5
+    assert not result.flagged and panel.use_fixed_button.isEnabled()
+    assert not panel.accept_flagged.isVisibleTo(panel)
     k, p = panel.fit_curve.getOriginalDataset()           # ... with the fit over it
     np.testing.assert_allclose(p, result.spectrum.evaluate(k))
     assert len(panel.curve.getOriginalDataset()[0]) > 0   # and the current prior
@@ -103,3 +106,61 @@ def test_data_with_no_usable_shells_show_a_message_not_a_traceback(qtbot, tmp_pa
     assert not panel.use_fixed_button.isEnabled() and panel.fit_button.isEnabled()
     state["prior.kind"] = "table"
     assert not panel.fit_button.isEnabled() and "table" in panel.fit_button.toolTip()
+
+
+def write_smooth_case(folder, sigma_set):
+    """Issue 32's case, smaller: Gaussian-smoothed white noise (2 cells) plus white noise of sd
+    0.3, a cube of NaN; a power law cannot describe it, and a noise level set 0.29 leaves
+    noise at high k."""
+    rng = np.random.default_rng(0)
+    grid = Grid((32,) * 3, 64.0)
+    signal = gaussian_smooth(rng.standard_normal(grid.shape), Grid((32,) * 3, 32.0), 2.0)
+    data = (signal / signal.std() + 0.3 * rng.standard_normal(grid.shape)).astype(np.float32)
+    data[12:20, 12:20, 12:20] = np.nan
+    np.save(folder / "smooth.npy", data)
+    document = {
+        "model": {"kind": "field"},
+        "data": {"path": "smooth.npy", "noise_sigma": sigma_set},
+        "grid": {"box_size": 64.0},
+        "prior": {"kind": "power_law_cutoff", "k_pivot": 0.3, "amplitude": 1.0,
+                  "index": {"dist": "normal", "loc": -1.0, "scale": 0.5}, "cutoff_scale": 1.0},
+        "likelihood": {"kind": "gaussian"},
+    }
+    path = folder / "smooth.toml"
+    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
+    return path
+
+
+def test_a_flagged_fit_is_said_and_used_only_on_the_users_word(qtbot, tmp_path):
+    state, panel = open_panel(qtbot, write_smooth_case(tmp_path, 0.29))
+    fit(qtbot, panel)
+    result = panel.fit_result
+    assert result is not None and result.kind == "power_law_cutoff", panel.fit_label.text()
+    assert result.flagged and result.chi2_per_dof > 3
+    text = panel.fit_label.text()
+    assert "FLAGGED" in text and "noise level" in text and "chi²/dof" in text
+    # the refit with the noise free finds what was wrong: the noise sd set
+    assert "the noise level set is the likely cause" in text
+    assert not panel.use_fixed_button.isEnabled() and not panel.use_centres_button.isEnabled()
+    assert panel.accept_flagged.isVisibleTo(panel) and not panel.accept_flagged.isChecked()
+    before = state.to_toml()
+    panel.use_fit_as_centres()                       # not even called directly: nothing written
+    assert state.to_toml() == before
+    panel.accept_flagged.setChecked(True)            # the user's word
+    assert panel.use_centres_button.isEnabled()
+    qtbot.mouseClick(panel.use_centres_button, Qt.MouseButton.LeftButton)
+    assert state["prior.index.loc"] == round_to_error(result.values["index"],
+                                                      result.errors["index"])
+
+    # the noise level fitted too: no flag, and the truth (n = 0, R = 2 cells = 4) recovered
+    state["data.noise_sigma"] = 0.29
+    panel.fit_noise.setChecked(True)
+    fit(qtbot, panel)
+    result = panel.fit_result
+    assert result is not None and not result.flagged, panel.fit_label.text()
+    assert result.noise_fitted and abs(result.noise_sigma - 0.3) < 4 * result.noise_sigma_error
+    assert abs(result.values["index"]) < 3 * result.errors["index"]
+    assert abs(result.values["cutoff_scale"] - 4.0) < 3 * result.errors["cutoff_scale"]
+    assert "noise sd fitted" in panel.fit_label.text()
+    assert "Best family by BIC: this one" in panel.fit_label.text()
+    assert panel.use_fixed_button.isEnabled() and not panel.accept_flagged.isVisibleTo(panel)

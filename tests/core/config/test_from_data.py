@@ -12,7 +12,7 @@ from core.config import NEW_CONFIG_SAMPLERS, config_to_dict, default_config, new
 from core.config.from_data import config_for_data, estimate_noise_sigma, is_data_file
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
-from core.field.synthetic import make_dataset, save_dataset
+from core.field.synthetic import gaussian_smooth, make_dataset, save_dataset
 from core.io import LoadError
 
 
@@ -139,3 +139,36 @@ def test_the_noise_estimates():
     assert sigma == pytest.approx(0.1, rel=0.2)
     assert estimate_noise_sigma(np.ones((8, 8, 8))) is None
     assert is_data_file("x.NPZ") and is_data_file("a/b.fits") and not is_data_file("x.toml")
+
+
+def test_issue_32_smoothed_noise_gets_an_unrounded_noise_and_the_cutoff_family(tmp_path):
+    # white noise smoothed over 2 cells (P = A exp(-(k R)^2), index 0, R = 2 cells = 4) plus
+    # noise of sd 0.3, a cube of NaN. The old New from data wrote the estimate rounded to two
+    # digits (0.2949 -> 0.29) and fitted the leftover noise as a power law of index ~ -7
+    rng = np.random.default_rng(0)
+    grid = Grid((32,) * 3, 32.0)
+    signal = gaussian_smooth(rng.standard_normal(grid.shape), grid, 2.0)
+    data = (signal / signal.std() + 0.3 * rng.standard_normal(grid.shape)).astype(np.float32)
+    data[12:20, 12:20, 12:20] = np.nan
+    np.save(tmp_path / "smooth.npy", data)
+    result = config_for_data(tmp_path / "smooth.npy", box_size=64.0)
+    doc, notes = result
+    sigma = doc["data"]["noise_sigma"]
+    assert sigma == pytest.approx(0.3, abs=0.003) and sigma != round(sigma, 4)   # unrounded
+    note = next(n for n in notes if n.startswith("noise:"))
+    assert "ESTIMATE" in note and "fitted jointly" in note and "sd of the estimate" in note
+    cfg = parse_config(result.text(), base_dir=tmp_path)
+    assert cfg.data.noise_sigma == sigma                     # the TOML keeps every digit
+    assert cfg.prior.kind == "power_law_cutoff"
+    assert cfg.prior.index.loc == pytest.approx(0.0, abs=0.5)
+    assert cfg.prior.cutoff_scale == pytest.approx(4.0, rel=0.05)
+    assert any("chosen by BIC" in n for n in notes)
+
+    # a stated noise level that is wrong: the best fit is flagged and not used as the prior
+    np.savez(tmp_path / "stated.npz", data=data, noise_sigma=np.float64(0.2),
+             box_size=np.array([64.0, 64.0, 64.0]))
+    result = config_for_data(tmp_path / "stated.npz")
+    assert result.document["data"]["noise_sigma"] == 0.2
+    prior_note = next(n for n in result.notes if n.startswith("prior:"))
+    assert "flagged, not used" in prior_note and "broad default" in prior_note
+    assert parse_config(result.text(), base_dir=tmp_path).prior.index.loc == -2.0
