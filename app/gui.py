@@ -82,7 +82,7 @@ def display_available() -> bool:
 
 def demo_config() -> Path:
     """The demo's config, written into the per-user data folder on first use."""
-    from app.main_window import demo_path
+    from app.state.session import demo_path
 
     return demo_path(DEMO_CONFIG)
 
