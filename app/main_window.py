@@ -1034,6 +1034,10 @@ class MainWindow(QMainWindow):
     # -- closing -------------------------------------------------------------------------------------
 
     def closeEvent(self, event) -> None:
+        if not (self._close_ok or self._closing) and self.confirm_close \
+                and not self.settle_changes("closing"):
+            event.ignore()
+            return
         if self._close_ok or self.client is None:
             self._finish_close()
             event.accept()
@@ -1041,8 +1045,6 @@ class MainWindow(QMainWindow):
             return
         event.ignore()
         if self._closing:
-            return
-        if self.confirm_close and not self.settle_changes("closing"):
             return
         if self.runs.status != "idle" and self.confirm_close:
             if _alive(self._close_question):
