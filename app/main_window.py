@@ -32,42 +32,32 @@ restored when a window opens. Run directories: ``app.state.session.default_run_d
 
 from __future__ import annotations
 
-import functools
-import math
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QMessageBox, QProgressBar, QToolBar, QWidget
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QMessageBox, QWidget
 
-from app import settings
+from app import menus, settings
+from app.config_files import ConfigFiles
 from app.dialogs import about, questions
 from app.engine_client import EngineClient
 from app.panels import SetupPanel, make_panels
-from app.panels.grid import VOXEL_UNIT
-from app.run_controller import ACTIVE, PHASE_TEXT, RunController
-from app.state.actions import ACTIONS, DYNAMIC_MENUS, MENUS, WindowStatus
+from app.run_controller import ACTIVE, RunController
+from app.state.actions import ACTIONS, WindowStatus
 from app.state.config_state import ConfigState
-from app.state.session import RecentFiles, Session, demo_path
+from app.state.session import RecentFiles, Session
+from app.status_bar import RunStatusBar
 from app.views.jobs import LatestJob
 from core.config import ConfigError
 from core.store.run_store import RunReader, RunStoreError
-from core.store.run_summary import divergence_text
 
 __all__ = ["MainWindow", "VIEW_REFRESH_HZ"]
 
 VIEW_REFRESH_HZ = 10
 
 
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds) or seconds < 0:
-        return "--:--"
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60:02d}:{rest % 60:02d}"
-
-
-class MainWindow(QMainWindow):
+class MainWindow(ConfigFiles, QMainWindow):
     """Fieldscope's window. ``engine``: "spawn" (default: start an engine process when
     the window opens), an ``EngineClient`` to use, or None (set-up only, e.g. tests)."""
 
@@ -179,68 +169,15 @@ class MainWindow(QMainWindow):
         self.panel = {p.title.lower(): p for p in self.panels}
 
     def _make_actions(self) -> None:
-        """The menus and the toolbar from ``ACTIONS`` (``self.action[name]``, also
-        ``self.<name>_action``), the View menu's dock toggles, the dynamic menus."""
-        self.action: dict[str, QAction] = {}
-        menus = {title: self.menuBar().addMenu(title) for title in MENUS}
-        toolbar = self.toolbar = QToolBar("Run")
-        toolbar.setObjectName("run_toolbar")
-        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        for spec in ACTIONS:
-            top, _, sub = spec.menu.partition("/")
-            if sub and sub not in menus:
-                menus[sub] = menus[top].addMenu(sub)
-            menu = menus[sub or top]
-            action = QAction(spec.text, self)
-            handler = getattr(self, spec.handler)
-            action.triggered.connect(lambda _checked=False, h=handler, a=spec.args: h(*a))
-            if spec.shortcut:
-                standard = getattr(QKeySequence.StandardKey, spec.shortcut, None)
-                action.setShortcut(QKeySequence(standard if standard is not None else spec.shortcut))
-            if spec.tip:
-                action.setStatusTip(spec.tip)
-                action.setToolTip(spec.tip)
-            if spec.separated:
-                menu.addSeparator()
-            menu.addAction(action)
-            if spec.toolbar:
-                toolbar.addAction(action)
-            self.action[spec.name] = action
-            setattr(self, f"{spec.name}_action", action)
-            if spec.name in DYNAMIC_MENUS:
-                dynamic = menu.addMenu(DYNAMIC_MENUS[spec.name])
-                if spec.name == "open_run":
-                    self.recent_menu = dynamic
-                    dynamic.aboutToShow.connect(self._fill_recent_menu)
-                else:
-                    self.export_menu = dynamic
-                    dynamic.aboutToShow.connect(self._fill_export_menu)
-        self._fill_recent_menu()
-        self._fill_export_menu()
-        for dock in self.docks:
-            menus["&View"].addAction(dock.toggleViewAction())
-        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
+        """Menus and toolbar from ``app.state.actions.ACTIONS`` (``app.menus``)."""
+        menus.build_menus(self)
 
     def _make_status_bar(self) -> None:
-        bar = self.statusBar()
-        self.message_label = QLabel()
-        self.message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        bar.addWidget(self.message_label, 1)
-        self.phase_label = QLabel()
-        self.progress = QProgressBar()
-        self.progress.setFixedWidth(220)
-        self.progress.setFormat("%v / %m steps")
-        self.progress.setVisible(False)
-        self.rate_label = QLabel()
-        self.eta_label = QLabel()
-        self.divergence_label = QLabel()
-        self.divergence_label.setToolTip(
-            "divergent transitions after warmup (they mean the sampler missed part of the "
-            "posterior); in brackets those during warmup, expected while the step size adapts")
-        self.engine_label = QLabel("engine getting ready…")
-        for widget in (self.phase_label, self.progress, self.rate_label, self.eta_label,
-                       self.divergence_label, self.engine_label):
-            bar.addPermanentWidget(widget)
+        self.bar = RunStatusBar(self.statusBar())
+        # the labels by their old names (tests and screenshots read them)
+        b = self.bar
+        self.message_label, self.phase_label, self.progress, self.rate_label = b.message, b.phase, b.progress, b.rate
+        self.eta_label, self.divergence_label, self.engine_label = b.eta, b.divergences, b.engine
 
     # -- config --------------------------------------------------------------------------------
 
@@ -314,286 +251,19 @@ class MainWindow(QMainWindow):
     def _update_title(self) -> None:
         self.setWindowTitle(f"Fieldscope — {self.session.title()}")
 
-    # -- replacing the config ------------------------------------------------------------------
-
-    def settle_changes(self, doing: str) -> bool:
-        """Before ``doing`` (e.g. "opening another config") replaces or closes a config with
-        unsaved changes: Save / Discard / Cancel. True when it may go ahead."""
-        if not self.session.modified:
-            return True
-        answer = questions.ask_save_changes(self, self.session.name(), doing)
-        if answer == questions.SAVE:
-            return self.save_config()
-        return answer == questions.DISCARD
-
-    def _config_replaced(self) -> None:
-        """Another config is in the panels: nothing of the old one's run stays on show (the
-        status bar, the views, Run > Continue run), and no question of the old one's stays."""
-        if self.runs.status == "idle":
-            self.runs.forget_run()
-            self._show_run_status(None)
-            st = self.run_state
-            if st is not None and not st.is_preview:
-                st.show_preview(self.panel["data"].data_preview, *self._preview_config())
-                self.refresh_views()
-        self.panel["grid"].box_question.setVisible(False)
-        self._update_title()
-        self._update_actions()
-
-    def _show_run_status(self, reader: RunReader | None) -> None:
-        """The status bar's run part: a stored run's status and progress, or nothing."""
-        for label in (self.phase_label, self.rate_label, self.eta_label):
-            label.setText("")
-        self.progress.setVisible(reader is not None)
-        self._show_divergences(None)
-        if reader is None:
-            return
-        p, st = reader.progress, self.run_state
-        total = int(reader.attrs.get("steps_total") or 0) or \
-            int(reader.attrs.get("num_warmup", 0)) + int(reader.attrs.get("num_samples", 0))
-        self.progress.setRange(0, max(total, 1))
-        self.progress.setValue(min(int(p.get("warmup_draws", 0)) + int(p.get("draws", 0)), max(total, 1)))
-        self.phase_label.setText(PHASE_TEXT.get(reader.status, reader.status))
-        if st is not None and st.n_steps:
-            self._show_divergences((st.sampling_divergences, st.warmup_divergences))
-
-    def open_config(self, path) -> bool:
-        """Load a config file into the panels. A file that is not TOML gives a dialog; a
-        TOML file with bad values is loaded and its problems shown beside the widgets."""
-        try:
-            self.state.load_file(path)
-        except ConfigError as exc:
-            self.show_message("Cannot open the config", str(exc))
-            return False
-        self.state.notify_all()
-        if self.state.ignored:
-            self.show_message("Config opened with unknown settings",
-                              f"{path}: these settings are not part of a Fieldscope config "
-                              f"and were left out: {', '.join(self.state.ignored)}",
-                              QMessageBox.Icon.Information)
-        self._config_replaced()
-        self.add_recent(path)
-        return True
-
-    def open_demo(self, name: str) -> bool:
-        """Open one of the built-in demo configs (``DEMOS``)."""
-        if self.runs.status != "idle":
-            self.show_message("A run is in progress", "Stop the run before opening a demo.")
-            return False
-        try:
-            path = demo_path(name)
-        except OSError as exc:
-            self.show_message("Cannot write the demo", f"the demo files could not be written: {exc}")
-            return False
-        return self.open_config(path)
-
-    def _open_demo_action(self, name: str) -> bool:
-        if self.runs.status != "idle":
-            return self.open_demo(name)      # says why not
-        return self.settle_changes("opening the demo") and self.open_demo(name)
-
-    def _open_config_dialog(self) -> None:
-        if not self.settle_changes("opening another config"):
-            return
-        start = str(self.state.path.parent if self.state.path else self.state.base_dir)
-        path = questions.choose_open_file(self, "Open config", start, "Fieldscope config (*.toml);;All files (*)")
-        if path:
-            self.open_config(path)
-
-    def _open_data_dialog(self) -> None:
-        self.panel["data"]._browse()
-
-    # -- File > New from data ------------------------------------------------------------------
-
-    def _new_from_data_dialog(self) -> None:
-        from core.config import FIELD_DATA_EXTENSIONS
-
-        if self.runs.status in ACTIVE:
-            self.show_message("A run is in progress", "Stop the run before making a new config.")
-            return
-        if not self.settle_changes("making a new config"):
-            return
-        data = self.state["data.path"]
-        start = str(self.state.resolve(data).parent) if isinstance(data, str) and data \
-            else str(self.state.base_dir)
-        patterns = " ".join(f"*{ext}" for ext in FIELD_DATA_EXTENSIONS)
-        path = questions.choose_open_file(self, "New from data", start,
-                                          f"Gridded data ({patterns});;All files (*)")
-        if path:
-            self.new_from_data(path)
-
-    def new_from_data(self, path, key=None, *, offer_config: bool = True) -> bool:
-        """A fresh config for the data file ``path`` (``core.config.from_data``), not saved
-        (File > Save config as… offers ``<data stem>.toml`` next to the data).
-
-        When ``<data stem>.toml`` already sits next to the data (and ``offer_config``), a
-        message offers to open it instead, without blocking. Reading the file and fitting
-        P(k) take seconds for a large grid, so they run on a worker thread (``self._from_data``)
-        while the window stays live; ``new_config_done(ok)`` follows. A file that states no
-        box size is shown at once in voxel units and the Grid panel asks for the box size
-        (no modal question). False when nothing was started (a run is in progress)."""
-        if self.runs.status in ACTIVE:
-            self.show_message("A run is in progress", "Stop the run before making a new config.")
-            return False
-        path = Path(path).expanduser().absolute()
-        beside = self.session.config_beside(path) if offer_config else None
-        if beside is not None:
-            self._offer_config_beside(beside, path, key)
-            return True
-        self._make_config_for_data(path, key)
-        return True
-
-    def _offer_config_beside(self, config: Path, data: Path, key) -> None:
-        box = self.show_message(f"{config.name} is next to {data.name}",
-                                f"{config} sits next to the data. Open that config, or make a new "
-                                f"one from {data.name}?", QMessageBox.Icon.Question,
-                                QMessageBox.StandardButton.Cancel)
-        box.setObjectName("config_beside_question")
-        open_button = box.addButton(f"Open {config.name}", QMessageBox.ButtonRole.AcceptRole)
-        new_button = box.addButton("New config from the data", QMessageBox.ButtonRole.ActionRole)
-        open_button.clicked.connect(lambda: self.new_config_done.emit(self.open_config(config)))
-        new_button.clicked.connect(lambda: self._make_config_for_data(data, key))
-        box.button(QMessageBox.StandardButton.Cancel).clicked.connect(
-            lambda: self.new_config_done.emit(False))
-
-    def _make_config_for_data(self, path: Path, key) -> None:
-        from core.config.from_data import config_for_data
-
-        self.message_label.setStyleSheet("")
-        self.message_label.setText(f"reading {path.name} and fitting P(k) to it…")
-        self._from_data.request((path, key), functools.partial(config_for_data), path, key)
-
-    def _config_for_data_made(self, request, result, error) -> None:
-        from core.io import LoadError
-
-        path, _key = request
-        if error is not None:
-            if not isinstance(error, (LoadError, ConfigError, OSError)):
-                error = f"{type(error).__name__}: {error}"
-            self.message_label.setText("")
-            self.show_message("Cannot make a config from the data", str(error))
-            self.new_config_done.emit(False)
-            return
-        self.new_config_done.emit(self._use_new_config(path, result))
-
-    def _use_new_config(self, path: Path, result) -> bool:
-        text = result.text()
-        if result.box_size is None:      # measured in voxels until the Grid panel's question is answered
-            import tomllib
-
-            from core.config import config_from_dict, dump_config
-
-            document = tomllib.loads(text)
-            shape = self._shape_of(path, result)
-            document["grid"]["box_size"] = float(shape[0]) if len(set(shape)) == 1 else [float(n) for n in shape]
-            document["grid"]["unit"] = VOXEL_UNIT
-            text = dump_config(config_from_dict(document, base_dir=path.parent))
-        try:
-            self.state.load_text(text, base_dir=path.parent)
-        except ConfigError as exc:
-            self.show_message("Cannot make a config from the data", str(exc))
-            return False
-        self.state.notify_all()
-        self._config_replaced()
-        self.message_label.setStyleSheet("")
-        self.message_label.setText(f"new config for {path.name}, not saved (File > Save config "
-                                   f"as… writes {path.stem}.toml next to the data)")
-        self.show_message(f"New config for {path.name}",
-                          "Made from the data file:\n\n" + "\n".join(f"• {n}" for n in result.notes),
-                          QMessageBox.Icon.Information)
-        if result.box_size is None:
-            grid = self.panel["grid"]
-            grid.ask_box_size(path.name)
-            next(d for d in self.docks if d.widget() is grid).raise_()
-        return True
-
-    @staticmethod
-    def _shape_of(path: Path, result) -> tuple:
-        from core.io import array_info
-
-        return tuple(array_info(path, result.document["data"]["key"]).shape)
-
-    # -- File > Calibrate, Save ------------------------------------------------------------------
-
-    def _calibrate_dialog(self) -> None:
-        """File > Calibrate…: save the config, ask how many simulations, and open a Calibration
-        window on ``<config stem>-calibration`` next to it (``app.views.calibration``: a
-        ``fieldscope calibrate`` process it watches; the same folder resumes a stopped one)."""
-        if (self.state.path is None or self.state.modified) and not self.save_config():
-            return
-        from app.views.calibration import CalibrationWindow, calibrate_command
-
-        n = questions.ask_integer(self, "Calibrate", "Simulations (each a data set simulated from the prior "
-                                  "and sampled with this config):", 100, 1, 100000)
-        if n is None:
-            return
-        out = self.state.path.parent / f"{self.state.path.stem}-calibration"
-        self.calibration_window = CalibrationWindow(out, calibrate_command(self.state.path, n, out))
-        self.calibration_window.resize(1000, 750)
-        self.calibration_window.show()
-
-    def save_config(self, path=None) -> bool:
-        """Save (to ``path``, or the config's own file); refuses an invalid config."""
-        target = path or self.state.path
-        if target is None:
-            return self._save_as_dialog()
-        try:
-            self.state.save(target)
-        except ConfigError as exc:
-            self.validate()
-            self.show_message("Config not saved", f"The config was not saved: {exc}")
-            return False
-        except OSError as exc:
-            self.show_message("Config not saved", f"{target}: {exc.strerror or exc}")
-            return False
-        self._update_title()
-        self.message_label.setText(f"saved {self.state.path}")
-        self.add_recent(self.state.path)
-        return True
-
-    def save_as_default(self) -> Path:
-        """Where File > Save config as… starts (``Session.save_as_default``)."""
-        return self.session.save_as_default()
-
-    def _save_as_dialog(self) -> bool:
-        path = questions.choose_save_file(self, "Save config", str(self.save_as_default()),
-                                          "Fieldscope config (*.toml)")
-        return self.save_config(path) if path else False
-
     # -- export ---------------------------------------------------------------------------------
 
     def _fill_export_menu(self) -> None:
-        menu = self.export_menu
-        menu.clear()
-        names = []
-        if self.views is not None:
-            names = self.views.tab_names("left") + self.views.tab_names("right")
-        for name in names + ["Whole window"]:
-            action = menu.addAction(f"{name} as PNG…")
-            action.triggered.connect(lambda _c=False, n=name: self._export_png_dialog(n))
-        menu.addSeparator()
-        for name in names:
-            contents = self.views.view(name).csv_contents
-            if contents is not None:
-                action = menu.addAction(f"{contents} as CSV…")
-                action.triggered.connect(lambda _c=False, n=name: self._export_csv_dialog(n))
+        menus.fill_export_menu(self)
 
-    def _export_start(self, suffix: str, name: str) -> str:
+    def _export_dialog(self, name: str, kind: str) -> None:
+        """File > Export > a view as PNG or CSV: where, then ``export_png`` / ``export_csv``."""
         base = self.run_dir if self.run_dir is not None else self.state.base_dir
         slug = name.lower().replace(" ", "_").replace("(", "").replace(")", "")
-        return str(Path(base) / f"{slug}.{suffix}")
-
-    def _export_png_dialog(self, name: str) -> None:
-        path = questions.choose_save_file(self, f"Export {name} as PNG", self._export_start("png", name),
-                                          "PNG image (*.png)")
+        path = questions.choose_save_file(self, f"Export {name} as {kind.upper()}", str(Path(base) / f"{slug}.{kind}"),
+                                          "PNG image (*.png)" if kind == "png" else "CSV (*.csv)")
         if path:
-            self.export_png(name, path)
-
-    def _export_csv_dialog(self, name: str) -> None:
-        path = questions.choose_save_file(self, f"Export {name} as CSV", self._export_start("csv", name),
-                                          "CSV (*.csv)")
-        if path:
-            self.export_csv(name, path)
+            (self.export_png if kind == "png" else self.export_csv)(name, path)
 
     def export_png(self, name: str, path) -> bool:
         """Save the view called ``name`` (a tab name, or "Whole window") as a PNG image;
@@ -721,14 +391,8 @@ class MainWindow(QMainWindow):
 
     def _on_run_started(self, run_dir: str) -> None:
         self._divergences = {"warmup": 0, "sampling": 0}
-        self._show_divergences(None)
-        self.progress.setVisible(True)
-        self.progress.setRange(0, max(1, self._steps_total()))
-        self.progress.setValue(0)
-        self.rate_label.setText("")
-        self.eta_label.setText("")
-        self.message_label.setStyleSheet("")
-        self.message_label.setText(f"run: {run_dir}" + (
+        self.bar.started(self._steps_total())
+        self.bar.say(f"run: {run_dir}" + (
             "  (config not saved: the run keeps its text; File > Save config as… writes it "
             "next to the data)" if self.state.path is None else ""))
         self.view_timer.start()
@@ -736,24 +400,10 @@ class MainWindow(QMainWindow):
         self.run_started.emit(run_dir)
 
     def _steps_total(self) -> int:
-        w, n = self.state["sampler.num_warmup"], self.state["sampler.num_samples"]
-        return int(w) + int(n) if isinstance(w, int) and isinstance(n, int) else 0
+        return self.session.steps_total()
 
     def _run_meta(self, run_dir) -> dict:
-        s = self.state
-        meta = {**self.run_state.preview_meta(),
-                "chains": s["sampler.chains"], "num_warmup": s["sampler.num_warmup"],
-                "num_samples": s["sampler.num_samples"], "thin": s["sampler.thin"],
-                "steps_total": self._steps_total(), "model_kind": s["model.kind"],
-                "run_dir": str(run_dir), "status": "created"}
-        try:
-            meta["config_text"] = s.to_toml()
-            meta["config_dir"] = str(s.base_dir)
-        except ConfigError:
-            pass
-        if s["model.kind"] == "field":
-            meta["grid_shape"] = s.data_shape()
-        return meta
+        return self.session.run_meta(run_dir, self.run_state.preview_meta())
 
     def toggle_pause(self) -> None:
         self.runs.toggle_pause()
@@ -782,7 +432,7 @@ class MainWindow(QMainWindow):
         self.message_label.setStyleSheet("")
         self.panel["grid"].box_question.setVisible(False)
         self.runs.show_store(reader)
-        self._show_run_status(reader)
+        self.bar.stored(reader, self._divergence_counts())
         if self.runs.watching is not None:
             self._show_watch_progress()
         self._update_title()
@@ -790,24 +440,15 @@ class MainWindow(QMainWindow):
         self.add_recent(path)
         return True
 
+    def _divergence_counts(self):
+        """(sampling, warmup) divergences of the run shown (None: no draws yet)."""
+        st = self.run_state
+        return (st.sampling_divergences, st.warmup_divergences) if st is not None and st.n_steps else None
+
     def _show_watch_progress(self, idle: float = 0.0) -> None:
         st = self.run_state
-        watching = self.runs.watching
-        p = st.progress if st is not None else {}
-        done = int(p.get("warmup_draws", 0)) + int(p.get("draws", 0))
-        total = st.steps_total if st is not None else 0
-        self.progress.setVisible(True)
-        self.progress.setRange(0, max(total, 1))
-        self.progress.setValue(min(done, max(total, 1)))
-        self.rate_label.setText("")
-        self._show_divergences((st.sampling_divergences, st.warmup_divergences)
-                               if st is not None and st.n_steps else None)
-        quiet = f"  ·  no new chunk for {_clock(idle)}" if idle >= 30 else ""
-        self.eta_label.setText(f"watching {watching.name if watching else ''}{quiet}")
-        self.message_label.setText(
-            f"watching {watching}: {st.status if st else ''}, "
-            f"{p.get('warmup_draws', 0)} warmup and {p.get('draws', 0)} draws per chain "
-            "(written by another process)")
+        self.bar.watching(self.runs.watching, st.status if st else "", st.progress if st is not None else {},
+                          st.steps_total if st is not None else 0, self._divergence_counts(), idle)
 
     def _open_run_dialog(self) -> None:
         if self.runs.status in ACTIVE or not self.settle_changes("opening a run"):
@@ -819,39 +460,13 @@ class MainWindow(QMainWindow):
     # -- engine events ----------------------------------------------------------------------------
 
     def _on_chunk(self, event) -> None:
-        done = int(event.get("first_step", 0)) + int(event.get("n_steps", 0))
-        total = int(event.get("steps_total", self.progress.maximum()))
-        self.progress.setRange(0, max(total, 1))
-        self.progress.setValue(done)
-        rate = float(event.get("steps_per_second", 0.0))
         for key, count in (event.get("divergences") or {}).items():
             if key in self._divergences:
                 self._divergences[key] += int(count)
-        self.rate_label.setText(f"{rate:.1f} draws/s" if rate > 0 else "")
-        eta = (total - done) / rate if rate > 0 else float("nan")
-        self.eta_label.setText(f"ETA {_clock(eta)}")
         st = self.run_state
         # the run state holds the whole run (a continued one too: it was read from the store)
-        self._show_divergences((st.sampling_divergences, st.warmup_divergences) if st is not None
-                               else (self._divergences["sampling"], self._divergences["warmup"]))
-
-    def _show_divergences(self, counts) -> None:
-        """The status bar's divergences: "0 divergences (49 in warmup)"; post-warmup ones in
-        the diagnostics' attention colour (warmup ones are expected and never alarm)."""
-        if counts is None:
-            self.divergence_label.setText("")
-            self.divergence_label.setStyleSheet("")
-            return
-        sampling, warmup = counts
-        self.divergence_label.setText(divergence_text(sampling, warmup))
-        style = ""
-        if sampling:
-            try:
-                from app.views.diagnostics import ATTENTION_COLOURS
-                style = f"background: {ATTENTION_COLOURS['divergences']}; color: white; padding: 0 4px;"
-            except Exception:     # the views are broken (their message is shown): plain text
-                style = "font-weight: bold;"
-        self.divergence_label.setStyleSheet(style)
+        self.bar.chunk(event, (st.sampling_divergences, st.warmup_divergences) if st is not None
+                       else (self._divergences["sampling"], self._divergences["warmup"]))
 
     def _on_error(self, message: str) -> None:
         if self._closing:
@@ -869,8 +484,7 @@ class MainWindow(QMainWindow):
     def _on_run_ended(self, status: str) -> None:
         self.view_timer.stop()
         self.refresh_views()
-        self.rate_label.setText(self.rate_label.text() if status == "finished" else "")
-        self.eta_label.setText("")
+        self.bar.ended(status)
         self._update_actions()
 
     def refresh_views(self) -> None:
@@ -915,57 +529,6 @@ class MainWindow(QMainWindow):
         if now.engine == "stopped" and not self._closing:
             self.engine_label.setText("engine stopped")
 
-    # -- File > Recent ---------------------------------------------------------------------------
-
-    def recent_paths(self) -> list[Path]:
-        """The configs and run directories opened, newest first (``Session.recent``)."""
-        return self.session.recent.paths()
-
-    def add_recent(self, path) -> None:
-        """Put ``path`` (a config file or a run directory) first in File > Recent."""
-        self.session.recent.add(path)
-        self._fill_recent_menu()
-
-    def clear_recent(self) -> None:
-        self.session.recent.clear()
-        self._fill_recent_menu()
-
-    def _fill_recent_menu(self) -> None:
-        """One entry per recent path; a path that no longer exists is shown disabled."""
-        menu = self.recent_menu
-        menu.clear()
-        paths = self.recent_paths()
-        for path in paths:
-            exists = path.is_dir() or path.is_file()
-            kind = "run" if path.is_dir() else "config"
-            text = f"{path.name}  ({kind}: {path.parent})" if exists else f"{path.name}  (missing: {path})"
-            action = menu.addAction(text.replace("&", "&&"))
-            action.setData(str(path))
-            action.setEnabled(exists)
-            action.triggered.connect(lambda _c=False, p=path: self.open_recent(p))
-        if not paths:
-            menu.addAction("(none yet)").setEnabled(False)
-        menu.addSeparator()
-        clear = menu.addAction("Clear recent")
-        clear.setEnabled(bool(paths))
-        clear.triggered.connect(lambda _c=False: self.clear_recent())
-
-    def open_recent(self, path) -> bool:
-        """Open a recent entry: a run directory as a stored run, a file as a config (after
-        Save / Discard / Cancel for unsaved changes)."""
-        path = Path(path)
-        if self.runs.status in ACTIVE:
-            self.show_message("A run is in progress", f"Stop the run before opening {path}.")
-            return False
-        if not (path.is_dir() or path.is_file()):
-            self.show_message("Cannot open", f"{path} no longer exists; it is removed from File > Recent.")
-            self.session.recent.remove(path)
-            self._fill_recent_menu()
-            return False
-        if not self.settle_changes(f"opening {path.name}"):
-            return False
-        return self.open_run_dir(path) if path.is_dir() else self.open_config(path)
-
     # -- window layout memory ---------------------------------------------------------------------
 
     def save_layout(self) -> None:
@@ -978,26 +541,8 @@ class MainWindow(QMainWindow):
 
     # -- Help ---------------------------------------------------------------------------------------
 
-    def _opengl_text(self) -> str:
-        """The 3D view's OpenGL renderer, when its vispy canvas exists (its context was probed
-        then: nothing is created here)."""
-        try:
-            view = self.views.view("3D volume") if self.views is not None else None
-        except KeyError:
-            view = None
-        from app.views.base import LazyView
-
-        if isinstance(view, LazyView):      # built when its tab is first shown
-            view = view.view
-        if view is None or getattr(view, "canvas", None) is None:
-            problem = getattr(view, "problem", "") if view is not None else ""
-            return f"unavailable ({problem})" if problem else "not yet initialised"
-        from app.views.volume import gl_renderer
-
-        return gl_renderer() or "unknown"
-
     def about_text(self) -> str:
-        return about.about_text(self._opengl_text())
+        return about.about_text(about.opengl_text(self.views))
 
     def show_about(self) -> QMessageBox:
         box = self.show_message("About Fieldscope", self.about_text(), QMessageBox.Icon.Information)

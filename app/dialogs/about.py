@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QUrl
 
-__all__ = ["versions", "about_text", "documentation_url"]
+__all__ = ["versions", "about_text", "documentation_url", "opengl_text"]
 
 #: where the documentation lives when the source tree's README is not at hand
 _README = Path(__file__).resolve().parents[2] / "README.md"
@@ -68,3 +68,22 @@ def about_text(opengl: str = "not yet initialised") -> str:
     lines = [f"Fieldscope {rows.pop('Fieldscope')}", "Bayesian field inference with Hamiltonian Monte Carlo.", ""]
     lines += [f"{name}: {value}" for name, value in rows.items()]
     return "\n".join(lines)
+
+
+def opengl_text(views) -> str:
+    """The 3D view's OpenGL renderer, when its vispy canvas exists (its context was probed
+    then: nothing is created here); ``views``: the window's ``LiveViews`` or None."""
+    try:
+        view = views.view("3D volume") if views is not None else None
+    except KeyError:
+        view = None
+    from app.views.base import LazyView
+
+    if isinstance(view, LazyView):      # built when its tab is first shown
+        view = view.view
+    if view is None or getattr(view, "canvas", None) is None:
+        problem = getattr(view, "problem", "") if view is not None else ""
+        return f"unavailable ({problem})" if problem else "not yet initialised"
+    from app.views.volume import gl_renderer
+
+    return gl_renderer() or "unknown"

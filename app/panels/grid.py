@@ -18,16 +18,15 @@ from app.panels.binding import (
     bind_text,
 )
 from app.state.config_state import ConfigState, format_value, parse_number
+from app.state.session import VOXEL_UNIT
 from core import config as cfg
 from core.field.grid import Grid
 from core.run import resources
 from core.run.engine_limits import field_buffer_draws
 from core.run.resources import fft_pairs, fft_rate, gradient_seconds
 
-__all__ = ["GridPanel", "VOXEL_UNIT"]
+__all__ = ["GridPanel"]
 
-#: the unit of a box measured in voxels (a data file that states no box size)
-VOXEL_UNIT = "voxel"
 BOX_QUESTION_STYLE = "background: #fff3cd; color: #664d03; border: 1px solid #e0c36a; padding: 6px;"
 
 class GridPanel(SetupPanel):

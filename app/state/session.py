@@ -29,7 +29,10 @@ from pathlib import Path
 from app.state.config_state import ConfigState
 
 __all__ = ["Session", "RecentFiles", "MemoryStore", "MAX_RECENT", "DEMOS", "demo_path",
-           "default_run_dir", "save_as_default", "user_data_dir"]
+           "default_run_dir", "save_as_default", "user_data_dir", "config_for_data_file", "VOXEL_UNIT"]
+
+#: the unit of a box measured in voxels (a data file that states no box size)
+VOXEL_UNIT = "voxel"
 
 #: File > Recent keeps this many configs and run directories
 MAX_RECENT = 10
@@ -141,6 +144,29 @@ def save_as_default(state: ConfigState) -> Path:
     return state.path or state.base_dir / "config.toml"
 
 
+def config_for_data_file(path, key=None):
+    """File > New from data's config: ``(DataConfig, TOML text)`` from
+    ``core.config.from_data.config_for_data``; when the file states no box size, the text
+    measures the box in voxels (box size = the grid's shape, unit ``VOXEL_UNIT``), so that the
+    data are shown at once and the user gives the real size when they can. Raises what
+    ``config_for_data`` raises (``core.io.LoadError``, ``ConfigError``, ``OSError``)."""
+    import tomllib
+
+    from core.config import config_from_dict, dump_config
+    from core.config.from_data import config_for_data
+    from core.io import array_info
+
+    result = config_for_data(path, key)
+    text = result.text()
+    if result.box_size is None:
+        document = tomllib.loads(text)
+        shape = tuple(array_info(path, result.document["data"]["key"]).shape)
+        document["grid"]["box_size"] = float(shape[0]) if len(set(shape)) == 1 else [float(n) for n in shape]
+        document["grid"]["unit"] = VOXEL_UNIT
+        text = dump_config(config_from_dict(document, base_dir=Path(path).parent))
+    return result, text
+
+
 # -- File > Recent ----------------------------------------------------------------------------
 
 class MemoryStore(dict):
@@ -234,6 +260,30 @@ class Session:
 
     def save_as_default(self) -> Path:
         return save_as_default(self.config)
+
+    def steps_total(self) -> int:
+        """Warmup and sampling steps of a run of this config (0 while they are not numbers)."""
+        w, n = self.config["sampler.num_warmup"], self.config["sampler.num_samples"]
+        return int(w) + int(n) if isinstance(w, int) and isinstance(n, int) else 0
+
+    def run_meta(self, run_dir, preview_meta: dict) -> dict:
+        """``RunState.reset`` metadata of a new run of this config in ``run_dir`` (the views
+        are set up from it before the engine's first event)."""
+        from core.config import ConfigError
+
+        s = self.config
+        meta = {**preview_meta, "chains": s["sampler.chains"], "num_warmup": s["sampler.num_warmup"],
+                "num_samples": s["sampler.num_samples"], "thin": s["sampler.thin"],
+                "steps_total": self.steps_total(), "model_kind": s["model.kind"],
+                "run_dir": str(run_dir), "status": "created"}
+        try:
+            meta["config_text"] = s.to_toml()
+            meta["config_dir"] = str(s.base_dir)
+        except ConfigError:
+            pass
+        if s["model.kind"] == "field":
+            meta["grid_shape"] = s.data_shape()
+        return meta
 
     def config_beside(self, data_path) -> Path | None:
         """``<data stem>.toml`` next to a data file, when it exists (and is not the data)."""
