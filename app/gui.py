@@ -5,8 +5,10 @@
     fieldscope gui CONFIG.toml      a config (the file ``fieldscope run`` takes)
     fieldscope gui RUNDIR           a stored run (its config, its draws; continue it)
     fieldscope gui DATAFILE         File > New from data on it (.npy .npz .h5 .hdf5 .fits):
-                                    a fresh config that fits the file, not saved yet (the
-                                    box size is asked for when the file does not state it)
+                                    a fresh config that fits the file, not saved yet, shown
+                                    at once (in voxel units when the file states no box size:
+                                    the Grid panel asks for it); a DATA.toml next to it is
+                                    offered first
     --demo                          the built-in demo (written once into the per-user data
                                     folder, ~/.local/share/fieldscope/demo)
     --run                           press Start as soon as the engine is ready
@@ -82,7 +84,7 @@ def display_available() -> bool:
 
 def demo_config() -> Path:
     """The demo's config, written into the per-user data folder on first use."""
-    from app.main_window import demo_path
+    from app.state.session import demo_path
 
     return demo_path(DEMO_CONFIG)
 
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         for name in show:
             window.views.show_tab(name)
     window.show()
-    if data_file is not None:        # after show: the box-size question sits on the window
+    if data_file is not None:        # after show: an offer of DATA.toml sits on the window
         window.new_from_data(data_file)
     shown_after = time.perf_counter() - t0
     window.shown_after = shown_after

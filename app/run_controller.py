@@ -207,6 +207,17 @@ class RunController(QObject):
         self.phase_text.emit("stopping after the current chunk…")
         self.changed.emit()
 
+    def forget_run(self) -> None:
+        """Another config replaced the one whose run was shown: no run is shown any more (Run >
+        Continue run has nothing to continue, no status of that run is reported). Only when
+        idle: a run in progress is never forgotten."""
+        if self.status != "idle":
+            return
+        self.stop_watching()
+        self.run_dir = None
+        self.last_status = ""
+        self.changed.emit()
+
     def resumable_run(self) -> Path | None:
         """The current run directory if it can be continued (stopped, paused or
         interrupted, with a checkpoint)."""

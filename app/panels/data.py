@@ -21,7 +21,6 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -194,7 +193,9 @@ class DataPanel(SetupPanel):
         else:
             patterns = " ".join(f"*{ext}" for ext in cfg.FIELD_DATA_EXTENSIONS)
             filters = f"Gridded data ({patterns});;FITS (*.fits *.fit *.fts);;All files (*)"
-        path, _ = QFileDialog.getOpenFileName(self, "Open data file", start, filters)
+        from app.dialogs import questions
+
+        path = questions.choose_open_file(self, "Open data file", start, filters)
         if path:
             self.open_file(path)
 

@@ -18,6 +18,7 @@ from app.panels.binding import (
     bind_text,
 )
 from app.state.config_state import ConfigState, format_value, parse_number
+from app.state.session import VOXEL_UNIT
 from core import config as cfg
 from core.field.grid import Grid
 from core.run import resources
@@ -25,6 +26,8 @@ from core.run.engine_limits import field_buffer_draws
 from core.run.resources import fft_pairs, fft_rate, gradient_seconds
 
 __all__ = ["GridPanel"]
+
+BOX_QUESTION_STYLE = "background: #fff3cd; color: #664d03; border: 1px solid #e0c36a; padding: 6px;"
 
 class GridPanel(SetupPanel):
     """Box size and unit, and what the grid implies: k range, modes, memory, time."""
@@ -54,6 +57,13 @@ class GridPanel(SetupPanel):
         unit = bind_text(s, "grid.unit", QLineEdit(), parse=str)
         self.edits["grid.unit"] = unit
         self._row("Unit", unit, "grid.unit", tip="grid.unit: the length unit (for labels)")
+        # File > New from data on a file that states no box size: the question, asked here
+        # without blocking (the data are shown meanwhile, in voxel units)
+        self.box_question = _info_label()
+        self.box_question.setObjectName("box_question")
+        self.box_question.setStyleSheet(BOX_QUESTION_STYLE)
+        self.box_question.setVisible(False)
+        self.body.insertWidget(0, self.box_question)
         self.info = _info_label()
         self.info.setTextFormat(Qt.TextFormat.RichText)
         self.body.addWidget(self.info)
@@ -78,6 +88,29 @@ class GridPanel(SetupPanel):
         self._sync_lengths(s["grid.box_size"])
         self.refresh()
 
+    def ask_box_size(self, data_name: str) -> None:
+        """Ask for the box size here, without blocking: ``data_name`` states none, so the box
+        is measured in voxels until the user types its side length (and unit)."""
+        self.box_question.setText(
+            f"<b>{data_name} does not state the size of the box it covers.</b> Until you give it, "
+            "lengths are in voxels (one voxel = 1) and k in 1/voxel. Type the box's side length "
+            "(one number, or three without \"cubic box\") and its unit: they set the wavenumbers "
+            "k of P(k) and so the prior's units.")
+        self.box_question.setVisible(True)
+        self.lengths[0].setFocus()
+        self.lengths[0].selectAll()
+
+    @property
+    def asking_box_size(self) -> bool:
+        return not self.box_question.isHidden()
+
+    def _box_answered(self) -> None:
+        """The user typed a box size: the question is answered; a "voxel" unit no longer holds."""
+        if self.asking_box_size:
+            self.box_question.setVisible(False)
+            if self.state["grid.unit"] == VOXEL_UNIT:
+                self.state["grid.unit"] = ""
+
     def _cube_toggled(self, on: bool) -> None:
         if on:
             first = parse_number(self.lengths[0].text())
@@ -88,6 +121,7 @@ class GridPanel(SetupPanel):
         self._sync_lengths(self.state["grid.box_size"])
 
     def _lengths_edited(self, _text) -> None:
+        self._box_answered()
         if self.cube.isChecked():
             self.state["grid.box_size"] = parse_number(self.lengths[0].text())
         else:

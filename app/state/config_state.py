@@ -449,6 +449,17 @@ class ConfigState:
         self.load_document(raw)
         self._saved = self.document()
 
+    def reset(self, base_dir=None) -> None:
+        """A new config's values (``NEW_DEFAULTS``), in no file, nothing modified; callbacks
+        follow ``notify_all``, as after a load."""
+        self._values = dict(NEW_DEFAULTS)
+        self.path = None
+        if base_dir is not None:
+            self.base_dir = Path(os.path.abspath(os.fspath(base_dir)))
+        self.ignored = []
+        self._file_cache.clear()
+        self._saved = self.document()
+
     def to_toml(self) -> str:
         """The TOML text of the config (``core.config.dump_config``: every key, stable
         order, short comments). Raises ConfigError naming the first bad key."""

@@ -15,6 +15,7 @@ from app.main_window import VIEW_REFRESH_HZ
 from core.run import resources
 from core.store.run_store import RunReader, read_checkpoint
 from support.gui import TF_BEFORE, tf_modules, tiny_case
+from support.window_actions import answer_questions, trigger, window_actions
 
 READY_MS = 90_000       # TensorFlow's import in the engine, on a busy 2-core machine
 RUN_MS = 120_000        # XLA compilation of the first chunk included
@@ -84,6 +85,24 @@ def test_a_run_from_start_to_finish(make_window, qtbot, tmp_path):
         assert tf_modules() == []                       # the GUI process never loads TF
 
 
+def every_action(window, qtbot, tmp_path, config, monkeypatch) -> None:
+    """Trigger every action but Pause and Stop (``support.window_actions``), questions
+    answered; then the test's config is back in the panels."""
+    other = tiny_case(tmp_path / "other", name="other.toml")
+    data = tmp_path / "other" / "tiny_field.npz"
+    answer_questions(monkeypatch, {
+        "ask_save_changes": "discard", "ask_integer": None,
+        "choose_open_file": {"Open config": str(other), "New from data": str(data), "Open data file": str(data)},
+        "choose_save_file": lambda title, start, filters: str(tmp_path / "other" / "saved.toml"),
+        "choose_directory": str(tmp_path / "other")})
+    with qtbot.captureExceptions() as exceptions:
+        for name, action in window_actions(window):
+            if name not in ("pause", "stop"):
+                trigger(window, qtbot, name, action)
+                assert not exceptions, (window.runs.status, name, exceptions)
+    assert window.isVisible() and window.open_config(config)
+
+
 def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbot, tmp_path,
                                                               monkeypatch):
     config = tiny_case(tmp_path, samples=100_000, name="long.toml")
@@ -94,16 +113,24 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
     window.start_action.trigger()
     qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=RUN_MS)
 
+    # every other action of the window while the run is running, then while it is paused:
+    # nothing raises, no dialog stays open, the run goes on (Pause and Stop are this test's)
+    every_action(window, qtbot, tmp_path, config, monkeypatch)
+    assert window.runs.status == "running"
+
     # pause and resume from the toolbar
     window.pause_action.trigger()
     qtbot.waitUntil(lambda: window.runs.status == "paused", timeout=30_000)
     assert window.pause_action.text() == "Resume" and window.stop_action.isEnabled()
+    every_action(window, qtbot, tmp_path, config, monkeypatch)
+    assert window.runs.status == "paused"
     n = len(chunks)
     window.pause_action.trigger()
     qtbot.waitUntil(lambda: len(chunks) > n, timeout=30_000)
     assert window.pause_action.text() == "Pause"
 
     # the engine is killed mid-run: a dialog, the window stays usable, the run is kept
+    window.last_message = None
     window.client.proc.kill()
     qtbot.waitUntil(lambda: window.last_message is not None, timeout=10_000)
     title, text = window.last_message

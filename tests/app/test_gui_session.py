@@ -18,7 +18,8 @@ import PySide6
 from PySide6.QtCore import QObject, QUrl, Slot, qVersion
 from PySide6.QtGui import QDesktopServices
 
-from app.main_window import MAX_RECENT, app_settings, settings_path
+from app.settings import app_settings, settings_path
+from app.state.session import MAX_RECENT
 from core import __version__
 from core.store.run_store import RunStoreWriter
 from support.gui import TF_BEFORE, tf_modules, tiny_case

@@ -6,9 +6,8 @@ from __future__ import annotations
 import tomllib
 
 import numpy as np
-import shiboken6
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QApplication, QDialog
 
 from core import demo
 from core.config import config_to_dict, new_config
@@ -39,23 +38,26 @@ def test_new_from_data_on_a_plain_npy_asks_the_box_and_runs_in_a_folder_named_af
     assert window.open_demo("field.toml")
     assert window.state["data.mask"] == "mask" and window.state["prior.kind"] == "power_law_cutoff"
 
-    assert window.new_from_data(data_dir / "mydata.npy")
-    # the file is read and P(k) fitted on a worker thread: the call returns at once
-    assert window._from_data.busy and window.box_dialog is None
-    assert "reading mydata.npy and fitting P(k)" in window.message_label.text()
-    qtbot.waitUntil(lambda: window.box_dialog is not None, timeout=30_000)
-    dialog = window.box_dialog                      # no box size in a .npy: the question
-    qtbot.waitUntil(dialog.isVisible)
-    assert "mydata.npy (8, 8, 8) does not state" in dialog.intro.text()
-    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
-    dialog.box_edit.setText("sixty")
-    assert not ok.isEnabled() and "not a number" in dialog.message.text()
-    dialog.box_edit.setText("60")
-    dialog.unit_edit.setText("Mpc")
-    assert ok.isEnabled()
     with qtbot.waitSignal(window.new_config_done, timeout=30_000) as done:
-        ok.click()
-    assert done.args == [True] and not shiboken6.isValid(dialog)     # closed and deleted
+        assert window.new_from_data(data_dir / "mydata.npy")
+        # the file is read and P(k) fitted on a worker thread: the call returns at once
+        assert window._from_data.busy
+        assert "reading mydata.npy and fitting P(k)" in window.message_label.text()
+    assert done.args == [True]
+    # no box size in a .npy: no modal question; the data are shown at once, in voxel units,
+    # and the Grid panel asks for the box size without blocking
+    assert not [w for w in QApplication.topLevelWidgets() if isinstance(w, QDialog) and w.isVisible()
+                and w.windowTitle() == "Box size"]
+    assert window.state["grid.box_size"] == 8.0 and window.state["grid.unit"] == "voxel"
+    grid = window.panel["grid"]
+    assert grid.asking_box_size and "mydata.npy does not state the size" in grid.box_question.text()
+    qtbot.waitUntil(lambda: window.run_state.is_preview and window.run_state.grid_shape == (8, 8, 8),
+                    timeout=10_000)
+    assert not window.errors and not window.state.modified
+    grid.lengths[0].clear()
+    qtbot.keyClicks(grid.lengths[0], "60")
+    assert not grid.asking_box_size and window.state["grid.unit"] == ""
+    window.state["grid.unit"] = "Mpc"
 
     state = window.state
     assert state.path is None and state.base_dir == data_dir

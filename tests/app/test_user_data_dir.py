@@ -1,5 +1,5 @@
 """The per-user data folder's fallback in the shared temporary folder
-(app.main_window.user_data_dir): ``<tmp>/fieldscope-<uid>`` only when it is this user's own
+(app.state.session.user_data_dir): ``<tmp>/fieldscope-<uid>`` only when it is this user's own
 0700 folder; a symlink, a 0777 folder or another user's folder is never used."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from app.main_window import user_data_dir
+from app.state.session import user_data_dir
 
 
 @pytest.fixture

@@ -112,3 +112,37 @@ def view_chunk(first_step: int, *, chains: int = 2, n_steps: int = 1, phase: str
                        params=dict(params or {}), steps_total=first_step + n_steps, progress=progress,
                        elapsed=0.0, steps_per_second=0.0, total_elapsed=0.0,
                        latest_field=latest_field, moments=moments)
+
+
+def stored_run(run_dir, config_path, status, *, warmup=6, samples=4, chains=2, grid=(8, 8, 8),
+               error="", checkpoint=False):
+    """A run store as the engine leaves one (``core.store``'s writer, no TensorFlow): the config
+    at ``config_path``, one chunk of ``warmup`` warmup draws and one of ``samples`` draws (zero
+    statistics), its final ``status`` ("finished", "stopped", "failed", ...) and, with
+    ``checkpoint``, a checkpoint file (which makes a stopped run one to continue). Returns the
+    run directory."""
+    from pathlib import Path
+
+    from core.store.run_store import ChunkRecord, RunStoreWriter, write_checkpoint
+
+    config_path = Path(config_path)
+    names = ["index"]
+    writer = RunStoreWriter.create(run_dir, config_text=config_path.read_text(), config_dir=config_path.parent,
+                                   model_kind="field", chains=chains, num_warmup=warmup,
+                                   num_samples=samples, thin=1, param_names=names, observed={},
+                                   grid_shape=grid, k_centres=np.array([0.1, 0.2]), k_counts=np.array([6, 20]))
+
+    def stats(n):
+        return {name: np.zeros((chains, n), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+
+    def params(n):
+        return {name: np.zeros((chains, n)) for name in names}
+
+    progress = dict(new_progress(), warmup_draws=warmup, chunks=1)
+    writer.append(ChunkRecord(stats(warmup), stats(0), params(warmup), params(0)), progress)
+    progress = dict(progress, draws=samples, chunks=2)
+    writer.append(ChunkRecord(stats(0), stats(samples), params(0), params(samples)), progress)
+    writer.set_status(status, error)
+    if checkpoint:
+        write_checkpoint(run_dir, {}, {"progress": progress})
+    return Path(run_dir)

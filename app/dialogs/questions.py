@@ -1,0 +1,54 @@
+"""Every question the main window asks and waits for, one function each.
+
+The window calls these and nothing of ``QMessageBox`` / ``QFileDialog`` / ``QInputDialog``
+directly, so a test answers a question by patching the function here (``monkeypatch.setattr(
+questions, "ask_save_changes", lambda *a: "discard")``), and a test that must never block can
+make every unpatched question fail.
+
+    ask_save_changes(parent, name, doing) -> "save" | "discard" | "cancel"
+    ask_integer(parent, title, label, value, low, high) -> int | None   (None: cancelled)
+    choose_open_file(parent, title, start, filters) -> str              ("" : cancelled)
+    choose_save_file(parent, title, start, filters) -> str
+    choose_directory(parent, title, start) -> str
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+
+__all__ = ["ask_save_changes", "ask_integer", "choose_open_file", "choose_save_file",
+           "choose_directory", "SAVE", "DISCARD", "CANCEL"]
+
+SAVE, DISCARD, CANCEL = "save", "discard", "cancel"
+
+
+def ask_save_changes(parent, name: str, doing: str) -> str:
+    """The config ``name`` has changes that are not saved, and ``doing`` ("opening
+    field.toml", "quitting") would lose them: Save, Discard or Cancel."""
+    box = QMessageBox(QMessageBox.Icon.Question, "Unsaved changes",
+                      f"{name} has changes that are not saved.",
+                      QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+                      | QMessageBox.StandardButton.Cancel, parent)
+    box.setInformativeText(f"Save them before {doing}?")
+    box.setDefaultButton(QMessageBox.StandardButton.Save)
+    answer = box.exec()
+    box.deleteLater()
+    return {QMessageBox.StandardButton.Save: SAVE,
+            QMessageBox.StandardButton.Discard: DISCARD}.get(QMessageBox.StandardButton(answer), CANCEL)
+
+
+def ask_integer(parent, title: str, label: str, value: int, low: int, high: int) -> int | None:
+    number, ok = QInputDialog.getInt(parent, title, label, value, low, high)
+    return int(number) if ok else None
+
+
+def choose_open_file(parent, title: str, start: str, filters: str) -> str:
+    return QFileDialog.getOpenFileName(parent, title, start, filters)[0]
+
+
+def choose_save_file(parent, title: str, start: str, filters: str) -> str:
+    return QFileDialog.getSaveFileName(parent, title, start, filters)[0]
+
+
+def choose_directory(parent, title: str, start: str) -> str:
+    return QFileDialog.getExistingDirectory(parent, title, start)
