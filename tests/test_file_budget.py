@@ -21,12 +21,11 @@ PACKAGES = ("core", "app", "bench")
 BUDGET = 800
 #: today's longer files and their size when the budget was set: ceilings that may only go down
 CEILINGS = {
-    "app/main_window.py": 1285,
     "app/state/run_state.py": 852,
     "app/views/volume.py": 863,
     "bench/sampler_efficiency.py": 1024,
     "core/engine/engine.py": 919,
-    "core/store/run_store.py": 1162,
+    "core/store/run_store.py": 1095,
 }
 
 

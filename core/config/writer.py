@@ -49,26 +49,7 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
         box = cfg.grid.box_size
         out["grid"] = {"box_size": box[0] if box[0] == box[1] == box[2] else list(box),
                        "unit": cfg.grid.unit}
-        p = cfg.prior
-        if p.kind == "table":
-            out["prior"] = {"kind": p.kind, "table": p.table}
-        elif p.kind == "band_powers":
-            prior = {"kind": p.kind}
-            if p.edges is not None:
-                prior["edges"] = list(p.edges)
-            else:
-                prior["n_bins"] = p.n_bins
-            prior["band_power"] = prior_to_config(p.band_power)
-            if p.random_walk_scale is not None:
-                prior["random_walk_scale"] = p.random_walk_scale
-            out["prior"] = prior
-        else:
-            prior = {"kind": p.kind, "k_pivot": p.k_pivot,
-                     "amplitude": prior_to_config(p.amplitude),
-                     "index": prior_to_config(p.index)}
-            if p.kind == "power_law_cutoff":
-                prior["cutoff_scale"] = prior_to_config(p.cutoff_scale)
-            out["prior"] = prior
+        out["prior"] = _field_prior_to_dict(cfg.prior)
         lk = cfg.likelihood
         likelihood: dict[str, Any] = {"kind": lk.kind, "smoothing_scale": lk.smoothing_scale,
                                       "field_mean": lk.field_mean}
@@ -83,6 +64,28 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
         out["integral"] = {"refine": cfg.integral.refine}
     out["sampler"] = {f.name: getattr(cfg.sampler, f.name) for f in fields(SamplerSection)}
     return out
+
+
+def _field_prior_to_dict(p) -> dict[str, Any]:
+    """A field config's [prior] table as plain values (``config_to_dict``)."""
+    if p.kind == "table":
+        return {"kind": p.kind, "table": p.table}
+    if p.kind == "band_powers":
+        prior = {"kind": p.kind}
+        if p.edges is not None:
+            prior["edges"] = list(p.edges)
+        else:
+            prior["n_bins"] = p.n_bins
+        prior["band_power"] = prior_to_config(p.band_power)
+        if p.random_walk_scale is not None:
+            prior["random_walk_scale"] = p.random_walk_scale
+        return prior
+    prior = {"kind": p.kind, "k_pivot": p.k_pivot,
+             "amplitude": prior_to_config(p.amplitude),
+             "index": prior_to_config(p.index)}
+    if p.kind == "power_law_cutoff":
+        prior["cutoff_scale"] = prior_to_config(p.cutoff_scale)
+    return prior
 
 
 _COMMENTS = {

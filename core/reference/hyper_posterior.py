@@ -305,11 +305,9 @@ def _chain_marginals(grids, phi, tau) -> list[np.ndarray]:
     return weights
 
 
-def band_posterior(grid: Grid, observations: Observations, spectrum: BandPowers, hyper_priors,
-                   resolution: int = 400) -> HyperPosterior:
-    """Exact per-bin posterior of band powers without a mask (module docstring); every bin
-    sampled with a lognormal prior (eta_b = log P_b). ``resolution``: grid nodes per 20
-    Laplace sd of a bin (at least 5 per random-walk scale)."""
+def _band_inputs(grid: Grid, observations: Observations, spectrum, hyper_priors):
+    """``band_posterior``'s sampled bins and Gaussian marginal, or a ValueError saying why it
+    cannot answer."""
     if not isinstance(spectrum, BandPowers):
         raise ValueError("band_posterior: the spectrum must be band powers")
     sampled = _sampled(hyper_priors)
@@ -321,6 +319,15 @@ def band_posterior(grid: Grid, observations: Observations, spectrum: BandPowers,
     if marginal.axis is not None:
         raise ValueError("band_posterior: the bins are independent only without a mask (a slab couples "
                          "them); use hyper_posterior for up to 3 bins")
+    return sampled, marginal
+
+
+def band_posterior(grid: Grid, observations: Observations, spectrum: BandPowers, hyper_priors,
+                   resolution: int = 400) -> HyperPosterior:
+    """Exact per-bin posterior of band powers without a mask (module docstring); every bin
+    sampled with a lognormal prior (eta_b = log P_b). ``resolution``: grid nodes per 20
+    Laplace sd of a bin (at least 5 per random-walk scale)."""
+    sampled, marginal = _band_inputs(grid, observations, spectrum, hyper_priors)
     bins = spectrum.bin_index(marginal.k)
     nb, tau = spectrum.n_bins, spectrum.random_walk_scale
     members = [bins == b for b in range(nb)]

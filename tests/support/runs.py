@@ -133,7 +133,7 @@ def stored_run(run_dir, config_path, status, *, warmup=6, samples=4, chains=2, g
                                    grid_shape=grid, k_centres=np.array([0.1, 0.2]), k_counts=np.array([6, 20]))
 
     def stats(n):
-        return {name: np.zeros((chains, n), STAT_DTYPES.get(name, np.float64)) for name in STAT_NAMES}
+        return zero_stats(chains, n)
 
     def params(n):
         return {name: np.zeros((chains, n)) for name in names}
