@@ -75,7 +75,9 @@ def worker(spec: dict) -> dict:
     from core.demo import DEMO_SPECTRUM
 
     if spec["apart"]:
-        engine_mod.stage2_apart = lambda chains, n_values: True
+        import core.engine.driver as driver_mod
+
+        driver_mod.stage2_apart = lambda chains, n_values: True
     sampler = {"algorithm": spec["algorithm"], "num_warmup": WARMUP, "num_samples": SAMPLES,
                "num_leapfrog_steps": 10, "chains": spec["chains"], "seed": 1, "thin": THIN,
                "chunk_size": CHUNK, "preconditioner": spec["preconditioner"]}
@@ -87,8 +89,8 @@ def worker(spec: dict) -> dict:
     # the chunk programs in the order the run first called them
     kinds = []
     for first, n in engine.schedule.boundaries(0):
-        if engine._is_microcanonical():
-            tuner = engine._tuner
+        if engine.driver.microcanonical:
+            tuner = engine.driver.tuner
             two = engine.schedule.mass_end is not None or spec["apart"]
             kind = ("stage2" if tuner.in_stage2(first, n) else "other") if two else "one"
         else:

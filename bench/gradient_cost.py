@@ -9,7 +9,7 @@ round so that they see the same load:
 * ``jax grad``: ``bench/sampler_efficiency._JaxDensity`` under ``jax.jit(jax.vmap(value_and_grad))``;
 * ``tf bare mclmc``: ``core.engine.microcanonical.mclmc_transition`` alone in a compiled
   ``tf.while_loop`` of ``--steps`` steps (no statistics, no moments);
-* ``tf engine mclmc``: the engine's own compiled chunk (``Engine._chunk_fn``, MCLMC + diagonal,
+* ``tf engine mclmc``: the engine's own compiled chunk (``Driver.run_chunk``, MCLMC + diagonal,
   post-warmup steps: statistics, running float64 field moments, one field-buffer write per chunk);
 * ``jax mclmc``: BlackJAX's MCLMC kernel (isokinetic McLachlan, diagonal inverse mass) in a jitted
   ``lax.scan`` of ``--steps`` steps, with the field's running sum and sum of squares as the
@@ -60,7 +60,8 @@ def _setup(n: int, folder: Path, steps: int):
 
     import bench.sampler_efficiency as se
     from core.engine import microcanonical as mc
-    from core.engine.engine import Engine
+    from core.engine.driver import Driver, schedule_for
+    from core.engine.models import build_model
     from core.field.grid import Grid
 
     case = se.CASES["nomask"]
@@ -69,10 +70,9 @@ def _setup(n: int, folder: Path, steps: int):
     sampler = {"algorithm": "mclmc", "preconditioner": "diagonal", "chains": CHAINS, "seed": 3,
                "num_warmup": warm, "num_samples": steps, "chunk_size": steps, "thin": steps}
     config, text = se._dump(se.case_document(case, amplitude, sampler), folder)
-    engine = Engine(config, text, folder / f"run{n}")
-    engine._build()
-    st = engine._fresh_state()
-    model = engine.model
+    model = build_model(config)
+    driver = Driver(model, config.sampler, schedule_for(config))
+    st = driver.fresh_state()
     target = model.target_log_prob_fn
     x0 = st["state"][0]
 
@@ -83,10 +83,10 @@ def _setup(n: int, folder: Path, steps: int):
         lp, g = lp_grad(x0)
         g[0].numpy()
 
-    engine._chunk_fn(st, warm, steps)[0][0].numpy()
+    driver.run_chunk(st, warm, steps)["state"][0].numpy()
 
     def tf_engine():
-        engine._chunk_fn(st, warm, steps)[0][0].numpy()
+        driver.run_chunk(st, warm, steps)["state"][0].numpy()
 
     step0 = tf.fill([CHAINS], tf.constant(0.05 * math.sqrt(n**3), tf.float32))
     L0 = tf.fill([CHAINS], tf.constant(math.sqrt(n**3), tf.float32))

@@ -1,27 +1,20 @@
-"""The sampling engine: adaptive HMC or NUTS in XLA-compiled chunks, streamed to a run store.
+"""The sampling engine: one run of a config into a run directory, on the sampling driver.
 
 One run = one config + one run directory. The engine
 
-* builds the model (``core.engine.models``) and a TFP kernel: HamiltonianMonteCarlo (its leapfrog
-  a while loop whose buffers XLA reuses; unrolled where that costs little memory,
-  ``core.run.engine_limits.unrolls``) or NUTS (``core.engine.nuts``: its memory bounded by
-  the tree depth, not TFP's NoUTurnSampler's 312 grid-sized buffers a chain), wrapped in
-  DualAveragingStepSizeAdaptation with one step size per chain; or MCLMC / MAMS
-  (``core.engine.microcanonical``: the microcanonical samplers and their own warmup tuning,
-  each chain its own step size and L, their tuning state carried through the chunks and the
-  checkpoint like dual averaging's);
-* runs ``chunk_size`` steps per call of one ``tf.function(jit_compile=True)``, all chains
-  vectorised; the number of steps is a tensor, so one compiled function serves every chunk;
-* records every step's log-density, gradient norm, acceptance probability, step size,
-  energy error, divergence flag, leapfrog count and parameters; every ``thin``-th
-  post-warmup field draw and its P(k); running field moments over every post-warmup draw;
+* builds the model (``core.engine.models``) and the driver (``core.engine.driver``: the kernel,
+  its adaptation and the compiled chunks of steps, the same code calibration runs);
+* runs the schedule's chunks through the driver, its observer (``FieldDraws``) keeping every
+  ``thin``-th post-warmup field draw and its P(k) and the field's moments; every step's
+  log-density, gradient norm, acceptance probability, step size, energy error, divergence flag,
+  leapfrog count and parameters come back with each chunk;
 * after each chunk appends to the run store, writes an exact checkpoint and publishes a
   progress event; between chunks it honours pause and stop.
 
-Reproducibility. The random seed of step g is fold_in(seed, g), and each chunk starts
-from the state, log-density and gradient that the previous chunk ended with (the kernel's
-bootstrap values are replaced by those), so the draws do not depend on where chunks
-begin: a run stopped and resumed gives the very same draws as one run straight through.
+Reproducibility, warmup and the preconditioners are the driver's (its module docstring): the
+draws do not depend on where chunks begin, so a run stopped and resumed gives the very same
+draws as one run straight through (tests/core/engine/test_draw_digests.py checks it, and that
+the driver draws what the engine drew before it existed).
 
 Faults. A field run that cannot fit in the machine's free memory is refused before the
 model loads (``core.run.resources``). A write that fails during the run (a full disk) raises
@@ -30,27 +23,6 @@ store when it can still be written), the chunks already published stay readable,
 ``resume`` continues from the last checkpoint. ``core.engine.warmup.WarmupWatch`` ends a warmup whose
 log-density is NaN everywhere, whose step size collapses or which accepts nothing, with a
 diagnosis naming what to check, after storing the chunk that shows it.
-
-Warmup. Dual averaging adapts each chain's step size for ``num_warmup`` steps towards
-``target_accept``, from the step size ``core.engine.step_search`` finds for that chain at its
-fresh state (``sampler.step_size`` is the search's first guess; its momenta come from
-fold_in((seed, 104729), step), so the search is reproducible; a resumed run restores the step
-sizes from its checkpoint and never searches again), with the shrinkage target
-mu = log(10 eps0) as Stan. With ``preconditioner = "diagonal"`` the variance of each state coordinate is
-estimated over the window [15 %, 75 %) of warmup (pooled over chains, regularised as in
-Stan); at 75 % a diagonal mass matrix M = 1/var is set, the step size is searched again in the
-new coordinates (as Stan does after each metric update) and dual averaging restarts from it
-for the rest of warmup. The mass matrix is applied as the equivalent change of variables: the
-kernel moves z with x = s * z, s = sqrt(var), on the target p(s * z) (identity mass in z is
-mass 1/s^2 in x), so the same HMC kernel serves both cases. Everything recorded is in x.
-``preconditioner = "fourier"`` is the model's own change of variables
-(``core.engine.field_density``): the engine sees an already preconditioned state. It scales
-the field only; sampled P(k) hyperparameters get the adapted diagonal above (the same window,
-the field's scale held at 1): their posterior sd (0.03 for the index of issue #12's 32^3
-case) is far from the field's unit scale, and an unscaled hyperparameter sets the step size.
-For MCLMC / MAMS the window is their tuning's variance stage and their step size goes on
-from its value (``core.engine.microcanonical``); their stage ends also end chunks
-(``Schedule.tune_stops``), where their stage transitions run between chunks.
 """
 
 from __future__ import annotations
@@ -64,20 +36,22 @@ from typing import Callable
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from core import config as cfgmod
-from core.engine import microcanonical
 from core.engine.devices import compute_device, gpu_free_memory, memory_kind
-from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
-from core.engine.models import build_model, nonfinite_report
-from core.engine.nuts import IterativeNoUTurnSampler
-from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
+from core.engine.driver import (
+    DIVERGENCE_THRESHOLD,
+    Driver,
+    DriverError,
+    Schedule,
+    hyper_diagonal,
+    samples_hyperparameters,
+    schedule_for,
+)
+from core.engine.models import build_model
 from core.engine.warmup import WarmupWatch
-from core.field.power_spectrum import hyperparameter_priors
 from core.run import input_files, run_folder
-from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, stage2_apart, unrolls
-from core.run.messages import STAT_DTYPES, STAT_NAMES, Estimate, chunk_event, new_progress, status_event
+from core.run.messages import Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
 from core.store.run_store import (
     ChunkRecord,
@@ -91,20 +65,10 @@ from core.store.run_store import (
 __all__ = ["Engine", "EngineError", "Control", "Schedule", "DIVERGENCE_THRESHOLD",
            "CHECKPOINT_FORMAT", "samples_hyperparameters"]
 
-tfd = tfp.distributions
-
-DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
 CHECKPOINT_FORMAT = 1
 
 
-
-def samples_hyperparameters(config) -> bool:
-    """Whether a field config samples a P(k) hyperparameter (a prior table, not a number)."""
-    if config.model.kind != "field":
-        return False
-    return any(not prior.is_fixed for prior in hyperparameter_priors(config.prior).values())
-
-class EngineError(RuntimeError):
+class EngineError(DriverError):
     """A run that cannot go on, with a diagnosis a user can act on."""
 
 
@@ -129,42 +93,12 @@ class Control:
         on_resume()
 
 
-@dataclass
-class Schedule:
-    num_warmup: int
-    num_samples: int
-    chunk_size: int
-    mass_start: int | None = None
-    mass_end: int | None = None
-    tune_stops: tuple[int, ...] = ()      # further steps where a chunk ends (MCLMC / MAMS stages)
-
-    @property
-    def total(self) -> int:
-        return self.num_warmup + self.num_samples
-
-    def boundaries(self, start: int) -> list[tuple[int, int]]:
-        """Chunks (first step, n steps) from ``start`` to the end; adaptation points end chunks."""
-        stops = {self.num_warmup, self.total, *self.tune_stops}
-        if self.mass_end is not None:
-            stops.add(self.mass_end)
-        out, g = [], start
-        while g < self.total:
-            nxt = min([s for s in stops if s > g] + [g + self.chunk_size])
-            out.append((g, nxt - g))
-            g = nxt
-        return out
-
-
 def _config_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Engine:
     """Runs one config into one run directory. Use :meth:`start` or :meth:`resume`."""
-
-    #: consecutive chains that sample one posterior (None: every chain; a calibration batch
-    #: sets each simulation's chains): MCLMC's chains share their sampling step size in these
-    chains_per_posterior: int | None = None
 
     def __init__(self, config: cfgmod.RunConfig, config_text: str, run_dir, *,
                  emit: Callable[[dict], None] | None = None, control: Control | None = None):
@@ -173,20 +107,8 @@ class Engine:
         self.run_dir = Path(run_dir)
         self.emit = emit or (lambda event: None)
         self.control = control or Control()
-        s = config.sampler
-        self.sampler = s
-        self._part_shapes = None     # the state parts' shapes less the chain axis (MCLMC / MAMS)
-        # "fourier" scales the field; sampled hyperparameters get the adapted diagonal
-        self._hyper_diagonal = s.preconditioner == "fourier" and samples_hyperparameters(config)
-        diagonal = (s.preconditioner == "diagonal" or self._hyper_diagonal) and s.num_warmup >= 20
-        stops = ()
-        if self._is_microcanonical():
-            # the diagonal's window is the tuning's variance stage (core.engine.microcanonical)
-            window, stops = microcanonical.schedule_points(s.algorithm, s.num_warmup, diagonal)
-            mass = window or (None, None)
-        else:
-            mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) if diagonal else (None, None)
-        self.schedule = Schedule(s.num_warmup, s.num_samples, s.chunk_size, *mass, tune_stops=stops)
+        self.sampler = config.sampler
+        self.schedule = schedule_for(config)
 
     # -- set-up -------------------------------------------------------------------
 
@@ -197,341 +119,23 @@ class Engine:
         self._status("loading", estimate=estimate or None)
         self.model = build_model(self.config)
         self.dtype = self.model.dtype
-        if self._is_microcanonical():
-            self._tuner = self._microcanonical(self.model.target_log_prob_fn)
         self.device = compute_device()
         self._status("compiling", device=self.device)
-        self._chunk_fn = self._make_chunk_fn()
-        self._search_fn = None
-
-    def _make_kernel(self, step_size, scale, num_adapt):
-        """DA(HMC or NUTS) on z, with x = scale * z (scale = 1 before mass adaptation)."""
-        s, model = self.sampler, self.model
-        target = model.target_log_prob_fn
-
-        def target_z(*z):
-            return target(*[si * zi for si, zi in zip(scale, z)])
-
-        n_values = model.grid.n_cells if model.has_field else 1
-        if s.algorithm == "nuts":
-            inner = IterativeNoUTurnSampler(target_z, step_size)
-        elif unrolls(s.num_leapfrog_steps, s.chains, n_values, self.dtype.size):
-            # small runs: the unrolled loop is faster on CPU, and its memory is small
-            inner = UnrolledHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)
-        else:
-            # a while loop over the leapfrog steps: XLA reuses one iteration's buffers, so
-            # the memory does not grow with the trajectory (issue #13; docs/benchmarks.md)
-            inner = LoopedHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps,
-                                                steps_per_iteration=LEAPFROG_STEPS_PER_ITERATION)
-        return tfp.mcmc.DualAveragingStepSizeAdaptation(
-            inner, num_adaptation_steps=num_adapt, target_accept_prob=tf.constant(s.target_accept, self.dtype))
-
-    def _is_nuts(self) -> bool:
-        return self.sampler.algorithm == "nuts"
-
-    def _is_microcanonical(self) -> bool:
-        return self.sampler.algorithm in microcanonical.SAMPLERS
-
-    def _microcanonical(self, target, has_aux: bool = False):
-        """The MCLMC / MAMS sampler of this run on ``target`` (``core.engine.microcanonical``;
-        ``has_aux``: ``target`` returns (log p, aux parts))."""
-        s = self.sampler
-        if self._part_shapes is None:
-            # the state's shapes, from one draw (eager, at build): not a prior draw in every trace
-            self._part_shapes = [tuple(p.shape[1:]) for p in self.model.initial_state(s.chains, s.seed)]
-        parts = [tf.zeros([s.chains, *shape], self.dtype) for shape in self._part_shapes]
-        extra = {"target_accept": s.target_accept} if s.algorithm == "mams" else {}
         try:
-            return microcanonical.SAMPLERS[s.algorithm](
-                target, parts, s.chains, self.dtype, s.num_warmup, self.schedule.mass_end is not None,
-                s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD,
-                chains_per_posterior=self.chains_per_posterior, has_aux=has_aux, **extra)
-        except ValueError as err:
-            raise EngineError(f"sampler.algorithm = {s.algorithm!r}: {err}; this model has "
-                              f"{microcanonical.n_dims(parts)}: use \"hmc\" or \"nuts\"") from None
+            self.driver = Driver(self.model, self.sampler, self.schedule,
+                                 hyper_diagonal=hyper_diagonal(self.config))
+        except DriverError as err:
+            raise EngineError(str(err)) from None
 
-    def _make_chunk_fn(self):
-        model, s, sched = self.model, self.sampler, self.schedule
-        dtype = self.dtype
-        chains = s.chains
-        base_seed = tf.constant([s.seed, 7919], tf.int32)
-        n_params = len(model.param_names)
-        max_fields = field_buffer_draws(s.chunk_size, s.thin) if model.has_field else 0
-        has_field = model.has_field
-        adapt_mass = sched.mass_end is not None
-
-        shift = float(model.observations.field_mean) if has_field else 0.0
-
-        def chunk(state, tlp, grads, da, read_only, scale, mass_acc, step0, n_steps, with_mass, draws):
-            # da, HMC / NUTS: step_size, error_sum, log_avg (lists per part), da_step, num_adapt,
-            # shrink (list); MCLMC / MAMS: the part of their tuning state this chunk carries,
-            # and read_only the part it reads but does not return (core.engine.microcanonical's
-            # chunk_keys). mass_acc: the mass-matrix sums if with_mass, else () (not taken, not
-            # returned: a value returned unchanged is still a copy). draws: whether the chunk
-            # may reach the sampling phase (False: its field draws and sums are not made)
-            def x_of(z):
-                return [si * zi for si, zi in zip(scale, z)]
-
-            if self._is_microcanonical():
-                # the field at the state rides along (the density computes it for the
-                # likelihood; the moments and draws take it instead of a transform of their own)
-                results = (tlp, list(grads), {**da, **read_only},
-                           *([[model.field(x_of(state))]] if has_field else []))
-                kernel_step = self._microcanonical_step(scale, with_field=has_field)
-            else:
-                results, kernel_step = self._tfp_step(state, tlp, grads, da, scale)
-            has_draws = has_field and draws
-
-            def ta(dt, size=s.chunk_size):
-                return tf.TensorArray(dt, size=size, element_shape=None)
-
-            traces = {name: ta(tf.as_dtype(STAT_DTYPES[name]) if name in STAT_DTYPES else dtype)
-                      for name in STAT_NAMES}
-            params_ta = ta(dtype)
-            field_buf = (tf.zeros([max(max_fields, 1), chains, *model.grid.shape], dtype)
-                         if has_draws else tf.zeros([1], dtype))
-            power_buf = (tf.zeros([max(max_fields, 1), chains, len(model.k_centres)], dtype)
-                         if has_draws else tf.zeros([1], dtype))
-            # this chunk's sums of x - field_mean and its square, in the model's dtype (the run's
-            # float64 totals are the host's: Engine._fold_moments)
-            moment_shape = model.grid.shape if has_draws else [1]
-            moments = (tf.constant(0.0, tf.float64), tf.zeros(moment_shape, dtype), tf.zeros(moment_shape, dtype))
-
-            def body(t, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc):
-                g = step0 + t
-                seed = tf.random.experimental.stateless_fold_in(base_seed, g)
-                state, results, stats, grads_now = kernel_step(state, results, seed, g)
-                # the gradient with respect to x: d/dx = (d/dz) / scale
-                grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gp / si, [chains, -1])**2, axis=1)
-                                    for gp, si in zip(grads_now, scale)])
-                stats = {**stats, "grad_norm": tf.sqrt(grad_sq)}
-                traces = {name: traces[name].write(t, stats[name]) for name in STAT_NAMES}
-                x_parts = x_of(state)
-                field_now = results[3][0] if self._is_microcanonical() and has_field else None
-                params_ta = params_ta.write(t, tf.reshape(model.params(x_parts), [chains, n_params]))
-                if with_mass:
-                    in_window = tf.logical_and(g >= sched.mass_start, g < sched.mass_end)
-                    count, mean, m2 = mass_acc
-
-                    def update():
-                        new_count = count + 1.0
-                        new_mean, new_m2 = [], []
-                        for part, mu, q in zip(x_parts, mean, m2):
-                            batch_mean = tf.reduce_mean(part, axis=0)
-                            delta = batch_mean - mu
-                            mu_new = mu + delta / new_count
-                            new_mean.append(mu_new)
-                            new_m2.append(q + tf.reduce_mean((part - mu) * (part - mu_new), axis=0))
-                        return new_count, new_mean, new_m2
-
-                    mass_acc = tf.cond(in_window, update, lambda: (count, list(mean), list(m2)))
-                if has_draws:
-                    post = g >= sched.num_warmup
-
-                    def accumulate():
-                        x = model.field(x_parts) if field_now is None else field_now
-                        dev = x - tf.constant(shift, dtype)
-                        count, total, total_sq = moments
-                        keep = tf.equal(tf.math.floormod(g - sched.num_warmup, s.thin), 0)
-
-                        def store():
-                            return (tf.tensor_scatter_nd_update(field_buf, [[n_fields]], x[None]),
-                                    tf.tensor_scatter_nd_update(power_buf, [[n_fields]], model.field_power(x)[None]),
-                                    n_fields + 1)
-
-                        fb, pb, nf = tf.cond(keep, store, lambda: (field_buf, power_buf, n_fields))
-                        return (count + chains, total + tf.reduce_sum(dev, axis=0),
-                                total_sq + tf.reduce_sum(dev * dev, axis=0)), fb, pb, nf
-
-                    moments, field_buf, power_buf, n_fields = tf.cond(
-                        post, accumulate, lambda: (moments, field_buf, power_buf, n_fields))
-                return t + 1, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments, mass_acc
-
-            loop_vars = (tf.constant(0), state, results, traces, params_ta, field_buf, power_buf,
-                         tf.constant(0), moments, mass_acc)
-            (_, state, results, traces, params_ta, field_buf, power_buf, n_fields, moments,
-             mass_acc) = tf.while_loop(lambda t, *rest: t < n_steps, body, loop_vars,
-                                       maximum_iterations=s.chunk_size)
-            if self._is_microcanonical():
-                tlp_out, grads_out, tune_out = results[:3]
-                da_out = {key: value for key, value in tune_out.items() if key not in read_only}
-            else:
-                inner = results.inner_results
-                if self._is_nuts():
-                    tlp_out, grads_out = inner.target_log_prob, inner.grads_target_log_prob
-                else:
-                    tlp_out = inner.accepted_results.target_log_prob
-                    grads_out = inner.accepted_results.grads_target_log_prob
-                da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
-                          "log_avg": list(results.log_averaging_step), "da_step": results.step,
-                          "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
-            stacked = {name: arr.stack() for name, arr in traces.items()}
-            return (list(state), tlp_out, list(grads_out), da_out, mass_acc, moments, stacked,
-                    params_ta.stack(), field_buf, power_buf, n_fields)
-
-        def call(program, st, first, n, with_mass, held=frozenset(), read_only=frozenset()):
-            da = {k: v for k, v in st["da"].items() if k not in held and k not in read_only}
-            fixed = {k: v for k, v in st["da"].items() if k in read_only}
-            out = list(program(st["state"], st["tlp"], st["grads"], da,
-                               fixed, st["scale"], st["mass_acc"] if with_mass else (),
-                               tf.constant(first, tf.int32), tf.constant(n, tf.int32)))
-            if held or fixed:     # the tuning arrays this chunk did not carry, as they were
-                out[3] = {**{k: st["da"][k] for k in held | read_only}, **out[3]}
-            if not with_mass:
-                out[4] = st["mass_acc"]
-            return tuple(out)
-
-        if not self._is_microcanonical():
-            # one program (HMC / NUTS: a step is many gradients, the accumulation's per-step
-            # tf.cond is noise beside them and a second compilation would cost start-up time)
-            program = tf.function(lambda *a: chunk(*a, with_mass=adapt_mass, draws=True), jit_compile=True)
-            return lambda st, first, n: call(program, st, first, n, adapt_mass)
-        # MCLMC / MAMS (two gradients a step). With the diagonal adapted, two programs: one with
-        # the mass-matrix accumulation for the chunks that overlap its window (stage 2) and one
-        # without (its per-step tf.cond cost 6-15 % of a 32^3 step where it did nothing,
-        # docs/benchmarks.md). Without it, one program, unless the moments of z are large
-        # (core.run.engine_limits.stage2_apart): then the chunks of stage 2 have a program with
-        # them, the others one without (issue #13). Stage 2 ends in warmup: its program makes
-        # no field draws.
-        tuner = self._tuner
-        n_values = model.grid.n_cells if has_field else 1
-        apart = adapt_mass or (tuner.uses_moments() and stage2_apart(chains, n_values))
-        if adapt_mass and (sched.mass_start, sched.mass_end) != (tuner.stages.b1, tuner.stages.b2):
-            raise EngineError(f"the mass-matrix window {sched.mass_start, sched.mass_end} is not stage 2 "
-                              f"{tuner.stages.b1, tuner.stages.b2} of {s.algorithm}'s warmup")
-        programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag and adapt_mass,
-                                                                     draws=not flag), jit_compile=True)
-                    for flag in ((False, True) if apart else (False,))}
-
-        def run_chunk(st, first, n):
-            stage2 = apart and tuner.in_stage2(first, n)
-            held, read_only = tuner.chunk_keys(stage2 if apart else None)
-            return call(programs[stage2], st, first, n, stage2 and adapt_mass, held, read_only)
-        return run_chunk
-
-    def _tfp_step(self, state, tlp, grads, da, scale):
-        """DA(HMC or NUTS) in the chunk: its kernel results, bootstrapped from the chunk's
-        start values, and one step -> (state, results, statistics, gradient)."""
-        s, chains = self.sampler, self.sampler.chains
-        kernel = self._make_kernel(da["step_size"], scale, da["num_adapt"])
-        results = kernel.bootstrap_results(state)
-        inner = results.inner_results
-        if self._is_nuts():
-            inner = inner._replace(target_log_prob=tlp, grads_target_log_prob=grads)
-        else:
-            inner = inner._replace(accepted_results=inner.accepted_results._replace(
-                target_log_prob=tlp, grads_target_log_prob=grads))
-        results = results._replace(
-            inner_results=inner, new_step_size=da["step_size"], error_sum=da["error_sum"],
-            log_averaging_step=da["log_avg"], step=da["da_step"], log_shrinkage_target=da["shrink"])
-
-        def step(state, results, seed, g):
-            used_step = tf.reshape(results.new_step_size[0], [chains])
-            state, results = kernel.one_step(state, results, seed=seed)
-            inner = results.inner_results
-            if self._is_nuts():
-                lp, grads_now, lar = inner.target_log_prob, inner.grads_target_log_prob, inner.log_accept_ratio
-                n_leap = tf.cast(inner.leapfrogs_taken, tf.int32)
-                diverging = inner.has_divergence
-            else:
-                lp = inner.accepted_results.target_log_prob
-                grads_now = inner.accepted_results.grads_target_log_prob
-                lar = inner.log_accept_ratio
-                n_leap = tf.fill([chains], tf.constant(s.num_leapfrog_steps, tf.int32))
-                diverging = tf.logical_or(~tf.math.is_finite(lar), -lar > DIVERGENCE_THRESHOLD)
-            accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
-            stats = {"lp": lp, "acceptance_rate": accept, "step_size": used_step, "energy_error": -lar,
-                     "diverging": diverging, "n_steps": n_leap,
-                     "trajectory_length": used_step * tf.cast(n_leap, used_step.dtype)}
-            return state, results, stats, grads_now
-        return results, step
-
-    def _microcanonical_step(self, scale, with_field: bool = False):
-        """MCLMC or MAMS in the chunk, on z with x = scale * z: one step ->
-        (state, (lp, gradient, tuning), statistics, gradient); ``with_field``: results and
-        its return end with [the field at the state] (``FieldModel.target_log_prob_and_field``)."""
-        target = self.model.target_log_prob_and_field if with_field else self.model.target_log_prob_fn
-        sampler = self._microcanonical(lambda *z: target(*[si * zi for si, zi in zip(scale, z)]),
-                                       has_aux=with_field)
-
-        def step(state, results, seed, g):
-            lp, grads, tune, *aux = results
-            state, lp, grads, tune, stats, aux = sampler.one_step(list(state), lp, grads, tune, seed, g,
-                                                                  aux[0] if aux else ())
-            return state, (lp, grads, tune, *([aux] if with_field else [])), {**stats, "lp": lp}, grads
-        return step
-
-    # -- state: fresh, checkpointed, restored -----------------------------------------
-
-    def _fresh_state(self):
-        s, model = self.sampler, self.model
-        parts = [tf.convert_to_tensor(p, self.dtype) for p in model.initial_state(s.chains, s.seed)]
-        lp_and_grad = tf.function(
-            lambda *p: tfp.math.value_and_gradient(lambda *q: model.target_log_prob_fn(*q), list(p)),
-            jit_compile=True)
-        tlp, grads = lp_and_grad(*parts)
-        if not np.all(np.isfinite(tlp.numpy())):
-            raise EngineError(nonfinite_report(model, parts))   # names the term, its value
-        scale = [tf.ones_like(p) for p in parts]
-        if self._is_microcanonical():
-            # their own tuning sets the step (core.engine.microcanonical); no search
-            da = self._tuner.fresh(parts, s.seed)
-            watch_step = np.full(s.chains, self._tuner.initial_step)
-        else:
-            # dual averaging starts from a step size searched at this state (sampler.step_size
-            # is the search's first guess); a resumed run restores it from the checkpoint instead
-            step = self._searched_step(parts, tlp, grads, scale, tf.constant(s.step_size, self.dtype), 0)
-            da = self._da_state(step, da_step=0, num_adapt=self._first_adapt_steps())
-            watch_step = self._watch_reference(step)
-        mass_acc = (tf.constant(0.0, self.dtype), [tf.zeros_like(p[0]) for p in parts],
-                    [tf.zeros_like(p[0]) for p in parts])
-        shape = model.grid.shape if model.has_field else [1]
-        moments = (np.float64(0.0), np.zeros(shape, np.float64), np.zeros(shape, np.float64))
-        return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale, mass_acc=mass_acc,
-                    moments=moments, step=0, progress=dict(new_progress()),
-                    watch_step=watch_step)
-
-    def _searched_step(self, state, tlp, grads, scale, first_guess, g):
-        """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
-        z, with x = scale * z), its momenta seeded by fold_in((seed, 104729), g): HMC searches
-        with its own trajectory and ``target_accept``, NUTS with one leapfrog step (Stan's way)."""
-        s = self.sampler
-        if self._search_fn is None:
-            target = self.model.target_log_prob_fn
-            nuts = self._is_nuts()
-
-            def search(state, tlp, grads, scale, first_guess, seed):
-                def target_z(*z):
-                    return target(*[si * zi for si, zi in zip(scale, z)])
-                return find_initial_step_size(
-                    target_z, state, tlp, grads, first_guess, seed,
-                    num_leapfrog_steps=1 if nuts else s.num_leapfrog_steps,
-                    threshold=NUTS_SEARCH_ACCEPT if nuts else s.target_accept)[0]
-
-            self._search_fn = tf.function(search, jit_compile=True)
-        seed = tf.random.experimental.stateless_fold_in(tf.constant([s.seed, 104729], tf.int32), g)
-        eps = self._search_fn(list(state), tlp, list(grads), list(scale), first_guess, seed)
-        return [tf.reshape(eps, [s.chains] + [1] * (len(p.shape) - 1)) for p in state]
-
-    def _watch_reference(self, step) -> np.ndarray:
-        """The step size per chain that ``WarmupWatch`` measures a collapse against: the larger
-        of ``sampler.step_size`` and the searched one (a search that went down by more than
-        STEP_COLLAPSE is a collapse too: the posterior is far narrower than the sampler moves)."""
-        searched = np.asarray(step[0]).reshape(self.sampler.chains)
-        return np.maximum(searched, self.sampler.step_size)
-
-    def _first_adapt_steps(self) -> int:
-        sched = self.schedule
-        return sched.mass_end if sched.mass_end is not None else sched.num_warmup
-
-    def _da_state(self, step_size, da_step, num_adapt):
-        return {"step_size": list(step_size),
-                # as TFP's bootstrap: one accumulated error per chain (the reduced acceptance)
-                "error_sum": [tf.zeros([self.sampler.chains], self.dtype) for _ in step_size],
-                "log_avg": [tf.zeros_like(v) for v in step_size],
-                "da_step": tf.constant(da_step, tf.int32),
-                "num_adapt": tf.constant(num_adapt, tf.int32),
-                "shrink": [tf.math.log(10.0 * v) for v in step_size]}
+    def _fresh_state(self) -> dict:
+        try:
+            st = self.driver.fresh_state()
+        except DriverError as err:
+            raise EngineError(str(err)) from None
+        shape = self.model.grid.shape if self.model.has_field else [1]
+        st.update(moments=(np.float64(0.0), np.zeros(shape, np.float64), np.zeros(shape, np.float64)),
+                  progress=dict(new_progress()))
+        return st
 
     def _checkpoint(self, st):
         arrays = {}
@@ -544,7 +148,7 @@ class Engine:
         put("grads", st["grads"])
         arrays["tlp"] = np.asarray(st["tlp"])
         tune_parts = {}
-        if self._is_microcanonical():
+        if self.driver.microcanonical:
             # the tuning state as it is: a tensor, or a list of tensors (one per state part)
             for key, value in st["da"].items():
                 if isinstance(value, (list, tuple)):
@@ -565,7 +169,7 @@ class Engine:
         arrays["watch_step"] = np.asarray(st["watch_step"])
         meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
                 "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
-        if self._is_microcanonical():
+        if self.driver.microcanonical:
             meta["tuning"] = {"algorithm": self.sampler.algorithm,
                               "keys": sorted(st["da"]), "parts": tune_parts}
         write_checkpoint(self.run_dir, arrays, meta)
@@ -587,23 +191,30 @@ class Engine:
         def get(prefix, dtype=None):
             return [tf.constant(arrays[f"{prefix}_{i}"], dtype) for i in range(n)]
 
-        st = dict(state=get("state"), grads=get("grads"), tlp=tf.constant(arrays["tlp"]),
+        state = get("state")
+
+        def grouped(parts):
+            # the Welford sums are (groups, ...) a part; checkpoints from before issue #29 hold a
+            # run's one group as (...)
+            return [p if len(p.shape) == len(s.shape) else p[None] for p, s in zip(parts, state)]
+
+        st = dict(state=state, grads=get("grads"), tlp=tf.constant(arrays["tlp"]),
                   scale=get("scale"),
-                  mass_acc=(tf.constant(arrays["mass_count"]), get("mass_mean"), get("mass_m2")),
+                  mass_acc=(tf.constant(arrays["mass_count"]), grouped(get("mass_mean")), grouped(get("mass_m2"))),
                   moments=(np.float64(arrays["mom_count"]), np.array(arrays["mom_sum"], np.float64),
                            np.array(arrays["mom_sumsq"], np.float64)),
-                  step=int(meta["step"]), progress=dict(meta["progress"]),
+                  step=int(meta["step"]), progress=dict(meta["progress"]), seed=self.sampler.seed,
                   # checkpoints from before the step-size search: the config's step size
                   watch_step=np.asarray(arrays["watch_step"]) if "watch_step" in arrays
                   else np.full(self.sampler.chains, self.sampler.step_size))
-        if self._is_microcanonical():
+        if self.driver.microcanonical:
             tuning = meta["tuning"]
             if tuning["algorithm"] != self.sampler.algorithm:
                 raise ValueError(f"a {tuning['algorithm']} checkpoint")
             st["da"] = {key: ([tf.constant(arrays[f"tune_{key}_{i}"]) for i in range(tuning["parts"][key])]
                               if key in tuning["parts"] else tf.constant(arrays[f"tune_{key}"]))
                         for key in tuning["keys"]}
-            st["da"] = self._tuner.complete(st["da"])
+            st["da"] = self.driver.tuner.complete(st["da"])
             return st, meta
         st["da"] = {key: get(f"da_{key}") for key in ("step_size", "error_sum", "log_avg", "shrink")}
         st["da"]["da_step"] = tf.constant(arrays["da_step"])
@@ -745,18 +356,18 @@ class Engine:
                 phase = "warmup" if first < sched.num_warmup else "sampling"
                 self._status(phase)
                 t0 = time.perf_counter()
-                out = self._chunk_fn(st, first, n)
-                (state, tlp, grads, da, mass_acc, sums, traces, params, field_buf, power_buf, n_fields) = out
+                out = self.driver.run_chunk(st, first, n)
+                traces, params = out["traces"], out["params"]
+                field_buf, power_buf, n_fields, sums = out["observed"]
                 elapsed = time.perf_counter() - t0
-                st.update(state=state, tlp=tlp, grads=grads, da=da, mass_acc=mass_acc,
-                          moments=self._fold_moments(st["moments"], sums))
-                st["step"] = first + n
+                self.driver.advance(st, out, first, n)
+                st["moments"] = self._fold_moments(st["moments"], sums)
                 diagnosis = None
                 if first < sched.num_warmup:
                     diagnosis = watch.update({name: np.asarray(traces[name])[:n].T for name in
                                               ("lp", "acceptance_rate", "step_size",
                                                "energy_error")}, first)
-                self._adapt_at_boundary(st)
+                self.driver.at_boundary(st)
                 record, contents = self._record(first, n, traces, params, field_buf, power_buf,
                                                 int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
@@ -815,42 +426,6 @@ class Engine:
             self.store.set_status(status)
         self._status(status, progress=dict(st["progress"]))
         return status
-
-    def _adapt_at_boundary(self, st):
-        """At the end of the mass-matrix window: rescale z to the new x = s z, restart dual
-        averaging; MCLMC / MAMS: then their own stage transitions (``at_boundary``)."""
-        self._rescale_at_mass_end(st)
-        if self._is_microcanonical() and st["step"] in self.schedule.tune_stops:
-            st["da"] = self._tuner.at_boundary(st["step"], st["da"])
-
-    def _rescale_at_mass_end(self, st):
-        sched = self.schedule
-        if sched.mass_end is None or st["step"] != sched.mass_end:
-            return
-        count, mean, m2 = st["mass_acc"]
-        c = float(count.numpy())
-        if c < 2:
-            return
-        chains = self.sampler.chains
-        new_scale = []
-        for i, q in enumerate(m2):
-            var = q / (c - 1.0)
-            # regularised towards 1e-3 as Stan does: (n / (n + 5)) var + 1e-3 (5 / (n + 5))
-            var = (c / (c + 5.0)) * var + 1e-3 * (5.0 / (c + 5.0))
-            if self._hyper_diagonal and i == 0:       # the field: the model's fourier scale stays
-                var = tf.ones_like(var)
-            new_scale.append(tf.broadcast_to(tf.sqrt(var)[None], [chains, *var.shape]))
-        old_scale = st["scale"]
-        # same x, new coordinates: z' = z s / s', and d/dz' = (d/dz) s' / s
-        st["state"] = [z * so / sn for z, so, sn in zip(st["state"], old_scale, new_scale)]
-        st["grads"] = [g * sn / so for g, so, sn in zip(st["grads"], old_scale, new_scale)]
-        st["scale"] = new_scale
-        if self._is_microcanonical():
-            return       # their step size goes on from its value (core.engine.microcanonical)
-        # the metric changed: search again from the adapted step, as Stan does after each window
-        chains_step = tf.reshape(st["da"]["step_size"][0], [chains])
-        step = self._searched_step(st["state"], st["tlp"], st["grads"], new_scale, chains_step, sched.mass_end)
-        st["da"] = self._da_state(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
 
     def _fold_moments(self, moments, sums):
         """The run's float64 totals (count, sum of x, sum of x^2: host numpy arrays, updated in

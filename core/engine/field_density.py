@@ -87,6 +87,7 @@ from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_spectrum import BandPowers, PowerLaw, PowerLawCutoff, PowerSpectrum
 from core.field.preconditioner import MODE_PRECISION_METHODS, dense_block, fourier_scale, likelihood_mode_precision
+from core.log_density import LOG_2PI
 from core.priors import Prior, SampledPrior
 
 __all__ = ["mirror", "hermitian_from_real", "SampledHyper", "FieldPosterior", "MODEL_PRECONDITIONERS"]
@@ -97,7 +98,6 @@ tfd = tfp.distributions
 _POSITIVE = {"amplitude", "cutoff_scale"}
 #: The preconditioners the model applies itself ("diagonal" is the engine's adapted mass matrix).
 MODEL_PRECONDITIONERS = ("identity", "fourier")
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 def mirror(u: tf.Tensor) -> tf.Tensor:
@@ -274,7 +274,7 @@ class FieldPosterior:
             sigma = obs.uniform_noise
             inv = 1.0 / sigma if mask.all() and sigma is not None else np.where(mask, 1.0 / obs.noise, 0.0)
             self._inv_sigma = tf.constant(inv, rd)
-            self._lik_const = float(-np.sum(np.log(obs.noise[mask])) - 0.5 * mask.sum() * _LOG_2PI)
+            self._lik_const = float(-np.sum(np.log(obs.noise[mask])) - 0.5 * mask.sum() * LOG_2PI)
         else:
             from scipy.special import gammaln
             counts = obs.data[mask]
@@ -315,7 +315,7 @@ class FieldPosterior:
         tau = spec.random_walk_scale
         log_bins = self._band_log_powers(eta)
         step = (log_bins[..., 1:] - log_bins[..., :-1]) / tau
-        per_step = -0.5 * step * step - (math.log(tau) + 0.5 * _LOG_2PI)
+        per_step = -0.5 * step * step - (math.log(tau) + 0.5 * LOG_2PI)
         return tf.reduce_sum(per_step, axis=-1)
 
     def _band_log_powers(self, eta):
@@ -441,14 +441,14 @@ class FieldPosterior:
         n = self.grid.n_cells
         state, latent = latent, self.latent_of(latent, eta)
         if self.parameterisation in ("whitened", "white_noise"):
-            lp = -0.5 * tf.reduce_sum(latent**2, axis=[-3, -2, -1]) - 0.5 * n * _LOG_2PI
+            lp = -0.5 * tf.reduce_sum(latent**2, axis=[-3, -2, -1]) - 0.5 * n * LOG_2PI
         else:
             if self.sampled:
                 log_s = self._log_mode_variance_full(eta)  # log 1 = 0 for the inert DC entry
             else:
                 log_s = tf.math.log(self._fixed_s_full)
             lp = tf.reduce_sum(-0.5 * latent**2 * tf.exp(-log_s) - 0.5 * log_s, axis=[-3, -2, -1]) \
-                - 0.5 * n * _LOG_2PI
+                - 0.5 * n * LOG_2PI
         if self.preconditioner == "fourier":
             lp += tf.broadcast_to(self._log_jacobian(eta), tf.shape(state)[:-3])
         if self.sampled:

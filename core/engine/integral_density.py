@@ -51,10 +51,10 @@ import tensorflow as tf
 
 from core import integral as im
 from core.engine.prior_density import _neg_half_exp, default_limits, tf_prior
+from core.log_density import LOG_2PI
 
 __all__ = ["IntegralLogDensity", "make_log_density"]
 
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class IntegralLogDensity:
@@ -168,7 +168,7 @@ class IntegralLogDensity:
         inner = tf.reduce_sum(tf.square(r / m[..., None]), axis=-1)
         log_q = 2.0 * tf.math.log(m) + tf.math.log(tf.maximum(inner, self._tiny))
         quad = _neg_half_exp(log_q - 2.0 * log_sigma, self._q_limit)
-        loglik = -0.5 * self._n * _LOG_2PI - self._n * log_sigma + quad
+        loglik = -0.5 * self._n * LOG_2PI - self._n * log_sigma + quad
         return tf.where(ok, total + loglik, tf.constant(-np.inf, dtype))
 
 

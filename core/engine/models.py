@@ -20,6 +20,8 @@ everything it needs in one shape:
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import tensorflow as tf
 
@@ -166,6 +168,18 @@ class FieldModel:
         terms.append(("the likelihood", hint, post.log_likelihood_of_signal(signal), None))
         return terms
 
+    def with_data(self, data):
+        """A shallow copy whose likelihood is against ``data``, a tensor with a leading chain axis
+        (each chain its own data: a calibration batch's simulations); every other constant is
+        shared (the Poisson normalisation, which depends on the counts, is per chain)."""
+        other = copy.copy(self)
+        post = copy.copy(self.posterior)
+        post._data = data
+        if post.observations.kind != "gaussian":
+            post._lik_const = -tf.reduce_sum(tf.math.lgamma(data + 1.0) * post._mask, axis=[-3, -2, -1])
+        other.posterior = post
+        return other
+
     def release_observed(self) -> None:
         """Drop the loaded float64 maps (data, mask, noise, truth) once the run store holds
         them (``observed``): the density keeps its own constants, so from here on only
@@ -223,6 +237,14 @@ class IntegralModel:
     @property
     def target_log_prob_fn(self):
         return lambda u: self.density(u)
+
+    def with_data(self, data):
+        """A shallow copy whose likelihood is against the series ``data`` (a leading chain axis)."""
+        other = copy.copy(self)
+        density = copy.copy(self.density)
+        density._y = data
+        other.density = density
+        return other
 
     def params(self, parts):
         values = self.density.constrain(parts[0])

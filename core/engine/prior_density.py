@@ -31,14 +31,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.log_density import positive_exp_limit, quadratic_limit
+from core.log_density import LOG_2PI, positive_exp_limit, quadratic_limit
 
 tfb = tfp.bijectors
 tfd = tfp.distributions
 
 __all__ = ["TF_PRIOR_KINDS", "tf_prior", "default_limits"]
 
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 def _neg_half_exp(e, limit):
@@ -68,7 +67,7 @@ class _Twin:
 class _Normal(_Twin):
     def log_prob(self, u):
         z = (u - self._constant("loc")) / self._constant("scale")
-        return -0.5 * z * z + (-math.log(self.prior.scale) - 0.5 * _LOG_2PI)
+        return -0.5 * z * z + (-math.log(self.prior.scale) - 0.5 * LOG_2PI)
 
     def forward(self, u):
         return u, tf.ones_like(u, dtype=tf.bool)
@@ -101,7 +100,7 @@ class _LogCoordinate(_Twin):
 class _LogNormal(_LogCoordinate):
     def log_prob(self, u):
         z = (u - self._constant("loc")) / self._constant("scale")
-        return -0.5 * z * z + (-math.log(self.prior.scale) - 0.5 * _LOG_2PI)
+        return -0.5 * z * z + (-math.log(self.prior.scale) - 0.5 * LOG_2PI)
 
     def distribution(self):
         return tfd.LogNormal(self._constant("loc"), self._constant("scale"))
@@ -110,7 +109,7 @@ class _LogNormal(_LogCoordinate):
 class _HalfNormal(_LogCoordinate):
     def log_prob(self, u):
         log_scale = math.log(self.prior.scale)
-        const = math.log(2.0) - log_scale - 0.5 * _LOG_2PI
+        const = math.log(2.0) - log_scale - 0.5 * LOG_2PI
         return const + _neg_half_exp(2.0 * (u - log_scale), self.limits["quadratic"]) + u
 
     def distribution(self):

@@ -10,8 +10,9 @@ before the change, with
     PYTHONPATH=. .venv/bin/python -m support.draw_digests record   (from tests/)
 
 XLA's CPU code depends on the instruction set (fused multiply-add, vector width) and on the
-TensorFlow release: the file records both (``machine_fingerprint``) and the test compares only on
-a machine with the same fingerprint.
+TensorFlow release: the file lists the machines (``machine_fingerprint``) on which the code
+before the change drew these digests (recording on another kind of machine adds it when its
+digests are the same, and replaces the file when they differ) and the test compares only there.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def record(folder: Path) -> dict:
         t0 = time.perf_counter()
         digests[name] = run_case(name, folder, folder / name)
         print(f"{name}: {digests[name][:16]} ({time.perf_counter() - t0:.1f} s)", flush=True)
-    return {"fingerprint": machine_fingerprint(), "digests": digests}
+    return {"fingerprints": [machine_fingerprint()], "digests": digests}
 
 
 if __name__ == "__main__":
@@ -180,5 +181,12 @@ if __name__ == "__main__":
         sys.exit("usage: python -m support.draw_digests record")
     with tempfile.TemporaryDirectory() as tmp:
         result = record(Path(tmp))
+    if REFERENCE.exists():
+        before = json.loads(REFERENCE.read_text())
+        if before["digests"] == result["digests"]:
+            result["fingerprints"] = sorted(set(before["fingerprints"]) | set(result["fingerprints"]))
+            print("the same digests as recorded before: this machine added")
+        else:
+            print("digests differ from those recorded before: the file is replaced")
     REFERENCE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(f"wrote {REFERENCE}")

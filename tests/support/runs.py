@@ -17,7 +17,7 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
     Returns (events, info); info["chunk_fields"][c] is (fields, powers, field draw index)
     of chunk c, or None, as the engine hands them to the run store.
 
-    Mirrors Engine._chunk_fn / Engine._record: traces come out of the compiled chunk as
+    Mirrors Driver.run_chunk (core.engine.driver) / Engine._record: traces come out of the compiled chunk as
     (chunk_size, chains) arrays of which the first n are used, parameters as
     (chunk_size, chains, p); every thin-th post-warmup field is kept in a
     (max_fields, chains, *grid) buffer; moments run over every post-warmup draw.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from app import cli
 from core.calibration import CalibrationReader
@@ -109,11 +110,12 @@ def test_wrong_prior_centre_fails_on_the_parameter(field_case):
 
 
 def test_too_short_warmup_fails(field_case):
-    # an initial step size of 1e-4 and one warmup step: dual averaging cannot grow the step
-    # in time (it ends near 2e-3), the chains barely leave their start near the prior's centre
-    # (a tenth of a prior draw), and their P(k) stays far below the truths'. Every step is
-    # accepted, so nothing but calibration shows it.
-    _, reader = calibrate(field_case, field_document(sampler={"num_warmup": 1, "step_size": 1e-4}), "short")
+    # one warmup step and one leapfrog step a transition: the chains take their 20 draws in their
+    # first 20 short moves from their start near the prior's centre (a tenth of a prior draw), and
+    # their P(k) stays far below the truths'. Most steps are accepted, so nothing but calibration
+    # shows it.
+    _, reader = calibrate(field_case, field_document(sampler={"num_warmup": 1, "num_leapfrog_steps": 1,
+                                                              "num_samples": 20}), "short")
     verdict = reader.verdict()
     assert not verdict.passed
     assert any(name.startswith("power_k") for name in verdict.failed), verdict.table()
@@ -220,3 +222,44 @@ def test_microcanonical_sampler_of_one_coordinate_is_refused_before_the_store(tm
     with pytest.raises(EngineError, match="mclmc.*at least 2 coordinates.*has 1"):
         calibrate(tmp_path, doc, "one")
     assert not (tmp_path / "one" / "calibration.zarr").exists()
+
+
+@pytest.mark.parametrize("algorithm,preconditioner", [("hmc", "fourier"), ("mclmc", "fourier"), ("nuts", "diagonal")])
+def test_a_batch_of_one_simulation_draws_what_fieldscope_run_draws(field_case, tmp_path, algorithm, preconditioner):
+    """Calibration runs the engine's driver (issue #29): simulation 0's batch of one, and a run of the
+    same config on that simulation's data with the batch's sampler seed, draw the same states bit for
+    bit (the sampled index of every kept draw), and the same field (its P(k)). With "fourier" and the
+    index sampled the engine keeps the field's scale at 1 when it sets the diagonal; calibration's own
+    loop had rescaled the field as well, and sampled another chain than any run."""
+    from core.calibration import plan_for_config
+    from core.engine.calibrate import _Program, batch_sampler_seed, simulate_batch
+    from core.engine.engine import Engine
+    from core.engine.models import build_model
+    from core.store.run_store import RunReader
+
+    doc = field_document(sampler={"algorithm": algorithm, "preconditioner": preconditioner, "num_warmup": 60,
+                                  "num_samples": 40, "num_leapfrog_steps": 5, "chunk_size": 25})
+    config, _ = write_config(field_case, f"one-{algorithm}.toml", doc)
+    plan = plan_for_config(config, simulations=1, draws=20, batch_size=1)
+    model = build_model(config)
+    program = _Program(config, model, plan)
+    data, truth = simulate_batch(model, [0], plan.seed)
+    _, truth_field = program.truth_quantities(model, data, truth)
+    seed = batch_sampler_seed(plan.seed, 0)
+    keep_buf, _, _, _ = program.sample(tf.repeat(data, plan.chains, axis=0),
+                                       tf.repeat(truth_field, plan.chains, axis=0), seed)
+    kept = np.asarray(keep_buf, np.float64)                    # (draws per chain, chains, Q)
+
+    mask = np.asarray(model.observations.mask)
+    np.savez(tmp_path / "simulated.npz", data=np.asarray(data[0]), mask=mask)
+    run_doc = field_document(data={"path": "simulated.npz"},
+                             sampler={**doc["sampler"], "seed": seed, "thin": 1})
+    run_config, run_text = write_config(tmp_path, "run.toml", run_doc)
+    assert Engine(run_config, run_text, tmp_path / "run").start() == "finished"
+    reader = RunReader(tmp_path / "run")
+    steps = np.arange(plan.thin - 1, config.sampler.num_samples, plan.thin)[:plan.draws_per_chain]
+    index = reader.param("index")[:, steps]                   # (chains, draws)
+    np.testing.assert_array_equal(kept[:, :, program.names.index("index")].T, index)
+    _, _, powers = reader.powers()
+    power_k = [i for i, name in enumerate(program.names) if name.startswith("power_k")]
+    np.testing.assert_allclose(kept[:, :, power_k].transpose(1, 0, 2), powers[:, steps], rtol=1e-5)

@@ -341,7 +341,7 @@ def test_stage_2_in_a_program_of_its_own_gives_the_same_run_bit_for_bit(tmp_path
     issue #13). Forced on a small case (whose default is one program carrying them throughout):
     the same statistics, draws, field moments and final tuning state (moments included), bit for
     bit, and each kind of program was used (a chunk straddling stage 2's start included)."""
-    import core.engine.engine as engine_mod
+    import core.engine.driver as driver_mod
     from core.run.engine_limits import stage2_apart
     from core.store.run_store import read_checkpoint
     from support.engine_cases import assert_same_run, run, write_field_case
@@ -359,7 +359,7 @@ def test_stage_2_in_a_program_of_its_own_gives_the_same_run_bit_for_bit(tmp_path
     monkeypatch.setattr(mc._Microcanonical, "chunk_keys", spy)
     assert run(config, text, tmp_path / "one")[0] == "finished"
     tag[0] = "apart"
-    monkeypatch.setattr(engine_mod, "stage2_apart", lambda chains, n_values: True)
+    monkeypatch.setattr(driver_mod, "stage2_apart", lambda chains, n_values: True)
     assert run(config, text, tmp_path / "apart")[0] == "finished"
     assert seen == {"one": {None}, "apart": {False, True}}
     assert_same_run(tmp_path / "one", tmp_path / "apart")
@@ -376,18 +376,19 @@ def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_tr
     (``FieldModel.target_log_prob_and_field``): every kept draw (thin 1) is the field of the
     state that step ended at. Checked against ``model.field`` of the chunk's end state and of
     a one-step chunk from the same start, and the chunk's moment sums against its draws."""
-    from core.engine.engine import Engine
+    from core.engine.driver import Driver, hyper_diagonal, schedule_for
+    from core.engine.models import build_model
     from support.engine_cases import write_field_case
 
     config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=20, samples=6, chunk=6, thin=1,
                                         mass=False, algorithm=algorithm)
-    engine = Engine(config, text, tmp_path / "run")
-    engine._build()
-    st = engine._fresh_state()
-    model = engine.model
+    model = build_model(config)
+    driver = Driver(model, config.sampler, schedule_for(config), hyper_diagonal=hyper_diagonal(config))
+    st = driver.fresh_state()
     first = 20          # post-warmup steps: each one kept
-    out = engine._chunk_fn(st, first, 6)
-    state, moments, field_buf, n_fields = out[0], out[5], out[8], out[10]
+    out = driver.run_chunk(st, first, 6)
+    state = out["state"]
+    field_buf, _, n_fields, moments = out["observed"]
     assert int(n_fields) == 6
 
     def field_of(parts):
@@ -395,9 +396,9 @@ def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_tr
 
     draws = field_buf.numpy()[:6]
     np.testing.assert_allclose(draws[-1], field_of(state), rtol=1e-5, atol=1e-5)
-    one = engine._chunk_fn(st, first, 1)
-    np.testing.assert_array_equal(one[8].numpy()[0], draws[0])     # the same first step
-    np.testing.assert_allclose(draws[0], field_of(one[0]), rtol=1e-5, atol=1e-5)
+    one = driver.run_chunk(st, first, 1)
+    np.testing.assert_array_equal(one["observed"][0].numpy()[0], draws[0])     # the same first step
+    np.testing.assert_allclose(draws[0], field_of(one["state"]), rtol=1e-5, atol=1e-5)
     assert not np.allclose(draws[0], draws[-1])                     # the chain moved
     count, total, total_sq = (np.asarray(m, np.float64) for m in moments)
     dev = draws.astype(np.float64) - float(model.observations.field_mean)

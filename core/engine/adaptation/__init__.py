@@ -1,0 +1,17 @@
+"""Adaptation: functions from a sampler's statistics to its parameters, apart from the kernels and
+the driver that runs them (as BlackJAX's ``adaptation/``).
+
+* ``welford``: running means and squared deviations of the state, pooled over the chains of each
+  posterior (a run's chains; each simulation's chains in a calibration batch);
+* ``mass_matrix``: the diagonal's scale from those sums (Stan's regularisation), with the parts a
+  preconditioner already scales held at 1;
+* ``dual_averaging``: the state of the step-size adaptation that HMC and NUTS run in
+  (TensorFlow Probability's ``DualAveragingStepSizeAdaptation``), started from a step size;
+* ``core.engine.step_search``: the initial step size, searched at a state.
+"""
+
+from core.engine.adaptation.dual_averaging import fresh_dual_averaging
+from core.engine.adaptation.mass_matrix import diagonal_scale
+from core.engine.adaptation.welford import Welford, welford_fresh, welford_update
+
+__all__ = ["Welford", "welford_fresh", "welford_update", "diagonal_scale", "fresh_dual_averaging"]
