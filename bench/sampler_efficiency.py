@@ -877,7 +877,9 @@ def warmup_steps(algorithm: str, args, budget: int) -> int:
 
     config_warmup = args.num_warmup or schema.SamplerSection().num_warmup
     choice = str(args.microcanonical_warmup)
-    if algorithm not in ("mclmc", "mams") or choice == "config":
+    from core.samplers import SAMPLERS
+
+    if not SAMPLERS[algorithm].microcanonical or choice == "config":
         return int(config_warmup)
     if choice == "peer":
         return peer_mclmc_tuning_steps(budget // MCLMC_GRADIENTS_PER_STEP)
@@ -900,12 +902,13 @@ def chunk_steps(algorithm: str, args) -> int:
     the peer chunk of its kind, MCLMC's for MCLMC and MAMS, NUTS's for HMC and NUTS, so that the
     per-chunk costs, a store write on our side, are paid as often), 'config' (the schema's) or a number."""
     from core.config import schema
+    from core.samplers import SAMPLERS
 
     choice = str(args.chunk_size)
     if choice == "config":
         return int(schema.SamplerSection().chunk_size)
     if choice == "peer":
-        return PEER_CHUNK_STEPS["mclmc" if algorithm in ("mclmc", "mams") else "nuts"]
+        return PEER_CHUNK_STEPS["mclmc" if SAMPLERS[algorithm].microcanonical else "nuts"]
     return _steps_option("--chunk-size", choice, 1)
 
 

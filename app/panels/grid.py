@@ -24,6 +24,7 @@ from core.field.grid import Grid
 from core.run import resources
 from core.run.engine_limits import field_buffer_draws
 from core.run.resources import fft_pairs, fft_rate, gradient_seconds
+from core.samplers import SAMPLERS
 
 __all__ = ["GridPanel"]
 
@@ -220,11 +221,15 @@ class GridPanel(SetupPanel):
             steps = s["sampler.num_leapfrog_steps"]
             text = f"≥ {_si_time(t)} per gradient, all chains ({fft_pairs(param)} FFT pair" \
                    f"{'s' if fft_pairs(param) > 1 else ''}, R = {fft_rate() / 1e9:.2f} Gflop/s)"
-            if s["sampler.algorithm"] == "hmc" and isinstance(steps, int) and steps >= 1:
-                text += f"; ≥ {_si_time(t * steps)} per draw ({steps} leapfrog steps)"
+            info = SAMPLERS.get(s["sampler.algorithm"])
+            if info is not None and isinstance(steps, int) and steps >= 1:
+                per_step = info.gradients_per_step(steps)
+                what = f"{steps} leapfrog steps" if info.fixed_gradients is None else \
+                    f"{per_step} gradient{'s' if per_step > 1 else ''}"
+                text += f"; ≥ {_si_time(t * per_step)} per draw ({what})"
                 total = s["sampler.num_warmup"], s["sampler.num_samples"]
                 if all(isinstance(v, int) and v >= 0 for v in total):
-                    text += f"; ≥ {_si_time(t * steps * sum(total))} for the run"
+                    text += f"; ≥ {_si_time(t * per_step * sum(total))} for the run"
             rows.append(("time (FFT bound)", text))
         html = "<table cellspacing='2'>" + "".join(
             f"<tr><td style='padding-right:8px'><b>{name}</b></td><td>{value}</td></tr>"

@@ -15,6 +15,7 @@ from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label
 from app.state.config_state import SAMPLER_KEYS, ConfigState
 from core.run import resources
+from core.samplers import SAMPLERS
 
 __all__ = ["SamplerPanel"]
 
@@ -29,10 +30,7 @@ class SamplerPanel(SetupPanel):
 
     def __init__(self, state: ConfigState, parent=None):
         super().__init__(state, parent)
-        self._choice("sampler.algorithm", "Algorithm", [
-            ("HMC (fixed leapfrog steps)", "hmc"), ("NUTS (no-U-turn)", "nuts"),
-            ("MCLMC (microcanonical Langevin, unadjusted)", "mclmc"),
-            ("MAMS (microcanonical, Metropolis-adjusted)", "mams")],
+        self._choice("sampler.algorithm", "Algorithm", [(info.label, name) for name, info in SAMPLERS.items()],
             tip="sampler.algorithm: MCLMC and MAMS tune their step size and trajectory length "
                 "in warmup (core.engine.microcanonical)")
         self._number("sampler.num_warmup", "Warmup steps",
@@ -95,9 +93,10 @@ class SamplerPanel(SetupPanel):
     def refresh(self) -> None:
         s = self.state
         algorithm = s["sampler.algorithm"]
+        info = SAMPLERS.get(algorithm)
         # settings that do not apply to the algorithm are hidden (their values are kept)
-        for edit, shown in ((self.leapfrog, algorithm == "hmc"),
-                            (self.target_accept, algorithm != "mclmc"),
+        for edit, shown in ((self.leapfrog, info is None or info.leapfrog_steps),
+                            (self.target_accept, info is None or info.target_accept),
                             (self.dense_modes, s["sampler.preconditioner"] == "fourier")):
             self.form.setRowVisible(edit, shown)
             edit.setHidden(not shown)
@@ -113,7 +112,7 @@ class SamplerPanel(SetupPanel):
         warmup, samples, chains, thin = values
         text = (f"{warmup + samples} steps per chain; {samples * chains:,} draws kept in all "
                 f"(scalars at every draw)")
-        if algorithm in ("mclmc", "mams") and warmup < samples // 3:
+        if info is not None and info.microcanonical and warmup < samples // 3:
             text += (f". {algorithm.upper()} tunes its step size and trajectory length in warmup: "
                      f"BlackJAX tunes for a third as many steps as it samples, {samples // 3:,} here; "
                      "fewer leave the step size short (at 32³ 700 warmup steps gave 0.62 of the "

@@ -13,6 +13,7 @@ from core.integral.spec import PARAMETERS as INTEGRAL_PARAMETERS
 from core.io.formats import LOADERS
 from core.io.series import SERIES_EXTENSIONS
 from core.priors import NormalPrior, SampledPrior
+from core.samplers import ALGORITHMS as _REGISTERED_ALGORITHMS
 
 __all__ = [
     "ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection",
@@ -27,9 +28,8 @@ MODEL_KINDS = ("field", "integral")
 #: imports this tuple and accepts exactly these).
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
-#: hmc and nuts: TFP's kernels; mclmc (unadjusted microcanonical Langevin) and mams (its
-#: Metropolis-adjusted form): core.engine.microcanonical
-ALGORITHMS = ("hmc", "nuts", "mclmc", "mams")
+#: ``sampler.algorithm``: the sampler registry's names (``core.samplers``: hmc, nuts, mclmc, mams)
+ALGORITHMS = _REGISTERED_ALGORITHMS
 #: ``sampler.preconditioner``: "identity" (none), "diagonal" (a diagonal mass matrix adapted
 #: from warmup draws, ``core.engine.engine``; the older key ``adapt_mass_matrix = true``),
 #: "fourier" (the field model's own per-mode posterior scale, ``core.field.preconditioner``;

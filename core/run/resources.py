@@ -127,6 +127,7 @@ from core.run.engine_limits import (
     stage2_apart,
     unrolls,
 )
+from core.samplers import SAMPLERS, sampler_info
 from core.store.run_store import field_draw_disk_bytes
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
@@ -142,31 +143,26 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
 
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
 #                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
-PROGRAM_BYTES = 335 * MiB            # XLA compiling and running the looped chunk program (265 MiB
-#                                      before; refitted 2026-12 on 64^3 x 2 and 96^3 x 1, docs/benchmarks.md)
+PROGRAM_BYTES = SAMPLERS["hmc"].program_bytes   # XLA compiling and running the looped chunk program
 UNROLLED_PROGRAM_BASE_BYTES = 290 * MiB   # the unrolled kernel's program: one step, and
 #                                           engine_limits.UNROLLED_PROGRAM_STEP_BYTES per further step
-XLA_BUFFERS_PER_CHAIN = 0            # looped HMC: beyond the named arrays, per chain, any L
-XLA_SHARED_BUFFERS = 19              # looped HMC and NUTS: grid-sized buffers once per run
-NUTS_BUFFERS_PER_CHAIN = 36          # NUTS (core.engine.nuts, max tree depth 10): grid-sized
-#                                      buffers per chain (TFP's NoUTurnSampler needed 312)
-NUTS_PROGRAM_BYTES = 265 * MiB       # ... and its compiled program (TFP's: 367 MiB)
-MICROCANONICAL_BUFFERS_PER_CHAIN = 6    # MCLMC / MAMS: grid-sized buffers per chain beyond the named
-MICROCANONICAL_SHARED_BUFFERS = 35      # arrays, once per run, and the program (fitted 2026-12-03 on
-MICROCANONICAL_PROGRAM_BYTES = 165 * MiB   # 64^3 and 128^3 with 1 and 2 chains, within 4 %)
+#: per-sampler figures (XLA's buffers per chain and per run, the program, XLA's account of each
+#: chunk program) live in the sampler registry (``core.samplers``); these names are HMC's, NUTS's
+#: and MCLMC / MAMS's entries there
+XLA_BUFFERS_PER_CHAIN = SAMPLERS["hmc"].buffers_per_chain
+XLA_SHARED_BUFFERS = SAMPLERS["hmc"].shared_buffers
+NUTS_BUFFERS_PER_CHAIN = SAMPLERS["nuts"].buffers_per_chain
+NUTS_PROGRAM_BYTES = SAMPLERS["nuts"].program_bytes
+MICROCANONICAL_BUFFERS_PER_CHAIN = SAMPLERS["mclmc"].buffers_per_chain
+MICROCANONICAL_SHARED_BUFFERS = SAMPLERS["mclmc"].shared_buffers
+MICROCANONICAL_PROGRAM_BYTES = SAMPLERS["mclmc"].program_bytes
 #: XLA's own account of each chunk program's device buffers (bench/device_memory.py: 32^3, float32,
 #: 1 and 2 chains, identity and diagonal preconditioners, 2026-12-03), by (algorithm, stage 2 apart
 #: (``core.run.engine_limits.stage2_apart``)): the programs a run may compile, each (W, S, draws):
 #: W grid-sized buffers per chain and S once per run, and whether the chunk's field draws
 #: (ceil(chunk_size / thin) + 1 a chain) are in it too; the larger of two preconditioners' fits
-DEVICE_PROGRAMS = {
-    ("hmc", False): ((13.0, 10.6, True),),
-    ("nuts", False): ((41.5, 8.1, True),),
-    ("mclmc", False): ((17.8, 16.8, True), (13.7, 5.0, False)),
-    ("mclmc", True): ((13.8, 8.8, True), (21.7, 5.0, False)),
-    ("mams", False): ((25.5, 4.1, True), (25.5, 5.0, False)),
-    ("mams", True): ((17.5, 4.1, True), (25.5, 5.0, False)),
-}
+DEVICE_PROGRAMS = {(name, apart): programs for name, info in SAMPLERS.items()
+                   for apart, programs in info.device_programs.items()}
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
@@ -289,9 +285,7 @@ class RunEstimate:
         """One line: memory, its parts, and the time bounds."""
         parts = ", ".join(f"{name.replace('_', ' ')} {format_bytes(v)}"
                           for name, v in self.arrays.items())
-        bound = {"hmc": "≥", "mclmc": "≥ (MCLMC: two gradients a step)",
-                 "mams": "≥ (MAMS: at least two gradients a step)"}.get(
-            self.algorithm, "≥ (NUTS: at least one gradient a step)")
+        bound = sampler_info(self.algorithm).gradients_text
         return (f"memory ≈ {format_bytes(self.total)} (TensorFlow and XLA "
                 f"{format_bytes(self.runtime)}, XLA buffers "
                 f"{format_bytes(self.xla_working_set)}, {parts}); time {bound} "
@@ -301,13 +295,12 @@ class RunEstimate:
 
 def xla_buffers_per_chain(algorithm: str) -> int:
     """W of the module docstring: XLA's grid-sized buffers per chain (looped kernels)."""
-    return {"nuts": NUTS_BUFFERS_PER_CHAIN, "mclmc": MICROCANONICAL_BUFFERS_PER_CHAIN,
-            "mams": MICROCANONICAL_BUFFERS_PER_CHAIN}.get(algorithm, XLA_BUFFERS_PER_CHAIN)
+    return sampler_info(algorithm).buffers_per_chain
 
 
 def xla_shared_buffers(algorithm: str) -> int:
     """S of the module docstring: XLA's grid-sized buffers once per run."""
-    return MICROCANONICAL_SHARED_BUFFERS if algorithm in ("mclmc", "mams") else XLA_SHARED_BUFFERS
+    return sampler_info(algorithm).shared_buffers
 
 
 def device_program_bytes(algorithm: str, chains: int, n_values: int, itemsize: int, kept: int,
@@ -315,18 +308,18 @@ def device_program_bytes(algorithm: str, chains: int, n_values: int, itemsize: i
     """The device memory of a looped run's largest chunk program (``DEVICE_PROGRAMS``): (W C + S)
     grid-sized buffers, the chunk's field draws where the program makes them, and the fourier
     preconditioner's dense block and its inverse (2 m^2 values)."""
-    apart = algorithm in ("mclmc", "mams") and stage2_apart(chains, n_values)
+    info = sampler_info(algorithm)
+    apart = info.microcanonical and stage2_apart(chains, n_values)
     c = int(chains)
     grid = int(n_values) * int(itemsize)
     largest = max((W * c + S + (kept * c if draws else 0)) * grid
-                  for W, S, draws in DEVICE_PROGRAMS[(algorithm, apart)])
+                  for W, S, draws in info.device_programs[apart])
     return int(math.ceil(largest)) + 2 * int(dense_modes) ** 2 * int(itemsize)
 
 
 def program_bytes(algorithm: str) -> int:
     """The compiled chunk program of a looped kernel, with XLA's runtime."""
-    return {"nuts": NUTS_PROGRAM_BYTES, "mclmc": MICROCANONICAL_PROGRAM_BYTES,
-            "mams": MICROCANONICAL_PROGRAM_BYTES}.get(algorithm, PROGRAM_BYTES)
+    return sampler_info(algorithm).program_bytes
 
 
 def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: str = "hmc",
@@ -358,8 +351,9 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     # the loaded maps and the store's observed_data copies; the dense block's float64 build
     # (the mode couplings, the precision, its factor and the inverse)
     setup = 2 * maps * n * 8 + 4 * int(dense_modes) ** 2 * 8
-    L = int(num_leapfrog_steps) if algorithm == "hmc" else 0
-    unrolled = algorithm == "hmc" and unrolls(L, c, n, b)
+    info = sampler_info(algorithm)
+    L = int(num_leapfrog_steps) if info.leapfrog_steps else 0
+    unrolled = info.may_unroll and unrolls(L, c, n, b)
     if unrolled:       # the engine's choice (core.run.engine_limits.unrolls): L steps' buffers
         xla = UNROLLED_BUFFERS_PER_STEP * L * c * n * b
         program = UNROLLED_PROGRAM_BASE_BYTES + UNROLLED_PROGRAM_STEP_BYTES * (L - 1)
@@ -380,8 +374,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
         device_program=0 if unrolled else device_program_bytes(algorithm, c, n, b, kept, dense_modes),
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
-        gradients_per_step=(int(num_leapfrog_steps) if algorithm == "hmc"
-                            else 2 if algorithm in ("mclmc", "mams") else 1),
+        gradients_per_step=info.gradients_per_step(num_leapfrog_steps),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
         field_buffer=field_buffer, store_bytes=store, field_draw_bytes=draw_bytes,
         num_samples=int(num_samples), setup=setup, gpu_host=gpu_host)
@@ -473,7 +466,7 @@ def _memory_text(estimate: RunEstimate, need: int, available: int, memory: str) 
     remedy = (", ".join(hints[:-1]) + " or " if len(hints) > 1 else "") + hints[-1]
     return (f"the run needs about {format_bytes(need)} ({shape} grid, {estimate.chains} "
             f"chain{'s' if estimate.chains != 1 else ''}, {estimate.dtype}, "
-            f"{f'{estimate.leapfrog_steps} leapfrog steps' if estimate.algorithm == 'hmc' else estimate.algorithm.upper()}) "
+            f"{f'{estimate.leapfrog_steps} leapfrog steps' if estimate.leapfrog_steps else estimate.algorithm.upper()}) "
             f"of {memory} but this machine has "
             f"{format_bytes(available)} free; use {remedy}")
 

@@ -1,0 +1,44 @@
+"""The sampler registry (core/samplers.py): every entry's kernel exists with the driver's
+interface, the config accepts exactly the registered names, and each entry's figures are those
+the estimates use."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from core.config import schema
+from core.run import resources
+from core.samplers import ALGORITHMS, SAMPLERS, sampler_info
+
+KERNEL_METHODS = ("plan", "fresh", "start", "field_now", "finish", "chunk_runner", "after_rescale",
+                  "at_boundary", "checkpoint", "restore")
+
+
+def test_the_config_takes_exactly_the_registered_samplers():
+    assert schema.ALGORITHMS == ALGORITHMS == tuple(SAMPLERS)
+    with pytest.raises(ValueError, match="'hmc', 'hmc_jittered', 'nuts', 'mclmc', 'mams'"):
+        sampler_info("chees")
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_entry_names_a_kernel_with_the_drivers_interface(name):
+    """The "module:Class" path resolves to a class with every method the driver calls."""
+    info = SAMPLERS[name]
+    assert info.name == name and info.label
+    module, cls = info.kernel.split(":")
+    kernel = getattr(importlib.import_module(module), cls)
+    for method in KERNEL_METHODS:
+        assert callable(getattr(kernel, method, None)), (name, method)
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_each_entrys_figures_are_the_estimates(name):
+    info = SAMPLERS[name]
+    est = resources.estimate_run((64, 64, 64), chains=2, algorithm=name, num_leapfrog_steps=7)
+    assert est.gradients_per_step == (7 if info.fixed_gradients is None else info.fixed_gradients)
+    assert resources.program_bytes(name) == info.program_bytes
+    assert info.gradients_text in est.describe()
+    if not est.unrolled:
+        assert est.xla_working_set == (info.buffers_per_chain * 2 + info.shared_buffers) * 64**3 * 4
