@@ -89,8 +89,8 @@ def worker(spec: dict) -> dict:
     # the chunk programs in the order the run first called them
     kinds = []
     for first, n in engine.schedule.boundaries(0):
-        if engine.driver.microcanonical:
-            tuner = engine.driver.tuner
+        tuner = getattr(engine.driver.kernel, "tuner", None)
+        if tuner is not None:
             two = engine.schedule.mass_end is not None or spec["apart"]
             kind = ("stage2" if tuner.in_stage2(first, n) else "other") if two else "one"
         else:

@@ -82,32 +82,20 @@ def worker(spec: dict) -> dict:
         return kernels.LoopedHamiltonianMonteCarlo(target, step_size, L,
                                                    steps_per_iteration=int(spec["kernel"][4:]))
 
-    from core.engine.driver import Driver, hyper_diagonal
-
-    class CaseDriver(Driver):
-        """The driver with the case's HMC kernel for every L (NUTS: the engine's own, or
-        with kernel "tfp" TFP's NoUTurnSampler, the engine's before issue #13)."""
-
-        def _make_kernel(self, target, step_size, scale, num_adapt):
-            if spec["kernel"] == "engine" or (self.nuts and spec["kernel"] != "tfp"):
-                return super()._make_kernel(target, step_size, scale, num_adapt)
-
-            def target_z(*z):
-                return target(*[si * zi for si, zi in zip(scale, z)])
-
-            inner = (tfp.mcmc.NoUTurnSampler(target_z, step_size) if self.nuts
-                     else hmc_class(target_z, step_size, self.sampler.num_leapfrog_steps))
-            return tfp.mcmc.DualAveragingStepSizeAdaptation(
-                inner, num_adaptation_steps=num_adapt,
-                target_accept_prob=tf.constant(self.sampler.target_accept, self.dtype))
-
     class CaseEngine(Engine):
-        """The engine running the case's driver."""
+        """The engine with the case's HMC kernel for every L (NUTS: the engine's own, or
+        with kernel "tfp" TFP's NoUTurnSampler, the engine's before issue #13)."""
 
         def _build(self, estimate=None):
             super()._build(estimate)
-            self.driver = CaseDriver(self.model, self.sampler, self.schedule,
-                                     hyper_diagonal=hyper_diagonal(self.config))
+            kernel = self.driver.kernel
+            nuts = self.sampler.algorithm == "nuts"
+            if spec["kernel"] == "engine" or (nuts and spec["kernel"] != "tfp"):
+                return
+            steps = self.sampler.num_leapfrog_steps
+            # the driver's dual-averaging kernel with the case's inner kernel
+            kernel.inner = ((lambda target_z, step_size: tfp.mcmc.NoUTurnSampler(target_z, step_size)) if nuts
+                            else (lambda target_z, step_size: hmc_class(target_z, step_size, steps)))
 
     cls = CaseEngine
     chunks = []

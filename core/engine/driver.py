@@ -8,7 +8,7 @@ run's ``Schedule``; ``chains_per_posterior`` groups consecutive chains that samp
 run: all; a calibration batch: each simulation's). Its state is a dict of named parts:
 
     state, tlp, grads    the kernel's position z (x = scale * z), log-density and gradient there
-    da                   the step-size adaptation's state (HMC / NUTS: dual averaging,
+    da                   the kernel's tuning state (HMC / NUTS: dual averaging,
                          ``core.engine.adaptation.dual_averaging``; MCLMC / MAMS: their tuning)
     scale                the diagonal's per-chain scale (ones until it is set)
     mass_acc             the Welford sums of x over the diagonal's window (``adaptation.welford``)
@@ -29,13 +29,13 @@ Reproducibility. The random seed of step g is fold_in((seed, 7919), g), and each
 the state, log-density and gradient the previous one ended with, so the draws do not depend on
 where chunks begin: a run stopped and resumed gives the draws of one run straight through.
 
-Warmup. HMC / NUTS: dual averaging adapts each chain's step size for ``num_warmup`` steps towards
-``target_accept``, from the step size ``core.engine.step_search`` finds at the fresh state; with the
-diagonal the variances are gathered over [15 %, 75 %) of warmup (pooled over each posterior's
-chains), the diagonal set at 75 % (``adaptation.mass_matrix``), the step size searched again in the
-new coordinates and dual averaging restarted, as Stan does. MCLMC / MAMS: the window is their
-tuning's variance stage, their step size goes on from its value, and their stage transitions run
-between chunks (``Schedule.tune_stops``). ``preconditioner = "fourier"`` is the model's own change
+Kernels. The driver knows no algorithm by name: the sampler registry (``core.samplers``) names
+the kernel of ``sampler.algorithm`` (``core.engine.samplers``), which makes the steps, its tuning
+state ``da``, its warmup plan (the diagonal's window and the chunk stops: ``schedule_for``) and
+its chunk programs. With the diagonal, the variances of x are gathered over the kernel's window
+(pooled over each posterior's chains), and at the window's end the diagonal is set
+(``adaptation.mass_matrix``) and the kernel told (HMC / NUTS search the step size again and
+restart dual averaging, as Stan does). ``preconditioner = "fourier"`` is the model's own change
 of variables; sampled P(k) hyperparameters get the adapted diagonal beside it, the field's scale
 held at 1.
 """
@@ -48,14 +48,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.engine import microcanonical
-from core.engine.adaptation import Welford, diagonal_scale, fresh_dual_averaging, welford_fresh, welford_update
-from core.engine.kernels import LoopedHamiltonianMonteCarlo, UnrolledHamiltonianMonteCarlo
+from core.engine.adaptation import Welford, diagonal_scale, welford_fresh, welford_update
 from core.engine.models import nonfinite_report
-from core.engine.nuts import IterativeNoUTurnSampler
-from core.engine.step_search import NUTS_SEARCH_ACCEPT, find_initial_step_size
+from core.engine.samplers import kernel_class
 from core.field.power_spectrum import hyperparameter_priors
-from core.run.engine_limits import LEAPFROG_STEPS_PER_ITERATION, field_buffer_draws, stage2_apart, unrolls
+from core.run.engine_limits import field_buffer_draws
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 
 __all__ = ["Driver", "DriverError", "FieldDraws", "Schedule", "DIVERGENCE_THRESHOLD", "SEED_STREAM",
@@ -63,7 +60,6 @@ __all__ = ["Driver", "DriverError", "FieldDraws", "Schedule", "DIVERGENCE_THRESH
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
 SEED_STREAM = 7919              # the seed of step g: fold_in((sampler.seed, SEED_STREAM), g)
-_SEARCH_STREAM = 104729         # ... of the step-size search at step g: fold_in((seed, this), g)
 
 
 class DriverError(RuntimeError):
@@ -115,13 +111,8 @@ def schedule_for(config, sampler=None) -> Schedule:
     hyperparameters, and at least 20 warmup steps), and the microcanonical tuning's stops."""
     s = sampler or config.sampler
     diagonal = (s.preconditioner == "diagonal" or hyper_diagonal(config)) and s.num_warmup >= 20
-    stops = ()
-    if s.algorithm in microcanonical.SAMPLERS:
-        window, stops = microcanonical.schedule_points(s.algorithm, s.num_warmup, diagonal)
-        mass = window or (None, None)
-    else:
-        mass = (int(0.15 * s.num_warmup), int(0.75 * s.num_warmup)) if diagonal else (None, None)
-    return Schedule(s.num_warmup, s.num_samples, s.chunk_size, *mass, tune_stops=stops)
+    window, stops = kernel_class(s.algorithm).plan(s.num_warmup, diagonal)
+    return Schedule(s.num_warmup, s.num_samples, s.chunk_size, *(window or (None, None)), tune_stops=tuple(stops))
 
 
 class FieldDraws:
@@ -186,12 +177,8 @@ class Driver:
         self.autograph = autograph       # the chunk's loops are explicit: autograph only costs tracing time
         self.observer = observer if observer is not None else FieldDraws(model, schedule, sampler.chains,
                                                                          sampler.thin)
-        self.microcanonical = sampler.algorithm in microcanonical.SAMPLERS
-        self.nuts = sampler.algorithm == "nuts"
-        self._part_shapes = None     # the state parts' shapes less the chain axis (MCLMC / MAMS)
-        self.tuner = self._microcanonical(None) if self.microcanonical else None
-        self._search_fn = None
         self._lp_and_grad = None
+        self.kernel = kernel_class(sampler.algorithm)(self)     # core.engine.samplers
         self.run_chunk = self._make_chunk_fn()
 
     # -- the kernels ----------------------------------------------------------------
@@ -200,114 +187,18 @@ class Driver:
         """The model, or a copy of it whose likelihood is against ``data`` (a leading chain axis)."""
         return self.model if data is None else self.model.with_data(data)
 
-    def _make_kernel(self, target, step_size, scale, num_adapt):
-        """DA(HMC or NUTS) on z, with x = scale * z (scale = 1 before mass adaptation)."""
-        s, model = self.sampler, self.model
-
-        def target_z(*z):
-            return target(*[si * zi for si, zi in zip(scale, z)])
-
-        n_values = model.grid.n_cells if model.has_field else 1
-        if self.nuts:
-            inner = IterativeNoUTurnSampler(target_z, step_size)
-        elif unrolls(s.num_leapfrog_steps, s.chains, n_values, self.dtype.size):
-            # small runs: the unrolled loop is faster on CPU, and its memory is small
-            inner = UnrolledHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps)
-        else:
-            # a while loop over the leapfrog steps: XLA reuses one iteration's buffers, so
-            # the memory does not grow with the trajectory (issue #13; docs/benchmarks.md)
-            inner = LoopedHamiltonianMonteCarlo(target_z, step_size, s.num_leapfrog_steps,
-                                                steps_per_iteration=LEAPFROG_STEPS_PER_ITERATION)
-        return tfp.mcmc.DualAveragingStepSizeAdaptation(
-            inner, num_adaptation_steps=num_adapt, target_accept_prob=tf.constant(s.target_accept, self.dtype))
-
-    def _microcanonical(self, target, has_aux: bool = False):
-        """The MCLMC / MAMS sampler on ``target`` (``core.engine.microcanonical``; None where only
-        its tuning's fresh state and stage transitions are used; ``has_aux``: ``target`` returns
-        (log p, aux parts))."""
-        s = self.sampler
-        if self._part_shapes is None:
-            # the state's shapes, from one draw (eager, at build): not a prior draw in every trace
-            self._part_shapes = [tuple(p.shape[1:]) for p in self.model.initial_state(1, s.seed)]
-        parts = [tf.zeros([s.chains, *shape], self.dtype) for shape in self._part_shapes]
-        extra = {"target_accept": s.target_accept} if s.algorithm == "mams" else {}
-        try:
-            return microcanonical.SAMPLERS[s.algorithm](
-                target, parts, s.chains, self.dtype, s.num_warmup, self.schedule.mass_end is not None,
-                s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD,
-                chains_per_posterior=self.chains_per_posterior, has_aux=has_aux, **extra)
-        except ValueError as err:
-            raise DriverError(f"sampler.algorithm = {s.algorithm!r}: {err}; this model has "
-                              f"{microcanonical.n_dims(parts)}: use \"hmc\" or \"nuts\"") from None
-
-    def _tfp_step(self, view, state, tlp, grads, da, scale):
-        """DA(HMC or NUTS) in the chunk: its kernel results, bootstrapped from the chunk's
-        start values, and one step -> (state, results, statistics, gradient)."""
-        s, chains, nuts = self.sampler, self.sampler.chains, self.nuts
-        kernel = self._make_kernel(view.target_log_prob_fn, da["step_size"], scale, da["num_adapt"])
-        results = kernel.bootstrap_results(state)
-        inner = results.inner_results
-        if nuts:
-            inner = inner._replace(target_log_prob=tlp, grads_target_log_prob=grads)
-        else:
-            inner = inner._replace(accepted_results=inner.accepted_results._replace(
-                target_log_prob=tlp, grads_target_log_prob=grads))
-        results = results._replace(
-            inner_results=inner, new_step_size=da["step_size"], error_sum=da["error_sum"],
-            log_averaging_step=da["log_avg"], step=da["da_step"], log_shrinkage_target=da["shrink"])
-
-        def step(state, results, seed, g):
-            used_step = tf.reshape(results.new_step_size[0], [chains])
-            state, results = kernel.one_step(state, results, seed=seed)
-            inner = results.inner_results
-            if nuts:
-                lp, grads_now, lar = inner.target_log_prob, inner.grads_target_log_prob, inner.log_accept_ratio
-                n_leap = tf.cast(inner.leapfrogs_taken, tf.int32)
-                diverging = inner.has_divergence
-            else:
-                lp = inner.accepted_results.target_log_prob
-                grads_now = inner.accepted_results.grads_target_log_prob
-                lar = inner.log_accept_ratio
-                n_leap = tf.fill([chains], tf.constant(s.num_leapfrog_steps, tf.int32))
-                diverging = tf.logical_or(~tf.math.is_finite(lar), -lar > DIVERGENCE_THRESHOLD)
-            accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
-            stats = {"lp": lp, "acceptance_rate": accept, "step_size": used_step, "energy_error": -lar,
-                     "diverging": diverging, "n_steps": n_leap,
-                     "trajectory_length": used_step * tf.cast(n_leap, used_step.dtype)}
-            return state, results, stats, grads_now
-        return results, step
-
-    def _microcanonical_step(self, view, scale, with_field: bool = False):
-        """MCLMC or MAMS in the chunk, on z with x = scale * z: one step ->
-        (state, (lp, gradient, tuning), statistics, gradient); ``with_field``: results and
-        its return end with [the field at the state] (``FieldModel.target_log_prob_and_field``)."""
-        target = view.target_log_prob_and_field if with_field else view.target_log_prob_fn
-        sampler = self._microcanonical(lambda *z: target(*[si * zi for si, zi in zip(scale, z)]),
-                                       has_aux=with_field)
-
-        def step(state, results, seed, g):
-            lp, grads, tune, *aux = results
-            state, lp, grads, tune, stats, aux = sampler.one_step(list(state), lp, grads, tune, seed, g,
-                                                                  aux[0] if aux else ())
-            return state, (lp, grads, tune, *([aux] if with_field else [])), {**stats, "lp": lp}, grads
-        return step
-
     # -- the chunk --------------------------------------------------------------------
 
     def _make_chunk_fn(self):
         model, s, sched = self.model, self.sampler, self.schedule
         chains = s.chains
         n_params = len(model.param_names)
-        has_field = model.has_field
-        adapt_mass = sched.mass_end is not None
-        observer = self.observer
-        micro = self.microcanonical
+        observer, kernel = self.observer, self.kernel
 
         def chunk(state, tlp, grads, da, read_only, scale, mass_acc, observed, data, base_seed, step0, n_steps,
                   with_mass, draws):
-            # da, HMC / NUTS: step_size, error_sum, log_avg (lists per part), da_step, num_adapt,
-            # shrink (list); MCLMC / MAMS: the part of their tuning state this chunk carries,
-            # and read_only the part it reads but does not return (core.engine.microcanonical's
+            # da: the kernel's tuning state, the part of it this chunk carries, and read_only
+            # the part it reads but does not return (MCLMC / MAMS: core.engine.microcanonical's
             # chunk_keys). mass_acc: the Welford sums if with_mass, else () (not taken, not
             # returned: a value returned unchanged is still a copy). observed: the observer's
             # carry. draws: whether the chunk may reach the sampling phase (False: the observer
@@ -318,14 +209,7 @@ class Driver:
             def x_of(z):
                 return [si * zi for si, zi in zip(scale, z)]
 
-            if micro:
-                # the field at the state rides along (the density computes it for the
-                # likelihood; the moments and draws take it instead of a transform of their own)
-                results = (tlp, list(grads), {**da, **read_only},
-                           *([[view.field(x_of(state))]] if has_field else []))
-                kernel_step = self._microcanonical_step(view, scale, with_field=has_field)
-            else:
-                results, kernel_step = self._tfp_step(view, state, tlp, grads, da, scale)
+            results, kernel_step = kernel.start(view, state, tlp, grads, da, read_only, scale)
 
             def ta(dt, size=s.chunk_size):
                 return tf.TensorArray(dt, size=size, element_shape=None)
@@ -345,7 +229,7 @@ class Driver:
                 stats = {**stats, "grad_norm": tf.sqrt(grad_sq)}
                 traces = {name: traces[name].write(t, stats[name]) for name in STAT_NAMES}
                 x_parts = x_of(state)
-                field_now = results[3][0] if micro and has_field else None
+                field_now = kernel.field_now(results)
                 params_ta = params_ta.write(t, tf.reshape(view.params(x_parts), [chains, n_params]))
                 if with_mass:
                     in_window = tf.logical_and(g >= sched.mass_start, g < sched.mass_end)
@@ -358,19 +242,7 @@ class Driver:
             loop_vars = (tf.constant(0), state, results, traces, params_ta, observed, mass_acc)
             (_, state, results, traces, params_ta, observed, mass_acc) = tf.while_loop(
                 lambda t, *rest: t < n_steps, body, loop_vars, maximum_iterations=s.chunk_size)
-            if micro:
-                tlp_out, grads_out, tune_out = results[:3]
-                da_out = {key: value for key, value in tune_out.items() if key not in read_only}
-            else:
-                inner = results.inner_results
-                if self.nuts:
-                    tlp_out, grads_out = inner.target_log_prob, inner.grads_target_log_prob
-                else:
-                    tlp_out = inner.accepted_results.target_log_prob
-                    grads_out = inner.accepted_results.grads_target_log_prob
-                da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
-                          "log_avg": list(results.log_averaging_step), "da_step": results.step,
-                          "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
+            tlp_out, grads_out, da_out = kernel.finish(results, da, read_only)
             stacked = {name: arr.stack() for name, arr in traces.items()}
             return {"state": list(state), "tlp": tlp_out, "grads": list(grads_out), "da": da_out,
                     "mass_acc": mass_acc, "traces": stacked, "params": params_ta.stack(), "observed": observed}
@@ -388,36 +260,7 @@ class Driver:
                 out["mass_acc"] = st["mass_acc"]
             return out
 
-        if not micro:
-            # one program (HMC / NUTS: a step is many gradients, the accumulation's per-step
-            # tf.cond is noise beside them and a second compilation would cost start-up time)
-            program = tf.function(lambda *a: chunk(*a, with_mass=adapt_mass, draws=True), jit_compile=True,
-                                  autograph=self.autograph)
-            return lambda st, first, n, data=None, observed=None: call(program, st, first, n, data, observed,
-                                                                       adapt_mass)
-        # MCLMC / MAMS (two gradients a step). With the diagonal adapted, two programs: one with
-        # the mass-matrix accumulation for the chunks that overlap its window (stage 2) and one
-        # without (its per-step tf.cond cost 6-15 % of a 32^3 step where it did nothing,
-        # docs/benchmarks.md). Without it, one program, unless the moments of z are large
-        # (core.run.engine_limits.stage2_apart): then the chunks of stage 2 have a program with
-        # them, the others one without (issue #13). Stage 2 ends in warmup: its program makes
-        # no field draws.
-        tuner = self.tuner
-        n_values = model.grid.n_cells if has_field else 1
-        apart = adapt_mass or (tuner.uses_moments() and stage2_apart(chains, n_values))
-        if adapt_mass and (sched.mass_start, sched.mass_end) != (tuner.stages.b1, tuner.stages.b2):
-            raise DriverError(f"the mass-matrix window {sched.mass_start, sched.mass_end} is not stage 2 "
-                              f"{tuner.stages.b1, tuner.stages.b2} of {s.algorithm}'s warmup")
-        programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag and adapt_mass,
-                                                                     draws=not flag), jit_compile=True,
-                                      autograph=self.autograph)
-                    for flag in ((False, True) if apart else (False,))}
-
-        def run_chunk(st, first, n, data=None, observed=None):
-            stage2 = apart and tuner.in_stage2(first, n)
-            held, read_only = tuner.chunk_keys(stage2 if apart else None)
-            return call(programs[stage2], st, first, n, data, observed, stage2 and adapt_mass, held, read_only)
-        return run_chunk
+        return kernel.chunk_runner(chunk, call)
 
     # -- state: fresh, and between chunks --------------------------------------------
 
@@ -437,52 +280,10 @@ class Driver:
         if not np.all(np.isfinite(tlp.numpy())):
             raise DriverError(nonfinite_report(self.view(data), parts))   # names the term, its value
         scale = [tf.ones_like(p) for p in parts]
-        if self.microcanonical:
-            # their own tuning sets the step (core.engine.microcanonical); no search
-            da = self.tuner.fresh(parts, seed)
-            watch_step = np.full(s.chains, self.tuner.initial_step)
-        else:
-            # dual averaging starts from a step size searched at this state (sampler.step_size
-            # is the search's first guess); a resumed run restores it from the checkpoint instead
-            step = self.searched_step(parts, tlp, grads, scale, tf.constant(s.step_size, self.dtype), 0, seed, data)
-            da = self.dual_averaging(step, da_step=0, num_adapt=self._first_adapt_steps())
-            # the step size the warmup watch measures a collapse against: the larger of
-            # sampler.step_size and the searched one (a search that went down by more than
-            # STEP_COLLAPSE is a collapse too: the posterior is far narrower than the sampler moves)
-            watch_step = np.maximum(np.asarray(step[0]).reshape(s.chains), s.step_size)
+        da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
                     mass_acc=tuple(welford_fresh(parts, self.groups, self.dtype)), step=0, watch_step=watch_step,
                     seed=seed)
-
-    def searched_step(self, state, tlp, grads, scale, first_guess, g, seed: int, data=None):
-        """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
-        z, with x = scale * z), its momenta seeded by fold_in((seed, 104729), g): HMC searches
-        with its own trajectory and ``target_accept``, NUTS with one leapfrog step (Stan's way)."""
-        s = self.sampler
-        if self._search_fn is None:
-            nuts = self.nuts
-
-            def search(state, tlp, grads, scale, first_guess, seed, data):
-                target = self.view(data).target_log_prob_fn
-
-                def target_z(*z):
-                    return target(*[si * zi for si, zi in zip(scale, z)])
-                return find_initial_step_size(
-                    target_z, state, tlp, grads, first_guess, seed,
-                    num_leapfrog_steps=1 if nuts else s.num_leapfrog_steps,
-                    threshold=NUTS_SEARCH_ACCEPT if nuts else s.target_accept)[0]
-
-            self._search_fn = tf.function(search, jit_compile=True, autograph=self.autograph)
-        step_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SEARCH_STREAM], tf.int32), g)
-        eps = self._search_fn(list(state), tlp, list(grads), list(scale), first_guess, step_seed, data)
-        return [tf.reshape(eps, [s.chains] + [1] * (len(p.shape) - 1)) for p in state]
-
-    def _first_adapt_steps(self) -> int:
-        sched = self.schedule
-        return sched.mass_end if sched.mass_end is not None else sched.num_warmup
-
-    def dual_averaging(self, step_size, da_step, num_adapt):
-        return fresh_dual_averaging(step_size, self.chains, self.dtype, da_step, num_adapt)
 
     @staticmethod
     def advance(st: dict, out: dict, first: int, n: int) -> dict:
@@ -495,8 +296,7 @@ class Driver:
         """Between chunks: at the end of the mass-matrix window rescale z to the new x = s z and
         restart dual averaging; MCLMC / MAMS: then their own stage transitions."""
         self._rescale_at_mass_end(st, data)
-        if self.microcanonical and st["step"] in self.schedule.tune_stops:
-            st["da"] = self.tuner.at_boundary(st["step"], st["da"])
+        self.kernel.at_boundary(st)
 
     def _rescale_at_mass_end(self, st, data):
         sched = self.schedule
@@ -512,11 +312,4 @@ class Driver:
         st["state"] = [z * so / sn for z, so, sn in zip(st["state"], old_scale, new_scale)]
         st["grads"] = [g * sn / so for g, so, sn in zip(st["grads"], old_scale, new_scale)]
         st["scale"] = new_scale
-        if self.microcanonical:
-            return       # their step size goes on from its value (core.engine.microcanonical)
-        # the metric changed: search again from the adapted step, as Stan does after each window
-        chains_step = tf.reshape(st["da"]["step_size"][0], [self.chains])
-        step = self.searched_step(st["state"], st["tlp"], st["grads"], new_scale, chains_step, sched.mass_end,
-                                  st["seed"], data)
-        st["da"] = self.dual_averaging(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
-
+        self.kernel.after_rescale(st, data)       # HMC / NUTS: the step searched again

@@ -147,20 +147,7 @@ class Engine:
         put("state", st["state"])
         put("grads", st["grads"])
         arrays["tlp"] = np.asarray(st["tlp"])
-        tune_parts = {}
-        if self.driver.microcanonical:
-            # the tuning state as it is: a tensor, or a list of tensors (one per state part)
-            for key, value in st["da"].items():
-                if isinstance(value, (list, tuple)):
-                    tune_parts[key] = len(value)
-                    put(f"tune_{key}", value)
-                else:
-                    arrays[f"tune_{key}"] = np.asarray(value)
-        else:
-            for key in ("step_size", "error_sum", "log_avg", "shrink"):
-                put(f"da_{key}", st["da"][key])
-            arrays["da_step"] = np.asarray(st["da"]["da_step"])
-            arrays["da_num_adapt"] = np.asarray(st["da"]["num_adapt"])
+        tuning_meta = self.driver.kernel.checkpoint(st["da"], put, arrays)
         put("scale", st["scale"])
         arrays["mass_count"] = np.asarray(st["mass_acc"][0])
         put("mass_mean", st["mass_acc"][1])
@@ -169,9 +156,7 @@ class Engine:
         arrays["watch_step"] = np.asarray(st["watch_step"])
         meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
                 "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
-        if self.driver.microcanonical:
-            meta["tuning"] = {"algorithm": self.sampler.algorithm,
-                              "keys": sorted(st["da"]), "parts": tune_parts}
+        meta.update(tuning_meta)
         write_checkpoint(self.run_dir, arrays, meta)
 
     def _restore(self):
@@ -207,18 +192,7 @@ class Engine:
                   # checkpoints from before the step-size search: the config's step size
                   watch_step=np.asarray(arrays["watch_step"]) if "watch_step" in arrays
                   else np.full(self.sampler.chains, self.sampler.step_size))
-        if self.driver.microcanonical:
-            tuning = meta["tuning"]
-            if tuning["algorithm"] != self.sampler.algorithm:
-                raise ValueError(f"a {tuning['algorithm']} checkpoint")
-            st["da"] = {key: ([tf.constant(arrays[f"tune_{key}_{i}"]) for i in range(tuning["parts"][key])]
-                              if key in tuning["parts"] else tf.constant(arrays[f"tune_{key}"]))
-                        for key in tuning["keys"]}
-            st["da"] = self.driver.tuner.complete(st["da"])
-            return st, meta
-        st["da"] = {key: get(f"da_{key}") for key in ("step_size", "error_sum", "log_avg", "shrink")}
-        st["da"]["da_step"] = tf.constant(arrays["da_step"])
-        st["da"]["num_adapt"] = tf.constant(arrays["da_num_adapt"])
+        st["da"] = self.driver.kernel.restore(arrays, meta, get)
         return st, meta
 
     # -- running ------------------------------------------------------------------------

@@ -90,8 +90,7 @@ import tensorflow_probability as tfp
 
 from core.engine.devices import memory_kind
 
-__all__ = ["B1", "DESIRED_ENERGY_VAR", "N_PROJECTIONS", "MclmcSampler", "MamsSampler", "SAMPLERS",
-           "schedule_points",
+__all__ = ["B1", "DESIRED_ENERGY_VAR", "N_PROJECTIONS", "MclmcSampler", "MamsSampler",
            "chain_dot", "n_dims", "unit_velocity", "partial_refresh", "esh_velocity_update",
            "isokinetic_mclachlan", "mclmc_transition", "mams_trajectory_steps"]
 
@@ -653,14 +652,3 @@ class MamsSampler(_Microcanonical):
             step = tf.constant(np.exp(np.asarray(tune["log_avg"])), tf.float64)
             tune.update(step_size=step, L=MAMS_STEPS_PER_L * step)
         return tune
-
-
-
-SAMPLERS = {"mclmc": MclmcSampler, "mams": MamsSampler}
-
-
-def schedule_points(algorithm: str, num_warmup: int, diagonal: bool):
-    """(the engine's diagonal-mass window (first, end) or None, the steps where a chunk must
-    end) of a microcanonical run: known before its model is built (they depend on the warmup
-    length and the diagonal only)."""
-    return SAMPLERS[algorithm].plan(num_warmup, diagonal)

@@ -16,6 +16,7 @@ from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
 from core.reference.wiener import dense_posterior
+from core.samplers import SAMPLERS
 from core.store.run_store import RunReader
 from support.engine_cases import field_case_document, prior_mode_variance, run
 
@@ -33,7 +34,7 @@ def test_each_sampler_recovers_the_masked_posterior(tmp_path, algorithm, precond
     spectrum = PowerLaw(amplitude=300.0, index=-1.5, k_pivot=0.1)
     dataset = make_dataset(grid, spectrum, sigma, mask="slab", mask_fraction=0.25, seed=11)
     save_dataset(tmp_path / "data.npz", dataset)
-    microcanonical = algorithm in ("mclmc", "mams")
+    microcanonical = SAMPLERS[algorithm].microcanonical
     doc = field_case_document(True, algorithm=algorithm, warmup=300 if microcanonical else 150,
                               samples=400, chains=2, thin=1, chunk=100, mass=False)
     doc["sampler"].pop("adapt_mass_matrix")

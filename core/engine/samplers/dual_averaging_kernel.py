@@ -1,0 +1,179 @@
+"""The dual-averaging family: a TFP kernel (HMC, NUTS) in ``DualAveragingStepSizeAdaptation``.
+
+Each chain has its own step size, adapted for ``num_warmup`` steps towards ``target_accept`` from
+the one ``core.engine.step_search`` finds at the fresh state (``sampler.step_size`` is the search's
+first guess; its momenta come from fold_in((seed, 104729), step), so the search is reproducible).
+With the diagonal, dual averaging first runs to the window's end, where the step size is searched
+again in the new coordinates and dual averaging restarts for the rest of warmup, as Stan does
+after each metric update. The kernel moves z with x = scale * z on the target p(scale * z).
+
+A member of the family says only what differs (``hmc.py``, ``nuts.py``): its inner kernel
+(``inner``), how the step search runs (``search_settings``) and where its results keep the
+log-density, gradient and step statistics (``accepted``, ``transition``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from core.engine.adaptation import fresh_dual_averaging
+from core.engine.step_search import find_initial_step_size
+
+__all__ = ["DualAveragingKernel", "SEARCH_STREAM"]
+
+SEARCH_STREAM = 104729    # the seed of the step-size search at step g: fold_in((seed, this), g)
+_DA_KEYS = ("step_size", "error_sum", "log_avg", "shrink")
+
+
+class DualAveragingKernel:
+    """HMC / NUTS's shared part (module docstring); ``d`` is the driver."""
+
+    def __init__(self, d):
+        self.d = d
+        self._search_fn = None
+
+    # -- what a member says --------------------------------------------------------
+
+    def inner(self, target_z, step_size):
+        """The TFP kernel on z."""
+        raise NotImplementedError
+
+    def search_settings(self) -> tuple[int, float]:
+        """(leapfrog steps of a search trajectory, the acceptance it searches for)."""
+        raise NotImplementedError
+
+    def accepted(self, inner):
+        """(log-density, gradient) of the state the inner kernel's results hold."""
+        raise NotImplementedError
+
+    def with_accepted(self, inner, tlp, grads):
+        """The inner kernel's results with that log-density and gradient."""
+        raise NotImplementedError
+
+    def transition(self, inner):
+        """(log acceptance ratio, leapfrog steps (chains,), divergent (chains,)) of a step."""
+        raise NotImplementedError
+
+    # -- the family ----------------------------------------------------------------
+
+    @classmethod
+    def plan(cls, num_warmup: int, diagonal: bool):
+        """The diagonal's window [15 %, 75 %) of warmup; no further stops."""
+        return ((int(0.15 * num_warmup), int(0.75 * num_warmup)) if diagonal else None), ()
+
+    def make_kernel(self, target, step_size, scale, num_adapt):
+        """DA(inner) on z, with x = scale * z (scale = 1 before the diagonal is set)."""
+        def target_z(*z):
+            return target(*[si * zi for si, zi in zip(scale, z)])
+
+        return tfp.mcmc.DualAveragingStepSizeAdaptation(
+            self.inner(target_z, step_size), num_adaptation_steps=num_adapt,
+            target_accept_prob=tf.constant(self.d.sampler.target_accept, self.d.dtype))
+
+    def fresh(self, parts, tlp, grads, scale, seed, data):
+        s = self.d.sampler
+        # dual averaging starts from a step size searched at this state (sampler.step_size
+        # is the search's first guess); a resumed run restores it from the checkpoint instead
+        step = self.searched_step(parts, tlp, grads, scale, tf.constant(s.step_size, self.d.dtype), 0, seed, data)
+        sched = self.d.schedule
+        da = self.dual_averaging(step, da_step=0,
+                                 num_adapt=sched.mass_end if sched.mass_end is not None else sched.num_warmup)
+        # the step size the warmup watch measures a collapse against: the larger of
+        # sampler.step_size and the searched one (a search that went down by more than
+        # STEP_COLLAPSE is a collapse too: the posterior is far narrower than the sampler moves)
+        watch_step = np.maximum(np.asarray(step[0]).reshape(s.chains), s.step_size)
+        return da, watch_step
+
+    def dual_averaging(self, step_size, da_step, num_adapt):
+        return fresh_dual_averaging(step_size, self.d.chains, self.d.dtype, da_step, num_adapt)
+
+    def searched_step(self, state, tlp, grads, scale, first_guess, g, seed: int, data=None):
+        """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
+        z, with x = scale * z), its momenta seeded by fold_in((seed, 104729), g)."""
+        d = self.d
+        if self._search_fn is None:
+            leapfrogs, threshold = self.search_settings()
+
+            def search(state, tlp, grads, scale, first_guess, seed, data):
+                target = d.view(data).target_log_prob_fn
+
+                def target_z(*z):
+                    return target(*[si * zi for si, zi in zip(scale, z)])
+                return find_initial_step_size(target_z, state, tlp, grads, first_guess, seed,
+                                              num_leapfrog_steps=leapfrogs, threshold=threshold)[0]
+
+            self._search_fn = tf.function(search, jit_compile=True, autograph=d.autograph)
+        step_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, SEARCH_STREAM], tf.int32), g)
+        eps = self._search_fn(list(state), tlp, list(grads), list(scale), first_guess, step_seed, data)
+        return [tf.reshape(eps, [d.chains] + [1] * (len(p.shape) - 1)) for p in state]
+
+    def start(self, view, state, tlp, grads, da, read_only, scale):
+        """Its kernel results, bootstrapped from the chunk's start values, and one step."""
+        chains = self.d.chains
+        kernel = self.make_kernel(view.target_log_prob_fn, da["step_size"], scale, da["num_adapt"])
+        results = kernel.bootstrap_results(state)
+        results = results._replace(
+            inner_results=self.with_accepted(results.inner_results, tlp, grads), new_step_size=da["step_size"],
+            error_sum=da["error_sum"], log_averaging_step=da["log_avg"], step=da["da_step"],
+            log_shrinkage_target=da["shrink"])
+
+        def step(state, results, seed, g):
+            used_step = tf.reshape(results.new_step_size[0], [chains])
+            state, results = kernel.one_step(state, results, seed=seed)
+            inner = results.inner_results
+            lp, grads_now = self.accepted(inner)
+            lar, n_leap, diverging = self.transition(inner)
+            accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
+            stats = {"lp": lp, "acceptance_rate": accept, "step_size": used_step, "energy_error": -lar,
+                     "diverging": diverging, "n_steps": n_leap,
+                     "trajectory_length": used_step * tf.cast(n_leap, used_step.dtype)}
+            return state, results, stats, grads_now
+        return results, step
+
+    @staticmethod
+    def field_now(results):
+        return None
+
+    def finish(self, results, da, read_only):
+        tlp_out, grads_out = self.accepted(results.inner_results)
+        da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
+                  "log_avg": list(results.log_averaging_step), "da_step": results.step,
+                  "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
+        return tlp_out, grads_out, da_out
+
+    def chunk_runner(self, chunk, call):
+        # one program (a step is many gradients: the diagonal's per-step tf.cond is noise beside
+        # them, and a second compilation would cost start-up time)
+        adapt_mass = self.d.schedule.mass_end is not None
+        program = tf.function(lambda *a: chunk(*a, with_mass=adapt_mass, draws=True), jit_compile=True,
+                              autograph=self.d.autograph)
+        return lambda st, first, n, data=None, observed=None: call(program, st, first, n, data, observed,
+                                                                   adapt_mass)
+
+    def after_rescale(self, st, data):
+        """The metric changed: search again from the adapted step, as Stan does after each window."""
+        d, sched = self.d, self.d.schedule
+        chains_step = tf.reshape(st["da"]["step_size"][0], [d.chains])
+        step = self.searched_step(st["state"], st["tlp"], st["grads"], st["scale"], chains_step, sched.mass_end,
+                                  st["seed"], data)
+        st["da"] = self.dual_averaging(step, da_step=0, num_adapt=sched.num_warmup - sched.mass_end)
+
+    def at_boundary(self, st):
+        pass
+
+    @staticmethod
+    def checkpoint(da, put, arrays) -> dict:
+        for key in _DA_KEYS:
+            put(f"da_{key}", da[key])
+        arrays["da_step"] = np.asarray(da["da_step"])
+        arrays["da_num_adapt"] = np.asarray(da["num_adapt"])
+        return {}
+
+    @staticmethod
+    def restore(arrays, meta, get) -> dict:
+        da = {key: get(f"da_{key}") for key in _DA_KEYS}
+        da["da_step"] = tf.constant(arrays["da_step"])
+        da["num_adapt"] = tf.constant(arrays["da_num_adapt"])
+        return da
