@@ -47,12 +47,13 @@ def test_typed_values_are_saved_as_the_toml_the_cli_runs(make_window, qtbot, tmp
     assert not window.windowTitle().endswith("*")
 
 
-def test_the_microcanonical_samplers_are_offered_and_hide_what_does_not_apply(make_window, qtbot, tmp_path):
+def test_every_registered_sampler_is_offered_and_hides_what_does_not_apply(make_window, qtbot, tmp_path):
     window = make_window(tiny_case(tmp_path), engine=None)
     box = window.findChild(QComboBox, "sampler.algorithm")
     leapfrog, target = edit_of(window, "sampler.num_leapfrog_steps"), edit_of(window, "sampler.target_accept")
     shown = {}
-    for algorithm in ("mclmc", "mams", "nuts", "hmc"):
+    assert [box.itemData(i) for i in range(box.count())] == ["hmc", "hmc_jittered", "nuts", "mclmc", "mams"]
+    for algorithm in ("mclmc", "mams", "nuts", "hmc", "hmc_jittered"):
         box.setCurrentIndex(box.findData(algorithm))
         assert window.state["sampler.algorithm"] == algorithm
         shown[algorithm] = (not leapfrog.isHidden(), not target.isHidden())
@@ -60,7 +61,7 @@ def test_the_microcanonical_samplers_are_offered_and_hide_what_does_not_apply(ma
             out = tmp_path / "mams.toml"
             assert window.save_config(out) and load_config(out).sampler.algorithm == "mams"
     assert shown == {"mclmc": (False, False), "mams": (False, True), "nuts": (False, True),
-                     "hmc": (True, True)}
+                     "hmc": (True, True), "hmc_jittered": (True, True)}
 
 
 def test_the_dense_block_setting_shows_with_the_fourier_preconditioner_and_is_saved(make_window, qtbot, tmp_path):

@@ -1,0 +1,123 @@
+"""HMC with a jittered trajectory: each transition runs n leapfrog steps, n drawn uniformly from
+1 .. 2L - 1 (mean L = ``sampler.num_leapfrog_steps``), with dual averaging of the step size
+(``dual_averaging_kernel``).
+
+A fixed trajectory length can return close to where it started for the modes whose period
+divides it (Neal 2011, section 5.4, "randomising the number of leapfrog steps"; Mackenzie 1989):
+on a Gaussian field the modes' periods spread over the posterior sd's range, and with the step
+size fixed one L can be resonant for some of them. Drawing n afresh at every transition removes
+the resonance at no cost on average; MAMS jitters its trajectory the same way
+(``core.engine.microcanonical``). One n for all chains at a step (drawn from the step's seed), so
+that the vectorised chains integrate together; it is detailed balance per n, so the chain keeps
+the target exactly.
+
+The leapfrog is a ``tf.while_loop`` of one step per iteration bounded by 2L - 1 (XLA reuses one
+iteration's buffers: the memory does not grow with L). ``n_steps`` of each step's statistics is
+the n it ran. Otherwise TFP's HMC: the same momenta, energy and Metropolis correction
+(``core.engine.kernels.UncalibratedLoopedHMC``, whose transition this one follows).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+from tensorflow_probability.python.internal import prefer_static as ps
+from tensorflow_probability.python.internal import samplers
+from tensorflow_probability.python.mcmc import hmc as tfp_hmc
+from tensorflow_probability.python.mcmc import metropolis_hastings
+from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
+from tensorflow_probability.python.mcmc.internal import util as mcmc_util
+
+from core.engine.kernels import UncalibratedLoopedHMC
+from core.engine.samplers.hmc import Hmc
+
+__all__ = ["HmcJittered", "JitteredHamiltonianMonteCarlo", "jittered_steps"]
+
+
+def jittered_steps(seed, mean_steps: int):
+    """n ~ uniform on 1 .. 2 mean_steps - 1 (int32 scalar) from a stateless seed."""
+    span = 2 * int(mean_steps) - 1
+    u = samplers.uniform([], seed=seed, dtype=tf.float32)
+    return tf.minimum(1 + tf.cast(tf.floor(u * span), tf.int32), span)
+
+
+def _seeds(seed, n_parts: int):
+    """(the momenta's seeds, the jitter's seed) of a transition from its seed."""
+    seeds = list(samplers.split_seed(seed, n=n_parts + 1))
+    return seeds[:-1], seeds[-1]
+
+
+class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
+    """The HMC proposal with n ~ U{1 .. 2L - 1} leapfrog steps (module docstring)."""
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        with tf.name_scope(mcmc_util.make_name(self.name, "hmc_jittered", "one_step")):
+            step_size = (previous_kernel_results.step_size if self._store_parameters_in_results
+                         else self.step_size)
+            mean_steps = int(self.num_leapfrog_steps)
+            (state_parts, step_sizes, target, grad_parts) = tfp_hmc._prepare_args(  # noqa: SLF001
+                self.target_log_prob_fn, current_state, step_size,
+                previous_kernel_results.target_log_prob, previous_kernel_results.grads_target_log_prob,
+                maybe_expand=True, state_gradients_are_stopped=self.state_gradients_are_stopped)
+            seed = samplers.sanitize_seed(seed)
+            momentum_seeds, jitter_seed = _seeds(seed, len(state_parts))
+            momentum_parts = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
+                              for part_seed, x in zip(momentum_seeds, state_parts)]
+            n = jittered_steps(jitter_seed, mean_steps)
+            momentum_now, state_now, target_now, grad_now = leapfrog_impl.process_args(
+                self.target_log_prob_fn, momentum_parts, state_parts, target, grad_parts)
+            half = [v + 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(momentum_now, step_sizes, grad_now)]
+
+            def one(i, half, state, target, grads):
+                half, state, target, grads = leapfrog_impl._one_step(  # noqa: SLF001
+                    self.target_log_prob_fn, step_sizes, lambda x: x, half, state, target, grads)
+                return i + 1, half, state, target, grads
+
+            _, half, next_state, next_target, next_grads = tf.while_loop(
+                lambda i, *_: i < n, one, (tf.constant(0), half, state_now, target_now, grad_now),
+                maximum_iterations=2 * mean_steps - 1)
+            next_momentum = [v - 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(half, step_sizes, next_grads)]
+            if self.state_gradients_are_stopped:
+                next_state = [tf.stop_gradient(x) for x in next_state]
+            chain_ndims = ps.rank(target)
+            new_results = previous_kernel_results._replace(
+                log_acceptance_correction=tfp_hmc._compute_log_acceptance_correction(  # noqa: SLF001
+                    momentum_parts, next_momentum, chain_ndims),
+                target_log_prob=next_target, grads_target_log_prob=next_grads,
+                initial_momentum=momentum_parts, final_momentum=next_momentum, seed=seed)
+            return (next_state if mcmc_util.is_list_like(current_state) else next_state[0]), new_results
+
+
+class JitteredHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
+    """``tfp.mcmc.HamiltonianMonteCarlo`` with the jittered trajectory (module docstring);
+    ``num_leapfrog_steps`` is the mean L."""
+
+    def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps: int, state_gradients_are_stopped=False,
+                 store_parameters_in_results=False, experimental_shard_axis_names=None, name=None):
+        if experimental_shard_axis_names is not None:
+            raise NotImplementedError("sharded chains are not supported by this kernel")
+        if not isinstance(num_leapfrog_steps, int) or num_leapfrog_steps < 1:
+            raise ValueError(f"num_leapfrog_steps must be a positive Python int, got {num_leapfrog_steps!r}")
+        super().__init__(target_log_prob_fn, step_size, num_leapfrog_steps,
+                         state_gradients_are_stopped=state_gradients_are_stopped,
+                         store_parameters_in_results=store_parameters_in_results, name=name)
+        self._impl = metropolis_hastings.MetropolisHastings(
+            inner_kernel=UncalibratedJitteredHMC(
+                target_log_prob_fn=target_log_prob_fn, step_size=step_size, num_leapfrog_steps=num_leapfrog_steps,
+                state_gradients_are_stopped=state_gradients_are_stopped,
+                store_parameters_in_results=store_parameters_in_results, name=name or "hmc_jittered_kernel"))
+        self._parameters = self._impl.inner_kernel.parameters.copy()
+
+
+class HmcJittered(Hmc):
+    """Fieldscope's kernel: HMC's (``hmc.py``), with the jittered trajectory."""
+
+    def inner(self, target_z, step_size):
+        return JitteredHamiltonianMonteCarlo(target_z, step_size, self.d.sampler.num_leapfrog_steps)
+
+    def transition(self, inner):
+        lar, _, diverging = super().transition(inner)
+        proposed = inner.proposed_results           # the n this transition ran, from its seed
+        _, jitter_seed = _seeds(proposed.seed, len(proposed.initial_momentum))
+        n = jittered_steps(jitter_seed, self.d.sampler.num_leapfrog_steps)
+        return lar, tf.fill([self.d.chains], n), diverging
