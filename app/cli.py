@@ -501,11 +501,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     # everything that can be refused is refused before TensorFlow loads
     from core.run import resources
 
-    shape, problem = resources.data_shape_problem(config)
-    if problem is not None:
-        raise UserError(problem)
     try:
+        # the command's own settings first (they need no file), then the data's
         plan = plan_for_config(config, simulations=args.simulations, draws=args.draws, batch_size=args.batch)
+        shape, problem = resources.data_shape_problem(config)
+        if problem is not None:
+            raise UserError(problem)
         problem = resources.calibration_problem(config, shape, plan.batch_size * plan.chains)
         if problem is not None:
             raise UserError(problem)

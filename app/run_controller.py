@@ -47,7 +47,8 @@ from app.state.run_state import read_store_update
 from app.views.jobs import LatestJob
 from core.run.messages import FINAL_STATUSES, LIVE_STATUSES, PHASES, status_event
 from core.store import run_lock
-from core.store.run_store import CHECKPOINT_NAME, RunReader, RunStoreError
+from core.store.checkpoint import CHECKPOINT_NAME
+from core.store.run_store import RunReader, RunStoreError
 
 __all__ = ["RunController", "PHASE_TEXT", "WATCH_INTERVAL_MS", "ACTIVE"]
 

@@ -75,9 +75,9 @@ def worker(spec: dict) -> dict:
     from core.demo import DEMO_SPECTRUM
 
     if spec["apart"]:
-        import core.engine.driver as driver_mod
+        import core.engine.samplers.microcanonical_kernel as kernel_mod
 
-        driver_mod.stage2_apart = lambda chains, n_values: True
+        kernel_mod.stage2_apart = lambda chains, n_values: True
     sampler = {"algorithm": spec["algorithm"], "num_warmup": WARMUP, "num_samples": SAMPLES,
                "num_leapfrog_steps": 10, "chains": spec["chains"], "seed": 1, "thin": THIN,
                "chunk_size": CHUNK, "preconditioner": spec["preconditioner"]}

@@ -8,8 +8,10 @@ One run = one config + one run directory. The engine
   ``thin``-th post-warmup field draw and its P(k) and the field's moments; every step's
   log-density, gradient norm, acceptance probability, step size, energy error, divergence flag,
   leapfrog count and parameters come back with each chunk;
-* after each chunk appends to the run store, writes an exact checkpoint and publishes a
-  progress event; between chunks it honours pause and stop.
+* after each chunk appends to the run store (the chunk's record and event from
+  ``core.engine.recorder``), writes an exact checkpoint (``core.engine.checkpoint``) and
+  publishes a progress event; between chunks it honours pause and stop. The engine itself is
+  the run's lifecycle: start, resume, restart, the writer's lock, pause, stop and failure.
 
 Reproducibility, warmup and the preconditioners are the driver's (its module docstring): the
 draws do not depend on where chunks begin, so a run stopped and resumed gives the very same
@@ -27,7 +29,6 @@ diagnosis naming what to check, after storing the chunk that shows it.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,9 +36,9 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import tensorflow as tf
 
 from core import config as cfgmod
+from core.engine import checkpoint
 from core.engine.devices import compute_device, gpu_free_memory, memory_kind
 from core.engine.driver import (
     DIVERGENCE_THRESHOLD,
@@ -49,23 +50,17 @@ from core.engine.driver import (
     schedule_for,
 )
 from core.engine.models import build_model
+from core.engine.recorder import Recorder
 from core.engine.warmup import WarmupWatch
 from core.run import input_files, run_folder
 from core.run.messages import Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
-from core.store.run_store import (
-    ChunkRecord,
-    RunStoreError,
-    RunStoreWriter,
-    StoreWriteError,
-    read_checkpoint,
-    write_checkpoint,
-)
+from core.store.run_store import RunStoreError, RunStoreWriter, StoreWriteError
 
 __all__ = ["Engine", "EngineError", "Control", "Schedule", "DIVERGENCE_THRESHOLD",
            "CHECKPOINT_FORMAT", "samples_hyperparameters"]
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = checkpoint.FORMAT
 
 
 class EngineError(DriverError):
@@ -93,10 +88,6 @@ class Control:
         on_resume()
 
 
-def _config_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 class Engine:
     """Runs one config into one run directory. Use :meth:`start` or :meth:`resume`."""
 
@@ -121,6 +112,7 @@ class Engine:
         self.dtype = self.model.dtype
         self.device = compute_device()
         self._status("compiling", device=self.device)
+        self.recorder = Recorder(self.model, self.schedule, self.sampler.thin)
         try:
             self.driver = Driver(self.model, self.sampler, self.schedule,
                                  hyper_diagonal=hyper_diagonal(self.config))
@@ -138,62 +130,13 @@ class Engine:
         return st
 
     def _checkpoint(self, st):
-        arrays = {}
-
-        def put(prefix, tensors):
-            for i, v in enumerate(tensors):
-                arrays[f"{prefix}_{i}"] = v      # converted as written (write_checkpoint)
-
-        put("state", st["state"])
-        put("grads", st["grads"])
-        arrays["tlp"] = np.asarray(st["tlp"])
-        tuning_meta = self.driver.kernel.checkpoint(st["da"], put, arrays)
-        put("scale", st["scale"])
-        arrays["mass_count"] = np.asarray(st["mass_acc"][0])
-        put("mass_mean", st["mass_acc"][1])
-        put("mass_m2", st["mass_acc"][2])
-        arrays["mom_count"], arrays["mom_sum"], arrays["mom_sumsq"] = st["moments"]
-        arrays["watch_step"] = np.asarray(st["watch_step"])
-        meta = {"format": CHECKPOINT_FORMAT, "step": st["step"], "progress": st["progress"],
-                "n_parts": len(st["state"]), "config_digest": _config_digest(self.config_text)}
-        meta.update(tuning_meta)
-        write_checkpoint(self.run_dir, arrays, meta)
+        checkpoint.save(self.run_dir, st, self.driver.kernel, self.config_text)
 
     def _restore(self):
-        arrays, meta = read_checkpoint(self.run_dir)
-        if meta.get("format") != CHECKPOINT_FORMAT:
-            raise EngineError(f"{self.run_dir}: the checkpoint was written by another version of "
-                              "Fieldscope and cannot be resumed by this one")
         try:
-            return self._restore_arrays(arrays, meta)
-        except (KeyError, TypeError, ValueError) as err:
-            raise EngineError(f"{self.run_dir}: the checkpoint is incomplete or damaged ({err}); "
-                              "the run cannot be resumed") from None
-
-    def _restore_arrays(self, arrays, meta):
-        n = meta["n_parts"]
-
-        def get(prefix, dtype=None):
-            return [tf.constant(arrays[f"{prefix}_{i}"], dtype) for i in range(n)]
-
-        state = get("state")
-
-        def grouped(parts):
-            # the Welford sums are (groups, ...) a part; checkpoints from before issue #29 hold a
-            # run's one group as (...)
-            return [p if len(p.shape) == len(s.shape) else p[None] for p, s in zip(parts, state)]
-
-        st = dict(state=state, grads=get("grads"), tlp=tf.constant(arrays["tlp"]),
-                  scale=get("scale"),
-                  mass_acc=(tf.constant(arrays["mass_count"]), grouped(get("mass_mean")), grouped(get("mass_m2"))),
-                  moments=(np.float64(arrays["mom_count"]), np.array(arrays["mom_sum"], np.float64),
-                           np.array(arrays["mom_sumsq"], np.float64)),
-                  step=int(meta["step"]), progress=dict(meta["progress"]), seed=self.sampler.seed,
-                  # checkpoints from before the step-size search: the config's step size
-                  watch_step=np.asarray(arrays["watch_step"]) if "watch_step" in arrays
-                  else np.full(self.sampler.chains, self.sampler.step_size))
-        st["da"] = self.driver.kernel.restore(arrays, meta, get)
-        return st, meta
+            return checkpoint.load(self.run_dir, self.driver.kernel, self.sampler)
+        except checkpoint.CheckpointError as err:
+            raise EngineError(str(err)) from None
 
     # -- running ------------------------------------------------------------------------
 
@@ -291,7 +234,7 @@ class Engine:
         self._build(self._preflight())
         self._release_observed()          # the store has them from its start
         st, meta = self._restore()
-        if meta.get("config_digest") != _config_digest(self.config_text):
+        if meta.get("config_digest") != checkpoint.config_digest(self.config_text):
             raise EngineError("the run's configuration changed since the checkpoint; resume needs the same config")
         if num_samples is not None:
             if num_samples < st["progress"]["draws"]:
@@ -335,14 +278,14 @@ class Engine:
                 field_buf, power_buf, n_fields, sums = out["observed"]
                 elapsed = time.perf_counter() - t0
                 self.driver.advance(st, out, first, n)
-                st["moments"] = self._fold_moments(st["moments"], sums)
+                st["moments"] = self.recorder.fold_moments(st["moments"], sums)
                 diagnosis = None
                 if first < sched.num_warmup:
                     diagnosis = watch.update({name: np.asarray(traces[name])[:n].T for name in
                                               ("lp", "acceptance_rate", "step_size",
                                                "energy_error")}, first)
                 self.driver.at_boundary(st)
-                record, contents = self._record(first, n, traces, params, field_buf, power_buf,
+                record, contents = self.recorder.record(first, n, traces, params, field_buf, power_buf,
                                                 int(n_fields), st)
                 timing["warmup_seconds" if first < sched.num_warmup else "sampling_seconds"] += elapsed
                 with self.control.writing:
@@ -400,70 +343,3 @@ class Engine:
             self.store.set_status(status)
         self._status(status, progress=dict(st["progress"]))
         return status
-
-    def _fold_moments(self, moments, sums):
-        """The run's float64 totals (count, sum of x, sum of x^2: host numpy arrays, updated in
-        place) with a chunk's sums added (count, sum of x - m, sum of (x - m)^2 with m =
-        field_mean, in the model's dtype). Only the chunk's sums are on the device: a chunk of
-        at most chunk_size x chains draws rounds in float32 at ~1e-7 of its sum, the totals
-        keep float64, and the device does not hold the totals' 2 N 8 bytes (#13)."""
-        count, total, total_sq = moments
-        k = float(np.asarray(sums[0]))
-        if not self.model.has_field or k == 0:
-            return moments
-        m = float(self.model.observations.field_mean)
-        s1 = np.asarray(sums[1]).astype(np.float64)
-        total += s1                      # sum x = sum (x - m) + k m
-        if m:
-            total += k * m
-            s1 *= 2.0 * m                # sum x^2 = sum (x - m)^2 + 2 m sum (x - m) + k m^2
-            total_sq += s1
-            total_sq += k * m * m
-        del s1
-        total_sq += np.asarray(sums[2]).astype(np.float64)
-        return count + k, total, total_sq
-
-    def _record(self, first, n, traces, params, field_buf, power_buf, n_fields, st):
-        """The chunk's ``ChunkRecord`` for the store and the fields of its chunk event
-        (``core.run.messages.chunk_event``, less the timing); updates ``st["progress"]``."""
-        sched = self.schedule
-        steps = np.arange(first, first + n)
-        warm = steps < sched.num_warmup
-        stats = {name: np.asarray(v)[:n].T for name, v in traces.items()}   # (chains, n)
-        par = np.asarray(params)[:n]                                          # (n, chains, p)
-        names = self.model.param_names
-        record = ChunkRecord(
-            warmup_stats={k: v[:, warm] for k, v in stats.items()},
-            stats={k: v[:, ~warm] for k, v in stats.items()},
-            warmup_params={nm: par[warm, :, i].T for i, nm in enumerate(names)},
-            params={nm: par[~warm, :, i].T for i, nm in enumerate(names)})
-        prog = st["progress"]
-        n_post = int((~warm).sum())
-        event = {"first_step": first, "n_steps": n, "phase": "warmup" if warm.all() else "sampling",
-                 "stats": {k: v for k, v in stats.items()},
-                 "params": {nm: par[:, :, i].T for i, nm in enumerate(names)},
-                 "steps_total": sched.total,
-                 # warmup divergences are expected while the step size adapts; the sampling ones count
-                 "divergences": {"warmup": int(stats["diverging"][:, warm].sum()),
-                                 "sampling": int(stats["diverging"][:, ~warm].sum())}}
-        if self.model.has_field and n_fields:
-            fields = np.asarray(field_buf)[:n_fields].transpose(1, 0, 2, 3, 4)
-            powers = np.asarray(power_buf)[:n_fields].transpose(1, 0, 2).astype(np.float64)
-            post_steps = steps[~warm] - sched.num_warmup
-            index = post_steps[post_steps % self.sampler.thin == 0]
-            record.fields, record.powers, record.field_draw_index = fields, powers, index
-            event["latest_field"] = fields[:, -1]
-            event["latest_power"] = powers[:, -1]
-        if self.model.has_field:
-            count, total, total_sq = (np.asarray(m) for m in st["moments"])
-            if count > 0:
-                mean = total / count
-                std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0) * count / max(count - 1, 1))
-                record.moments = (mean, std, int(count))
-                event["moments"] = (mean.astype(np.float32), std.astype(np.float32), int(count))
-        prog.update(warmup_draws=prog["warmup_draws"] + int(warm.sum()), draws=prog["draws"] + n_post,
-                    field_draws=prog["field_draws"] + (n_fields if self.model.has_field else 0),
-                    chunks=prog["chunks"] + 1)
-        event["progress"] = dict(prog)
-        return record, event
-

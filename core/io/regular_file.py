@@ -106,10 +106,11 @@ def read_fd(fd: int, where: str, max_bytes: int | None = None) -> bytes:
     """Every byte of the open regular file ``fd`` (at most ``max_bytes``: a file that grew
     past it while read is refused)."""
     info = _check_fd(fd, where, max_bytes)
-    limit = info.st_size if max_bytes is None else max_bytes
     chunks, total = [], 0
     while True:
-        block = os.read(fd, max(1 << 16, min(limit + 1 - total, 1 << 24)))
+        # os.read allocates the size it asks for: ask for what the file holds (and one byte
+        # to see its end), not for the bound, which may be far larger than a compressed chunk
+        block = os.read(fd, max(1 << 16, min(info.st_size + 1 - total, 1 << 24)))
         if not block:
             break
         chunks.append(block)

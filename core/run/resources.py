@@ -55,7 +55,7 @@ Not at the peak: the maps as loaded (data, mask, noise, truth: float64) and the
 store's observed_data copies of them live only while the store is created
 (``RunEstimate.setup``, 2 x maps x N x 8; the engine drops them before the chain starts,
 ``FieldModel.release_observed``), and the checkpoint is written one array at a time
-(``core.store.run_store.write_checkpoint``): on a CPU a tensor's array is its own buffer.
+(``core.store.checkpoint.write_checkpoint``): on a CPU a tensor's array is its own buffer.
 
 Device and host. On a CPU there is one memory: ``total`` = ``host_bytes("cpu")`` =
 ``device_bytes("cpu")``, the runtime plus the larger of the chunk's peak and the set-up's.

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.store import run_lock
-from core.store.run_store import CHECKPOINT_NAME, STORE_NAME, RunReader, RunStoreError
+from core.store.checkpoint import CHECKPOINT_NAME
+from core.store.run_store import STORE_NAME, RunReader, RunStoreError
 
 __all__ = ["Claim", "claim_new", "claim_resume", "drawn", "remove_store", "check_num_samples"]
 

@@ -73,7 +73,6 @@ the layout and is not read here.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import shutil
@@ -85,7 +84,9 @@ import zarr
 from numcodecs import CRC32, Blosc
 
 from core import __version__
-from core.io.regular_file import NotRegularFile, open_regular
+from core.io.regular_file import NotRegularFile
+from core.store.checkpoint import CHECKPOINT_NAME
+from core.store.errors import RunStoreError, StoreWriteError, write_error
 from core.store.field_volume import FieldVolume
 from core.store.run_record import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 from core.store.zarr_files import (
@@ -104,13 +105,11 @@ from core.store.zarr_files import (
 #: (NaN for the draws before) so the run goes on
 LATER_STATS = ("trajectory_length",)
 
-__all__ = ["STORE_NAME", "CHECKPOINT_NAME", "MAX_CHAINS", "MAX_DRAWS", "MAX_ELEMENTS", "FIELD_BLOCK",
+__all__ = ["STORE_NAME", "MAX_CHAINS", "MAX_DRAWS", "MAX_ELEMENTS", "FIELD_BLOCK",
            "FIELD_FILTERS", "CHUNK_OVERHEAD_BYTES", "field_chunks", "field_draw_disk_bytes", "RunStoreError",
-           "StoreWriteError", "ChunkRecord", "check_progress", "RunStoreWriter", "write_checkpoint",
-           "read_checkpoint", "RunReader", "FieldVolume", "StoredConfig", "stored_run_config", "remove_run"]
+           "StoreWriteError", "ChunkRecord", "check_progress", "RunStoreWriter", "RunReader", "FieldVolume", "StoredConfig", "stored_run_config", "remove_run"]
 
 STORE_NAME = "run.zarr"
-CHECKPOINT_NAME = "checkpoint.npz"
 
 #: bounds a store's metadata must keep: chains, draws of one phase (num_warmup,
 #: num_samples), elements of one chunk, of the grid or of another fixed-size array
@@ -158,35 +157,6 @@ def field_draw_disk_bytes(grid_shape, itemsize: int = 4) -> int:
         raw = values * int(itemsize) + CHUNK_OVERHEAD_BYTES
         total += count * _DISK_BLOCK * math.ceil(raw / _DISK_BLOCK)
     return total
-
-
-class RunStoreError(ValueError):
-    """A run directory that cannot be opened, written or resumed, with the reason."""
-
-
-class StoreWriteError(RunStoreError):
-    """Writing the store or the checkpoint failed (a full disk, a quota, a lost mount).
-
-    ``errno`` is the operating system's error number (``errno.ENOSPC`` for a full
-    disk). Every write is atomic (zarr's local store and ``write_checkpoint`` write a
-    temporary file and rename it), so what was written before stays readable, and the
-    run resumes from its last checkpoint once the cause is gone.
-    """
-
-    def __init__(self, message: str, errno: int | None = None):
-        super().__init__(message)
-        self.errno = errno
-
-
-def _write_error(run_dir, what: str, exc: OSError) -> StoreWriteError:
-    import errno as errno_mod
-
-    code = errno_mod.errorcode.get(exc.errno, "") if exc.errno is not None else ""
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    # the file the OS refused (a rename's target: a directory planted in a file's place)
-    target = getattr(exc, "filename2", None) or getattr(exc, "filename", None)
-    return StoreWriteError(f"{run_dir}: {what} failed: {reason}" + (f" [{code}]" if code else "")
-                           + (f" ({os.fspath(target)})" if target and exc.strerror else ""), exc.errno)
 
 
 def _open_root_checked(store_path: Path, mode: str):
@@ -267,7 +237,7 @@ class RunStoreWriter:
                                   k_counts=k_counts, extra_attrs=extra_attrs)
         except OSError as err:
             shutil.rmtree(building, ignore_errors=True)
-            raise _write_error(run_dir, "creating the run store", err) from None
+            raise write_error(run_dir, "creating the run store", err) from None
 
     @classmethod
     def _build(cls, run_dir: Path, building: Path, root, *, config_text, model_kind, chains,
@@ -350,7 +320,7 @@ class RunStoreWriter:
                 writer._add_later_stats(layout.resume_progress)
                 writer._truncate(layout.resume_progress)
         except OSError as err:
-            raise _write_error(run_dir, "truncating the run store to its checkpoint", err) \
+            raise write_error(run_dir, "truncating the run store to its checkpoint", err) \
                 from None
         return writer
 
@@ -400,7 +370,7 @@ class RunStoreWriter:
             with zarr.config.set(WRITE_EVERY_CHUNK):
                 self._append(record, progress, timing)
         except OSError as err:
-            raise _write_error(self.run_dir, f"writing chunk {progress.get('chunks', '?')} "
+            raise write_error(self.run_dir, f"writing chunk {progress.get('chunks', '?')} "
                                "to the run store", err) from None
 
     def _append(self, record: ChunkRecord, progress: dict, timing: dict | None) -> None:
@@ -434,7 +404,7 @@ class RunStoreWriter:
             self.root.attrs.update({"status": status, "error": error, "updated": utc_now()})
             consolidate(self.store_path)
         except OSError as err:
-            raise _write_error(self.run_dir, f"recording the status {status!r}", err) \
+            raise write_error(self.run_dir, f"recording the status {status!r}", err) \
                 from None
 
 
@@ -773,75 +743,6 @@ def _checksummed(meta: dict) -> bool:
     chunk written (also those equal to the fill value, see ``WRITE_EVERY_CHUNK``)."""
     filters = meta.get("filters") or []
     return any(isinstance(f, dict) and f.get("id") == "crc32" for f in filters)
-
-
-# ---------------------------------------------------------------------------
-# Checkpoints
-# ---------------------------------------------------------------------------
-
-
-def write_checkpoint(run_dir, arrays: dict, meta: dict) -> None:
-    """Atomically replace RUNDIR/checkpoint.npz (write a temporary file, fsync, rename).
-
-    ``arrays``: name -> an array, or anything ``np.asarray`` takes (a tensor: on a GPU
-    its copy to host memory is made here, one array at a time, and dropped once written,
-    so that the checkpoint never holds a second copy of the whole state). The file is
-    ``np.savez``'s (an uncompressed zip of .npy members; ``read_checkpoint``).
-    A failing write raises StoreWriteError and leaves the previous checkpoint in place."""
-    run_dir = Path(run_dir)
-    tmp = str(run_dir / f".checkpoint-{os.urandom(8).hex()}.npz")
-    try:       # mode 0666 less the umask, like the store's files (core.store.run_lock: file modes)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as err:
-        raise _write_error(run_dir, "writing the checkpoint", err) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            _write_npz(fh, {"__meta__": np.array(json.dumps(meta)), **arrays})
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, run_dir / CHECKPOINT_NAME)
-    except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(err, OSError):
-            raise _write_error(run_dir, "writing the checkpoint", err) from None
-        raise
-
-
-def _write_npz(fh, arrays: dict) -> None:
-    """``np.savez(fh, **arrays)``, converting and writing one array at a time."""
-    import zipfile
-
-    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, value in arrays.items():
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-
-
-def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:
-    path = Path(run_dir) / CHECKPOINT_NAME
-    try:
-        # written by write_checkpoint's rename: never a symlink, a FIFO or a device
-        fh = os.fdopen(open_regular(path, follow_symlinks=False), "rb")
-    except FileNotFoundError:
-        raise RunStoreError(f"{path}: no checkpoint; the run has not completed a chunk, "
-                            "start it again instead of resuming") from None
-    except NotRegularFile as err:
-        raise RunStoreError(f"{err.strerror} (the checkpoint Fieldscope writes is a regular file)") from None
-    except OSError as err:
-        raise RunStoreError(f"{path}: unreadable checkpoint ({err.strerror or err})") from None
-    try:
-        with fh, np.load(fh, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files if k != "__meta__"}
-            meta = json.loads(str(data["__meta__"]))
-    except Exception as err:
-        raise RunStoreError(f"{path}: unreadable checkpoint ({err})") from None
-    if not isinstance(meta, dict):
-        raise RunStoreError(f"{path}: unreadable checkpoint (its record is {type(meta).__name__}, "
-                            "not a JSON object)")
-    return arrays, meta
 
 
 # ---------------------------------------------------------------------------

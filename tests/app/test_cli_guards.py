@@ -13,7 +13,8 @@ import pytest
 from test_cli import _no_tensorflow, _store_with_draws
 
 from app import cli
-from core.store.run_store import CHECKPOINT_NAME, STORE_NAME, RunReader, write_checkpoint
+from core.store.checkpoint import CHECKPOINT_NAME, write_checkpoint
+from core.store.run_store import STORE_NAME, RunReader
 from support.gui import tiny_case
 
 

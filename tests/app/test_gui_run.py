@@ -13,7 +13,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.main_window import VIEW_REFRESH_HZ
 from core.run import resources
-from core.store.run_store import RunReader, read_checkpoint
+from core.store.checkpoint import read_checkpoint
+from core.store.run_store import RunReader
 from support.gui import TF_BEFORE, tf_modules, tiny_case
 from support.window_actions import answer_questions, trigger, window_actions
 

@@ -27,13 +27,15 @@ from support.runs import fake_run
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = (12, 12, 12)
 PIN = (3, 7, 5)
+# no diagonal: with 20 warmup steps its window is 12 steps, and chain 0 then accepted 3 % of its
+# proposals (a run that `fieldscope run` rightly ends with a warning and exit status 1)
 CONFIG = field_config_text(
     box_size=48.0,
     prior={"kind": "power_law", "k_pivot": 0.1, "amplitude": 300.0,
            "index": {"dist": "normal", "loc": -1.5, "scale": 0.3}},
     field={"dtype": "float32"},
     sampler={"algorithm": "hmc", "num_warmup": 20, "num_samples": 30, "num_leapfrog_steps": 5,
-             "step_size": 0.1, "adapt_mass_matrix": True, "chains": 2, "seed": 3, "thin": 2,
+             "step_size": 0.1, "adapt_mass_matrix": False, "chains": 2, "seed": 3, "thin": 2,
              "chunk_size": 10})
 
 

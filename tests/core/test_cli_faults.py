@@ -12,7 +12,8 @@ from pathlib import Path
 from app import cli
 from core.engine.engine import Control, Engine
 from core.store import run_lock
-from core.store.run_store import CHECKPOINT_NAME, RunReader
+from core.store.checkpoint import CHECKPOINT_NAME
+from core.store.run_store import RunReader
 from support.engine_cases import assert_same_run, write_field_case
 
 SMALL = dict(shape=(8, 8, 8), warmup=20, samples=20, chunk=10)     # 4 chunks

@@ -139,7 +139,7 @@ def test_enospc_while_writing_the_checkpoint(tmp_path, monkeypatch, straight):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)       # core.store.run_store.write_checkpoint's
+    monkeypatch.setattr(os, "fsync", fsync)       # core.store.checkpoint.write_checkpoint's
     with pytest.raises(StoreWriteError, match=r"writing the checkpoint failed: No space left "
                                               r"on device \[ENOSPC\]"):
         Engine(config, text, tmp_path / "run").start()

@@ -1,4 +1,4 @@
-"""Engine events of a fake run, built exactly as ``core.engine.engine.Engine._record`` builds them
+"""Engine events of a fake run, built exactly as ``core.engine.recorder.Recorder.record`` builds them
 (with the constructors of ``core.run.messages``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
     Returns (events, info); info["chunk_fields"][c] is (fields, powers, field draw index)
     of chunk c, or None, as the engine hands them to the run store.
 
-    Mirrors Driver.run_chunk (core.engine.driver) / Engine._record: traces come out of the compiled chunk as
+    Mirrors Driver.run_chunk (core.engine.driver) / Recorder.record: traces come out of the compiled chunk as
     (chunk_size, chains) arrays of which the first n are used, parameters as
     (chunk_size, chains, p); every thin-th post-warmup field is kept in a
     (max_fields, chains, *grid) buffer; moments run over every post-warmup draw.
@@ -56,7 +56,7 @@ def fake_run(chains=2, num_warmup=40, num_samples=60, chunk_size=16, thin=3, gri
                     n_fields += 1
                     kept_fields.append(x)
                     kept_steps.append(step)
-        # --- as Engine._record ---
+        # --- as Recorder.record ---
         steps = np.arange(first, first + n)
         warm = steps < num_warmup
         stats = {name: np.asarray(v)[:n].T for name, v in traces.items()}
@@ -123,7 +123,8 @@ def stored_run(run_dir, config_path, status, *, warmup=6, samples=4, chains=2, g
     run directory."""
     from pathlib import Path
 
-    from core.store.run_store import ChunkRecord, RunStoreWriter, write_checkpoint
+    from core.store.checkpoint import write_checkpoint
+    from core.store.run_store import ChunkRecord, RunStoreWriter
 
     config_path = Path(config_path)
     names = ["index"]

@@ -1,4 +1,4 @@
-"""RunState against engine events built exactly as ``core.engine.engine.Engine._record`` builds them.
+"""RunState against engine events built exactly as ``core.engine.recorder.Recorder.record`` builds them.
 
 No Qt and no TensorFlow: the model of the GUI is plain numpy (napari's rule). The stored-run
 tests (``load_from_store``, following a run another process writes) are in

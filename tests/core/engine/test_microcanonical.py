@@ -341,9 +341,9 @@ def test_stage_2_in_a_program_of_its_own_gives_the_same_run_bit_for_bit(tmp_path
     issue #13). Forced on a small case (whose default is one program carrying them throughout):
     the same statistics, draws, field moments and final tuning state (moments included), bit for
     bit, and each kind of program was used (a chunk straddling stage 2's start included)."""
-    import core.engine.driver as driver_mod
+    import core.engine.samplers.microcanonical_kernel as kernel_mod
     from core.run.engine_limits import stage2_apart
-    from core.store.run_store import read_checkpoint
+    from core.store.checkpoint import read_checkpoint
     from support.engine_cases import assert_same_run, run, write_field_case
 
     config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=60, samples=40, chunk=15,
@@ -359,7 +359,7 @@ def test_stage_2_in_a_program_of_its_own_gives_the_same_run_bit_for_bit(tmp_path
     monkeypatch.setattr(mc._Microcanonical, "chunk_keys", spy)
     assert run(config, text, tmp_path / "one")[0] == "finished"
     tag[0] = "apart"
-    monkeypatch.setattr(driver_mod, "stage2_apart", lambda chains, n_values: True)
+    monkeypatch.setattr(kernel_mod, "stage2_apart", lambda chains, n_values: True)
     assert run(config, text, tmp_path / "apart")[0] == "finished"
     assert seen == {"one": {None}, "apart": {False, True}}
     assert_same_run(tmp_path / "one", tmp_path / "apart")

@@ -31,7 +31,8 @@ from core.field.preconditioner import (
 from core.field.synthetic import make_dataset, save_dataset
 from core.priors import LogNormalPrior, NormalPrior
 from core.reference.wiener import dense_posterior
-from core.store.run_store import RunReader, read_checkpoint
+from core.store.checkpoint import read_checkpoint
+from core.store.run_store import RunReader
 from support.engine_cases import field_case_document, prior_mode_variance, run
 
 

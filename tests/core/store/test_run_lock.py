@@ -15,15 +15,8 @@ import numpy as np
 import pytest
 
 from core.store import run_lock
-from core.store.run_store import (
-    CHECKPOINT_NAME,
-    STORE_NAME,
-    RunReader,
-    RunStoreError,
-    RunStoreWriter,
-    read_checkpoint,
-    write_checkpoint,
-)
+from core.store.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
+from core.store.run_store import STORE_NAME, RunReader, RunStoreError, RunStoreWriter
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -31,16 +31,8 @@ import pytest
 
 from core.run.messages import STAT_NAMES
 from core.store import run_lock
-from core.store.run_store import (
-    CHECKPOINT_NAME,
-    STORE_NAME,
-    ChunkRecord,
-    RunReader,
-    RunStoreError,
-    RunStoreWriter,
-    read_checkpoint,
-    write_checkpoint,
-)
+from core.store.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
+from core.store.run_store import STORE_NAME, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
 from core.store.run_summary import summarize_run
 
 CHAINS, WARMUP, DRAWS, GRID, KEPT = 2, 3, 8, (3, 4, 2), (0, 2, 4, 6)

@@ -28,7 +28,8 @@ import pytest
 from core.calibration import CalibrationReader, CalibrationStoreError, CalibrationWriter, make_plan
 from core.calibration.store import STORE_NAME as CALIBRATION_NAME
 from core.store import run_lock
-from core.store.run_store import CHECKPOINT_NAME, STORE_NAME, RunStoreError
+from core.store.checkpoint import CHECKPOINT_NAME
+from core.store.run_store import STORE_NAME, RunStoreError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_store_damage import read_everything, resume_everything, same, write_run  # noqa: E402
