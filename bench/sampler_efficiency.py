@@ -48,10 +48,9 @@ Per 1000 gradients = n_eff / (post-warmup gradient evaluations of all chains / 1
 = n_eff / post-warmup wall time (all chains vectorised in one program).
 
 Fieldscope side: the real engine (``core.engine.engine.Engine``, in this process) for every
-algorithm x preconditioner the config schema accepts (``core.config.schema.ALGORITHMS``, and
-``PRECONDITIONERS`` with ``[sampler] preconditioner`` where the schema has them, else
-``adapt_mass_matrix`` false / true as "identity" / "diagonal"), with the config's defaults for
-everything else, one config per combination written by ``core.config``'s writer; a combination
+registered sampler (``core.samplers``) x preconditioner (``core.config.schema.PRECONDITIONERS``),
+with the config's defaults for everything else, one config per combination written by
+``core.config``'s writer; a combination
 the config refuses is skipped with the reason. Gradient evaluations are the store's
 ``sample_stats.n_steps`` (post-warmup) and ``warmup_sample_stats.n_steps``, times its ``timing``
 attribute (warmup_seconds includes the XLA compilation). Warmup: the config's ``num_warmup``
@@ -874,11 +873,10 @@ def warmup_steps(algorithm: str, args, budget: int) -> int:
     default the tuning steps BlackJAX MCLMC takes for the same post-warmup budget, so that both
     are measured after the same tuning), else ``--num-warmup`` or the config schema's."""
     from core.config import schema
+    from core.samplers import SAMPLERS
 
     config_warmup = args.num_warmup or schema.SamplerSection().num_warmup
     choice = str(args.microcanonical_warmup)
-    from core.samplers import SAMPLERS
-
     if not SAMPLERS[algorithm].microcanonical or choice == "config":
         return int(config_warmup)
     if choice == "peer":
@@ -903,7 +901,6 @@ def chunk_steps(algorithm: str, args) -> int:
     per-chunk costs, a store write on our side, are paid as often), 'config' (the schema's) or a number."""
     from core.config import schema
     from core.samplers import SAMPLERS
-
     choice = str(args.chunk_size)
     if choice == "config":
         return int(schema.SamplerSection().chunk_size)
