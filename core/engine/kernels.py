@@ -119,7 +119,10 @@ class UncalibratedLoopedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
 
 class LoopedHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
     """``tfp.mcmc.HamiltonianMonteCarlo`` whose leapfrog loop runs ``steps_per_iteration``
-    straight-line steps per iteration (``looped_leapfrog``; a Python int of steps)."""
+    straight-line steps per iteration (``looped_leapfrog``; a Python int of steps). Its proposal
+    is ``uncalibrated_kernel`` (a subclass may give another with the same arguments)."""
+
+    uncalibrated_kernel = UncalibratedLoopedHMC
 
     def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps: int,
                  steps_per_iteration: int = 1, state_gradients_are_stopped=False,
@@ -134,7 +137,7 @@ class LoopedHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
                          state_gradients_are_stopped=state_gradients_are_stopped,
                          store_parameters_in_results=store_parameters_in_results, name=name)
         self._impl = metropolis_hastings.MetropolisHastings(
-            inner_kernel=UncalibratedLoopedHMC(
+            inner_kernel=self.uncalibrated_kernel(
                 target_log_prob_fn=target_log_prob_fn, step_size=step_size,
                 num_leapfrog_steps=num_leapfrog_steps,
                 state_gradients_are_stopped=state_gradients_are_stopped,

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import PySide6
-from PySide6.QtCore import QObject, QUrl, Slot, qVersion
+from PySide6.QtCore import qVersion
 from PySide6.QtGui import QDesktopServices
 
 from app.settings import app_settings, settings_path
 from app.state.session import MAX_RECENT
 from core import __version__
 from core.store.run_store import RunStoreWriter
-from support.gui import TF_BEFORE, tf_modules, tiny_case
+from support.gui import TF_BEFORE, UrlCatcher, tf_modules, tiny_case
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -59,7 +59,7 @@ def test_help_about_lists_the_installed_versions_and_documentation_opens_the_rea
 
     # Help > Documentation: the README, through Qt's routing of a scheme to a handler (so
     # that the test starts no desktop viewer)
-    catcher = _UrlCatcher()
+    catcher = UrlCatcher()
     QDesktopServices.setUrlHandler("file", catcher, "open")
     try:
         window.documentation_action.trigger()
@@ -67,15 +67,6 @@ def test_help_about_lists_the_installed_versions_and_documentation_opens_the_rea
         QDesktopServices.unsetUrlHandler("file")
     assert [u.toLocalFile() for u in catcher.urls] == [str(README)]
 
-
-class _UrlCatcher(QObject):
-    def __init__(self):
-        super().__init__()
-        self.urls = []
-
-    @Slot(QUrl)
-    def open(self, url):
-        self.urls.append(url)
 
 
 def test_recent_lists_configs_and_runs_newest_first_and_reopens_them(make_window, tmp_path):

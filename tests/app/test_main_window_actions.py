@@ -13,25 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 
 from core.store import run_lock
-from support.gui import tiny_case
+from support.gui import UrlCatcher, tiny_case
 from support.runs import stored_run
 from support.window_actions import answer_questions, dynamic_actions, trigger, window_actions
-
-
-class _UrlCatcher(QObject):
-    """Help > Documentation's URL, caught (no desktop viewer is started)."""
-
-    def __init__(self):
-        super().__init__()
-        self.urls = []
-
-    @Slot(QUrl)
-    def open(self, url):
-        self.urls.append(url)
 
 
 @pytest.fixture
@@ -62,7 +49,7 @@ def case(tmp_path, monkeypatch):
         "choose_directory": {"Open run directory": str(runs["finished"])},
     }
     asked = answer_questions(monkeypatch, answers)
-    catcher = _UrlCatcher()
+    catcher = UrlCatcher()
     QDesktopServices.setUrlHandler("file", catcher, "open")
     yield {"config": config, "runs": runs, "asked": asked, "out": out, "urls": catcher.urls}
     QDesktopServices.unsetUrlHandler("file")

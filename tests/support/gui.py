@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QEvent
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QUrl, Slot
 from PySide6.QtWidgets import QApplication
 
 from core.config import config_from_dict, dump_config
@@ -164,3 +164,16 @@ def growing_only_axes(widget) -> tuple[int, list[str]]:
                         owner = owner.parent()
                     loose.append(f"{type(owner).__name__} > {item.orientation} axis {item.labelText!r}")
     return count, loose
+
+
+class UrlCatcher(QObject):
+    """URLs the window asks the desktop to open, caught (install it with
+    ``QDesktopServices.setUrlHandler(scheme, catcher, "open")``: no viewer is started)."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls = []
+
+    @Slot(QUrl)
+    def open(self, url):
+        self.urls.append(url)

@@ -20,15 +20,13 @@ the n it ran. Otherwise TFP's HMC: the same momenta, energy and Metropolis corre
 from __future__ import annotations
 
 import tensorflow as tf
-import tensorflow_probability as tfp
 from tensorflow_probability.python.internal import prefer_static as ps
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc import hmc as tfp_hmc
-from tensorflow_probability.python.mcmc import metropolis_hastings
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
-from core.engine.kernels import UncalibratedLoopedHMC
+from core.engine.kernels import LoopedHamiltonianMonteCarlo, UncalibratedLoopedHMC
 from core.engine.samplers.hmc import Hmc
 
 __all__ = ["HmcJittered", "JitteredHamiltonianMonteCarlo", "jittered_steps"]
@@ -88,25 +86,11 @@ class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
             return (next_state if mcmc_util.is_list_like(current_state) else next_state[0]), new_results
 
 
-class JitteredHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
+class JitteredHamiltonianMonteCarlo(LoopedHamiltonianMonteCarlo):
     """``tfp.mcmc.HamiltonianMonteCarlo`` with the jittered trajectory (module docstring);
     ``num_leapfrog_steps`` is the mean L."""
 
-    def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps: int, state_gradients_are_stopped=False,
-                 store_parameters_in_results=False, experimental_shard_axis_names=None, name=None):
-        if experimental_shard_axis_names is not None:
-            raise NotImplementedError("sharded chains are not supported by this kernel")
-        if not isinstance(num_leapfrog_steps, int) or num_leapfrog_steps < 1:
-            raise ValueError(f"num_leapfrog_steps must be a positive Python int, got {num_leapfrog_steps!r}")
-        super().__init__(target_log_prob_fn, step_size, num_leapfrog_steps,
-                         state_gradients_are_stopped=state_gradients_are_stopped,
-                         store_parameters_in_results=store_parameters_in_results, name=name)
-        self._impl = metropolis_hastings.MetropolisHastings(
-            inner_kernel=UncalibratedJitteredHMC(
-                target_log_prob_fn=target_log_prob_fn, step_size=step_size, num_leapfrog_steps=num_leapfrog_steps,
-                state_gradients_are_stopped=state_gradients_are_stopped,
-                store_parameters_in_results=store_parameters_in_results, name=name or "hmc_jittered_kernel"))
-        self._parameters = self._impl.inner_kernel.parameters.copy()
+    uncalibrated_kernel = UncalibratedJitteredHMC
 
 
 class HmcJittered(Hmc):
