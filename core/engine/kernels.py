@@ -74,11 +74,24 @@ def unrolled_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, sta
 
 
 class UncalibratedLoopedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
-    """TFP's UncalibratedHamiltonianMonteCarlo.one_step with ``looped_leapfrog``."""
+    """TFP's UncalibratedHamiltonianMonteCarlo.one_step with ``looped_leapfrog``; a subclass may
+    draw its momenta and integrate otherwise (``proposal``)."""
 
     def __init__(self, *args, steps_per_iteration: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self._steps_per_iteration = int(steps_per_iteration)
+
+    def proposal(self, seed, state_parts):
+        """(the momenta drawn from ``seed``, the integrator: (step sizes, momenta, state, target,
+        gradient) -> the same after the trajectory): ``num_leapfrog_steps`` looped steps."""
+        seeds = list(samplers.split_seed(seed, n=len(state_parts)))
+        momenta = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
+                   for part_seed, x in zip(seeds, state_parts)]
+
+        def integrate(step_sizes, *args):
+            return looped_leapfrog(self.target_log_prob_fn, step_sizes, int(self.num_leapfrog_steps), *args,
+                                   steps_per_iteration=self._steps_per_iteration)
+        return momenta, integrate
 
     def one_step(self, current_state, previous_kernel_results, seed=None):
         with tf.name_scope(mcmc_util.make_name(self.name, "hmc", "one_step")):
@@ -86,22 +99,16 @@ class UncalibratedLoopedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
                 step_size = previous_kernel_results.step_size
             else:
                 step_size = self.step_size
-            num_steps = int(self.num_leapfrog_steps)
             (current_state_parts, step_sizes, current_target_log_prob,
              current_grad_parts) = tfp_hmc._prepare_args(  # noqa: SLF001
                 self.target_log_prob_fn, current_state, step_size,
                 previous_kernel_results.target_log_prob, previous_kernel_results.grads_target_log_prob,
                 maybe_expand=True, state_gradients_are_stopped=self.state_gradients_are_stopped)
             seed = samplers.sanitize_seed(seed)
-            seeds = list(samplers.split_seed(seed, n=len(current_state_parts)))
-            current_momentum_parts = [
-                samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
-                for part_seed, x in zip(seeds, current_state_parts)]
+            current_momentum_parts, integrate = self.proposal(seed, current_state_parts)
             (next_momentum_parts, next_state_parts, next_target_log_prob,
-             next_grad_parts) = looped_leapfrog(
-                self.target_log_prob_fn, step_sizes, num_steps, current_momentum_parts,
-                current_state_parts, current_target_log_prob, current_grad_parts,
-                steps_per_iteration=self._steps_per_iteration)
+             next_grad_parts) = integrate(step_sizes, current_momentum_parts, current_state_parts,
+                                          current_target_log_prob, current_grad_parts)
             if self.state_gradients_are_stopped:
                 next_state_parts = [tf.stop_gradient(x) for x in next_state_parts]
             independent_chain_ndims = ps.rank(current_target_log_prob)

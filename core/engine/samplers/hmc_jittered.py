@@ -22,9 +22,7 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow_probability.python.internal import prefer_static as ps
 from tensorflow_probability.python.internal import samplers
-from tensorflow_probability.python.mcmc import hmc as tfp_hmc
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
-from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UncalibratedLoopedHMC
 from core.engine.samplers.hmc import Hmc
@@ -48,42 +46,29 @@ def _seeds(seed, n_parts: int):
 class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
     """The HMC proposal with n ~ U{1 .. 2L - 1} leapfrog steps (module docstring)."""
 
-    def one_step(self, current_state, previous_kernel_results, seed=None):
-        with tf.name_scope(mcmc_util.make_name(self.name, "hmc_jittered", "one_step")):
-            step_size = (previous_kernel_results.step_size if self._store_parameters_in_results
-                         else self.step_size)
-            mean_steps = int(self.num_leapfrog_steps)
-            (state_parts, step_sizes, target, grad_parts) = tfp_hmc._prepare_args(  # noqa: SLF001
-                self.target_log_prob_fn, current_state, step_size,
-                previous_kernel_results.target_log_prob, previous_kernel_results.grads_target_log_prob,
-                maybe_expand=True, state_gradients_are_stopped=self.state_gradients_are_stopped)
-            seed = samplers.sanitize_seed(seed)
-            momentum_seeds, jitter_seed = _seeds(seed, len(state_parts))
-            momentum_parts = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
-                              for part_seed, x in zip(momentum_seeds, state_parts)]
-            n = jittered_steps(jitter_seed, mean_steps)
-            momentum_now, state_now, target_now, grad_now = leapfrog_impl.process_args(
-                self.target_log_prob_fn, momentum_parts, state_parts, target, grad_parts)
-            half = [v + 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(momentum_now, step_sizes, grad_now)]
+    def proposal(self, seed, state_parts):
+        mean_steps = int(self.num_leapfrog_steps)
+        momentum_seeds, jitter_seed = _seeds(seed, len(state_parts))
+        momenta = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
+                   for part_seed, x in zip(momentum_seeds, state_parts)]
+        n = jittered_steps(jitter_seed, mean_steps)
+
+        def integrate(step_sizes, momentum, state, target, grads):
+            momentum, state, target, grads = leapfrog_impl.process_args(
+                self.target_log_prob_fn, momentum, state, target, grads)
+            half = [v + 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(momentum, step_sizes, grads)]
 
             def one(i, half, state, target, grads):
                 half, state, target, grads = leapfrog_impl._one_step(  # noqa: SLF001
                     self.target_log_prob_fn, step_sizes, lambda x: x, half, state, target, grads)
                 return i + 1, half, state, target, grads
 
-            _, half, next_state, next_target, next_grads = tf.while_loop(
-                lambda i, *_: i < n, one, (tf.constant(0), half, state_now, target_now, grad_now),
+            _, half, state, target, grads = tf.while_loop(
+                lambda i, *_: i < n, one, (tf.constant(0), half, state, target, grads),
                 maximum_iterations=2 * mean_steps - 1)
-            next_momentum = [v - 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(half, step_sizes, next_grads)]
-            if self.state_gradients_are_stopped:
-                next_state = [tf.stop_gradient(x) for x in next_state]
-            chain_ndims = ps.rank(target)
-            new_results = previous_kernel_results._replace(
-                log_acceptance_correction=tfp_hmc._compute_log_acceptance_correction(  # noqa: SLF001
-                    momentum_parts, next_momentum, chain_ndims),
-                target_log_prob=next_target, grads_target_log_prob=next_grads,
-                initial_momentum=momentum_parts, final_momentum=next_momentum, seed=seed)
-            return (next_state if mcmc_util.is_list_like(current_state) else next_state[0]), new_results
+            momentum = [v - 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(half, step_sizes, grads)]
+            return momentum, state, target, grads
+        return momenta, integrate
 
 
 class JitteredHamiltonianMonteCarlo(LoopedHamiltonianMonteCarlo):
