@@ -88,6 +88,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from core.engine.adaptation.dual_averaging import dual_averaging_update
 from core.engine.devices import memory_kind
 
 __all__ = ["B1", "DESIRED_ENERGY_VAR", "N_PROJECTIONS", "MclmcSampler", "MamsSampler",
@@ -608,11 +609,8 @@ class MamsSampler(_Microcanonical):
 
         def dual_average(fix_L):
             t = tune["da_t"]
-            reg = t + 10.0
-            eta = tf.pow(t, -0.75)
-            avg_error = (1.0 - 1.0 / reg) * tune["avg_error"] + (self.target_accept - p_accept) / reg
-            log_x = tune["mu"] - tf.sqrt(t) / 0.05 * avg_error
-            log_avg = eta * tune["log_step"] + (1.0 - eta) * tune["log_avg"]
+            log_x, avg_error, log_avg = dual_averaging_update(t, tune["avg_error"], tune["log_step"], tune["log_avg"],
+                                                              tune["mu"], p_accept, self.target_accept)
             new_step = tf.clip_by_value(tf.exp(log_x), 1e-5, L / MAMS_AVG_FLOOR)
             new_L = L if fix_L else L * new_step / step
             return {**tune, "log_step": tf.math.log(new_step), "log_avg": log_avg, "da_t": t + 1.0,

@@ -6,12 +6,14 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
 * ``mass_matrix``: the diagonal's scale from those sums (Stan's regularisation), with the parts a
   preconditioner already scales held at 1;
 * ``dual_averaging``: the state of the step-size adaptation that HMC and NUTS run in
-  (TensorFlow Probability's ``DualAveragingStepSizeAdaptation``), started from a step size;
+  (TensorFlow Probability's ``DualAveragingStepSizeAdaptation``), started from a step size, and
+  one step of the same rule for MAMS (``dual_averaging_update``);
 * ``core.engine.step_search``: the initial step size, searched at a state.
 """
 
-from core.engine.adaptation.dual_averaging import fresh_dual_averaging
+from core.engine.adaptation.dual_averaging import dual_averaging_update, fresh_dual_averaging
 from core.engine.adaptation.mass_matrix import diagonal_scale
 from core.engine.adaptation.welford import Welford, welford_fresh, welford_update
 
-__all__ = ["Welford", "welford_fresh", "welford_update", "diagonal_scale", "fresh_dual_averaging"]
+__all__ = ["Welford", "welford_fresh", "welford_update", "diagonal_scale", "fresh_dual_averaging",
+           "dual_averaging_update"]
