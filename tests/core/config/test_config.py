@@ -228,8 +228,8 @@ BAD = [
      "between 0 and 1", 'sampler.target_accept'),
     (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept", 'sampler.target_accept'),
     (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false", 'sampler.adapt_mass_matrix'),
-    (F + "[sampler]\nalgorithm = \"nutz\"\n", "sampler.algorithm: must be one of 'hmc', 'nuts', "
-     "'mclmc', 'mams', got \"nutz\" (a string) (did you mean 'nuts'?)", 'sampler.algorithm'),
+    (F + "[sampler]\nalgorithm = \"nutz\"\n", "sampler.algorithm: must be one of 'hmc', 'hmc_jittered', "
+     "'nuts', 'mclmc', 'mams', got \"nutz\" (a string) (did you mean 'nuts'?)", 'sampler.algorithm'),
     (F + "[model]\n", "Cannot declare", None),     # TOML syntax: table declared twice
     ("[model]\nkind = \"fields\"\n[data]\npath = \"d.npz\"\n",
      "model.kind: must be one of 'field', 'integral'", 'model.kind'),
