@@ -52,6 +52,8 @@ __all__ = ["ConfigState", "parse_number", "format_value", "FIELD_HYPERPARAMETERS
 
 #: P(k) hyperparameters of the field model that may be sampled, by prior kind.
 FIELD_HYPERPARAMETERS = {kind: tuple(SPECTRA[kind].parameters) for kind in SPECTRA}
+#: Band powers' settings, carried through as the file has them (``document``).
+BAND_KEYS = ("prior.n_bins", "prior.edges", "prior.band_power", "prior.random_walk_scale")
 #: The sub-keys of one hyperparameter.
 _PRIOR_PARAMETERS = tuple(dict.fromkeys(part for kind in SAMPLED_KINDS
                                         for part in PRIOR_KINDS[kind].parameters))
@@ -144,6 +146,9 @@ def _build_defaults() -> dict[str, Any]:
         "prior.kind": d["prior"]["kind"],
         "prior.k_pivot": d["prior"]["k_pivot"],
         "prior.table": "",
+        # band powers' settings (core.config.schema.PriorSection): carried as the file has them
+        # (no panel edits them yet), so that opening and saving such a config loses nothing
+        **{key: None for key in BAND_KEYS},
         "likelihood.kind": d["likelihood"]["kind"],
         "likelihood.smoothing_scale": d["likelihood"]["smoothing_scale"],
         "likelihood.field_mean": d["likelihood"]["field_mean"],
@@ -345,6 +350,9 @@ class ConfigState:
             prior: dict[str, Any] = {"kind": v["prior.kind"]}
             if v["prior.kind"] == "table":
                 prior["table"] = v["prior.table"]
+            elif v["prior.kind"] == "band_powers":
+                prior.update({key.split(".", 1)[1]: copy.deepcopy(v[key]) for key in BAND_KEYS
+                              if v[key] is not None})
             else:
                 prior["k_pivot"] = v["prior.k_pivot"]
                 for name in FIELD_HYPERPARAMETERS.get(v["prior.kind"], ()):
@@ -399,7 +407,7 @@ class ConfigState:
                     if value and "preconditioner" not in entries:
                         values["sampler.preconditioner"] = "diagonal"
                 elif key in DEFAULTS and not key.startswith("prior.") and key != "data.noise" \
-                        or key in ("prior.kind", "prior.k_pivot", "prior.table"):
+                        or key in ("prior.kind", "prior.k_pivot", "prior.table", *BAND_KEYS):
                     values[key] = value
                 else:
                     ignored.append(key)
