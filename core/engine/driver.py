@@ -181,7 +181,7 @@ class Driver:
         self.kernel = kernel_class(sampler.algorithm)(self)     # core.engine.samplers
         self.run_chunk = self._make_chunk_fn()
 
-    # -- the kernels ----------------------------------------------------------------
+    # -- the model ------------------------------------------------------------------
 
     def view(self, data):
         """The model, or a copy of it whose likelihood is against ``data`` (a leading chain axis)."""
