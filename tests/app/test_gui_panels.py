@@ -246,24 +246,3 @@ def test_an_integral_model_config_is_edited_too(make_window, tmp_path):
     assert window.save_config(out)
     saved = load_config(out)
     assert saved.prior.sigma.scale == 3.0 and saved.integral.refine == 8
-
-
-def test_a_band_powers_config_opens_and_saves_without_losing_its_bins(make_window, qtbot, tmp_path):
-    """No panel edits band powers' settings yet (#30): the window carries them through, so a
-    band-powers config opened, edited elsewhere and saved keeps its bins, their prior and the
-    random walk, and the window reports nothing as left out."""
-    config = tiny_case(tmp_path)
-    text = config.read_text()
-    start = text.index("[prior]")
-    end = text.index("[", start + 1)
-    config.write_text(text[:start] + '[prior]\nkind = "band_powers"\nedges = [0.02, 0.05, 0.1, 0.2, 0.4]\n'
-                      'band_power = {dist = "lognormal", loc = 7.0, scale = 1.5}\nrandom_walk_scale = 0.7\n\n'
-                      + text[end:])
-    before = load_config(config).prior
-    window = make_window(config, engine=None)
-    assert window.state.ignored == []
-    type_into(qtbot, edit_of(window, "sampler.num_warmup"), "12")
-    out = tmp_path / "saved.toml"
-    assert window.save_config(out)
-    saved = load_config(out)
-    assert saved.prior == before and saved.sampler.num_warmup == 12

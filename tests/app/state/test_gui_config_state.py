@@ -216,3 +216,22 @@ def test_the_older_adapt_mass_matrix_is_read_as_the_preconditioner(tmp_path, sam
 def load_config_text_preconditioner(text, base_dir):
     from core.config import parse_config
     return parse_config(text, base_dir=base_dir).sampler.preconditioner
+
+
+def test_a_band_powers_config_round_trips_without_losing_its_bins(demo, tmp_path):
+    """No panel edits band powers' settings yet (#30): the state carries them through, so a
+    band-powers config opened, edited and saved keeps its bins, their prior and the random walk,
+    and nothing is reported as left out."""
+    text = demo["field_config"].read_text()
+    start = text.index("[prior]")
+    end = text.index("[", start + 1)
+    path = demo["field_config"].parent / "bands.toml"
+    path.write_text(text[:start] + '[prior]\nkind = "band_powers"\nedges = [0.02, 0.05, 0.1, 0.2, 0.4]\n'
+                    'band_power = {dist = "lognormal", loc = 7.0, scale = 1.5}\nrandom_walk_scale = 0.7\n\n'
+                    + text[end:])
+    before = load_config(path)
+    state = ConfigState.from_file(path)
+    assert state.ignored == [] and state.validate() == {}
+    state.set("sampler.num_warmup", 12)
+    saved = load_config(state.save(tmp_path / "saved.toml"))
+    assert saved.prior == before.prior and saved.sampler.num_warmup == 12
