@@ -50,23 +50,26 @@ class SamplerInfo:
 
 
 _LOOPED_SHARED = 19        # looped HMC and NUTS: grid-sized buffers once per run
+#: looped HMC's memory (335 MiB: refitted 2026-12 on 64^3 x 2 and 96^3 x 1, docs/benchmarks.md);
+#: the jittered HMC's too (its loop is one leapfrog step an iteration: not measured apart)
+_LOOPED_HMC_MEMORY = dict(buffers_per_chain=0, shared_buffers=_LOOPED_SHARED, program_bytes=335 * _MiB,
+                          device_programs={False: ((13.0, 10.6, True),)})
+#: MCLMC's and MAMS's buffers and program (fitted 2026-12-03 on 64^3 and 128^3, 1 and 2 chains,
+#: within 4 %)
+_MICROCANONICAL_MEMORY = dict(buffers_per_chain=6, shared_buffers=35, program_bytes=165 * _MiB)
 
 SAMPLERS: dict[str, SamplerInfo] = {s.name: s for s in (
     SamplerInfo(
         "hmc", "HMC (fixed leapfrog steps)", "core.engine.samplers.hmc:Hmc",
         microcanonical=False, leapfrog_steps=True, target_accept=True, fixed_gradients=None,
         gradients_text="≥",
-        buffers_per_chain=0, shared_buffers=_LOOPED_SHARED, program_bytes=335 * _MiB,
-        # 335 MiB: refitted 2026-12 on 64^3 x 2 and 96^3 x 1 (docs/benchmarks.md)
-        device_programs={False: ((13.0, 10.6, True),)}, may_unroll=True),
+        **_LOOPED_HMC_MEMORY, may_unroll=True),
     SamplerInfo(
         "hmc_jittered", "HMC, jittered trajectory (n in 1 .. 2L-1 leapfrog steps)",
         "core.engine.samplers.hmc_jittered:HmcJittered",
         microcanonical=False, leapfrog_steps=True, target_accept=True, fixed_gradients=None,
         gradients_text="≈ (jittered HMC: L gradients a step on average)",
-        # looped HMC's figures (one leapfrog step an iteration as its loop): not measured apart
-        buffers_per_chain=0, shared_buffers=_LOOPED_SHARED, program_bytes=335 * _MiB,
-        device_programs={False: ((13.0, 10.6, True),)}),
+        **_LOOPED_HMC_MEMORY),
     SamplerInfo(
         "nuts", "NUTS (no-U-turn)", "core.engine.samplers.nuts:Nuts",
         microcanonical=False, leapfrog_steps=False, target_accept=True, fixed_gradients=1,
@@ -79,15 +82,14 @@ SAMPLERS: dict[str, SamplerInfo] = {s.name: s for s in (
         "mclmc", "MCLMC (microcanonical Langevin, unadjusted)", "core.engine.samplers.mclmc:Mclmc",
         microcanonical=True, leapfrog_steps=False, target_accept=False, fixed_gradients=2,
         gradients_text="≥ (MCLMC: two gradients a step)",
-        # fitted 2026-12-03 on 64^3 and 128^3 with 1 and 2 chains, within 4 %
-        buffers_per_chain=6, shared_buffers=35, program_bytes=165 * _MiB,
+        **_MICROCANONICAL_MEMORY,
         device_programs={False: ((17.8, 16.8, True), (13.7, 5.0, False)),
                          True: ((13.8, 8.8, True), (21.7, 5.0, False))}),
     SamplerInfo(
         "mams", "MAMS (microcanonical, Metropolis-adjusted)", "core.engine.samplers.mams:Mams",
         microcanonical=True, leapfrog_steps=False, target_accept=True, fixed_gradients=2,
         gradients_text="≥ (MAMS: at least two gradients a step)",
-        buffers_per_chain=6, shared_buffers=35, program_bytes=165 * _MiB,
+        **_MICROCANONICAL_MEMORY,
         device_programs={False: ((25.5, 4.1, True), (25.5, 5.0, False)),
                          True: ((17.5, 4.1, True), (25.5, 5.0, False))}),
 )}
