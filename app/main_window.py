@@ -42,6 +42,7 @@ from app import menus, settings
 from app.config_files import ConfigFiles
 from app.dialogs import about, questions
 from app.engine_client import EngineClient
+from app.gui_gc import collect_in_gui_thread
 from app.panels import SetupPanel, make_panels
 from app.run_controller import ACTIVE, RunController
 from app.state.actions import ACTIONS, WindowStatus
@@ -69,6 +70,7 @@ class MainWindow(ConfigFiles, QMainWindow):
     def __init__(self, state: ConfigState | None = None, *, engine="spawn", remember_layout: bool = True,
                  parent=None):
         super().__init__(parent)
+        collect_in_gui_thread()           # cycles of Qt objects freed in this thread only
         #: restore the remembered layout on opening and save it on closing (off for screenshots,
         #: which must look the same on every machine and must not change the user's layout)
         self.remember_layout = remember_layout
