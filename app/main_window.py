@@ -52,6 +52,7 @@ from app.status_bar import RunStatusBar
 from app.views.jobs import LatestJob
 from core.config import ConfigError
 from core.store.run_store import RunReader, RunStoreError
+from core.store.run_summary import settings_text as run_summary_settings
 
 __all__ = ["MainWindow", "VIEW_REFRESH_HZ"]
 
@@ -104,6 +105,8 @@ class MainWindow(ConfigFiles, QMainWindow):
         self._connect_runs()
 
         self.state.connect_any(self._on_state_changed)
+        if self.views is not None:
+            self.views.view("Diagnostics").apply_requested.connect(self.apply_settings)
         self.panel["data"].data_loaded.connect(self._on_data_loaded)
         self._on_data_loaded(self.panel["data"].data_preview)
         self.validate()
@@ -417,6 +420,23 @@ class MainWindow(ConfigFiles, QMainWindow):
         """Resume the current run directory with its stored config (as ``fieldscope
         resume`` does)."""
         return self.runs.continue_run()
+
+    def apply_settings(self, changes: dict) -> None:
+        """Set config keys to values (the Diagnostics view's advice): the panels show them, the
+        config is marked changed, and the next Start runs with them. A key the config does not
+        have (another model kind) is skipped and said."""
+        done, skipped = [], []
+        for key, value in changes.items():
+            try:
+                self.state[key] = value
+                done.append(key)
+            except (KeyError, ValueError, TypeError):
+                skipped.append(key)
+        text = run_summary_settings({key: changes[key] for key in done}) if done else ""
+        if skipped:
+            text += ("; " if text else "") + f"not in this config: {', '.join(skipped)}"
+        self.message_label.setText(text + (" (Start runs with it)" if done else ""))
+        self.message_label.setStyleSheet("")
 
     def open_run_dir(self, path) -> bool:
         """Show a stored run (its config in the panels, its draws in the views)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label
 from app.state.config_state import SAMPLER_KEYS, ConfigState
+from core.config import PER_MODE_PRECONDITIONERS
 from core.run import resources
 from core.samplers import SAMPLERS
 
@@ -50,10 +51,13 @@ class SamplerPanel(SetupPanel):
                 "from the energy error instead")
         self._choice("sampler.preconditioner", "Mass matrix", [
             ("identity", "identity"), ("diagonal (adapted in warmup)", "diagonal"),
-            ("fourier (from the model)", "fourier")],
+            ("fourier (from the model)", "fourier"),
+            ("conditional (fourier, centred given P(k))", "conditional")],
             tip="sampler.preconditioner: diagonal estimates each coordinate's variance in "
                 "warmup; fourier takes each Fourier mode's posterior scale from the prior, "
-                "noise, mask and beam (field model, whitened or raw modes)")
+                "noise, mask and beam (field model, whitened or raw modes); conditional also "
+                "centres each mode on its posterior mean given the current P(k), so that "
+                "sampled hyperparameters are not pinned by well-measured modes")
         self.dense_modes = self._number(
             "sampler.dense_modes", "Dense low-k modes",
             tip="sampler.dense_modes (fourier): with a mask or a noise map, this many of the "
@@ -97,7 +101,7 @@ class SamplerPanel(SetupPanel):
         # settings that do not apply to the algorithm are hidden (their values are kept)
         for edit, shown in ((self.leapfrog, info is None or info.leapfrog_steps),
                             (self.target_accept, info is None or info.target_accept),
-                            (self.dense_modes, s["sampler.preconditioner"] == "fourier")):
+                            (self.dense_modes, s["sampler.preconditioner"] in PER_MODE_PRECONDITIONERS)):
             self.form.setRowVisible(edit, shown)
             edit.setHidden(not shown)
         field = s["model.kind"] == "field"

@@ -16,6 +16,11 @@ R-hat > 1.01 and divergences > 0 red, an ESS below 100 orange. The scope's healt
 Below the table, bulk and tail ESS and R-hat of the stored P(k) draws per k-shell
 (``core.store.diagnostics.shell_diagnostics``), against the shell centre k.
 
+Above it, when something is red, what to try (``core.store.advice``: the summary's ``advice``,
+the lines ``fieldscope summary`` prints): one line each, with a button that sets the change in
+the window's config (``apply_requested(changes)``; the window sets the keys, and the next Start
+runs with them).
+
 Threading. Reading the store and computing the diagnostics run in a worker thread
 (``app.views.jobs.LatestJob``): at most one computation is in flight, and
 ``refresh`` asks for a new one only when the run's progress (draws, chunks) or status
@@ -93,12 +98,13 @@ class DiagnosticsView(RunView):
     csv_contents = "Diagnostics table"
 
     computed = QtCore.Signal()
+    #: config key -> value: the advice's change the user asked to apply (the window sets it)
+    apply_requested = QtCore.Signal(dict)
 
     def __init__(self, run_state: RunState, parent=None):
         super().__init__(run_state, parent)
         self.summary: run_summary.RunSummary | None = None
-        self.message = QtWidgets.QLabel("")
-        self.message.setWordWrap(True)
+        self._make_messages()
         self.table = QtWidgets.QTableWidget(0, len(TEXT_COLUMNS))
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
@@ -150,6 +156,7 @@ class DiagnosticsView(RunView):
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.message)
+        layout.addWidget(self.advice_box)
         layout.addWidget(splitter, 1)
         self.job = LatestJob(self)
         self.job.finished.connect(self._on_computed)
@@ -211,6 +218,7 @@ class DiagnosticsView(RunView):
     def _show(self, summary) -> None:
         self.summary = summary
         self._fill_table(summary.table() if summary is not None else [])
+        self._show_advice(summary.advice or [] if summary is not None else [])
         shells = summary.shells if summary is not None else None
         if shells is not None and summary.shell_k is not None:
             k = np.asarray(summary.shell_k, float)
@@ -220,6 +228,41 @@ class DiagnosticsView(RunView):
             for curve in self.shell_curves.values():
                 curve.setData([], [])
         self._show_hint()
+
+    def _make_messages(self) -> None:
+        """The line above the table (errors, hints) and the advice's rows."""
+        self.message = QtWidgets.QLabel("")
+        self.message.setWordWrap(True)
+        self.advice_box = QtWidgets.QWidget()
+        self.advice_box.setVisible(False)
+        self._advice_layout = QtWidgets.QVBoxLayout(self.advice_box)
+        self._advice_layout.setContentsMargins(4, 2, 4, 2)
+        #: (label, button) per advice on show
+        self.advice_rows: list[tuple[QtWidgets.QLabel, QtWidgets.QPushButton]] = []
+
+    def _show_advice(self, advice) -> None:
+        for label, button in self.advice_rows:
+            label.deleteLater()
+            button.deleteLater()
+        self.advice_rows = []
+        while self._advice_layout.count():
+            item = self._advice_layout.takeAt(0)
+            if item.layout() is not None:
+                item.layout().deleteLater()
+        for item in advice:
+            row = QtWidgets.QHBoxLayout()
+            label = QtWidgets.QLabel("Try: " + item.text)
+            label.setWordWrap(True)
+            label.setStyleSheet(f"color: {ATTENTION_COLOURS['ess_bulk']};")
+            button = QtWidgets.QPushButton(item.action[:1].upper() + item.action[1:] if item.action else "Apply")
+            button.setToolTip(run_summary.settings_text(item.changes) + " in the config; Start runs with it")
+            button.setEnabled(bool(item.changes))
+            button.clicked.connect(lambda _=False, changes=dict(item.changes): self.apply_requested.emit(changes))
+            row.addWidget(label, 1)
+            row.addWidget(button, 0)
+            self._advice_layout.addLayout(row)
+            self.advice_rows.append((label, button))
+        self.advice_box.setVisible(bool(advice))
 
     def _fill_table(self, rows) -> None:
         table = self.table

@@ -23,7 +23,7 @@ Layout (field model; every key but ``data.path`` has a default, see ``default_co
     [field]       parameterisation = "whitened" | "white_noise" | "raw_modes",
                   dtype = "float32" | "float64"
     [sampler]     algorithm, num_warmup, num_samples, num_leapfrog_steps, step_size,
-                  target_accept, preconditioner = "identity" | "diagonal" | "fourier"
+                  target_accept, preconditioner = "identity" | "diagonal" | "fourier" | "conditional"
                   (``adapt_mass_matrix = true`` is read as "diagonal"), dense_modes
                   (the fourier preconditioner's dense low-k block), chains, seed,
                   thin, chunk_size
@@ -65,6 +65,7 @@ from core.config.schema import (
     MODEL_KINDS,
     NEW_CONFIG_SAMPLERS,
     PARAMETERISATIONS,
+    PER_MODE_PRECONDITIONERS,
     PRECONDITIONERS,
     ConfigError,
     DataSection,
@@ -106,6 +107,7 @@ __all__ = [
     "ALGORITHMS",
     "PRECONDITIONERS",
     "FOURIER_PARAMETERISATIONS",
+    "PER_MODE_PRECONDITIONERS",
     "FIELD_DATA_EXTENSIONS",
     "INTEGRAL_DATA_EXTENSIONS",
     "INTEGRAL_PARAMETERS",

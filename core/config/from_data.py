@@ -43,7 +43,7 @@ prior         With a box size: k_pivot a round number near sqrt(k_f k_Ny) (insid
               data's variance less the noise's, with a note that says why. Without a box
               size: ``core.config``'s defaults, and a note.
 likelihood, field, sampler   ``core.config.new_config``'s values (the sampler: MCLMC with
-              the fourier preconditioner, ``NEW_CONFIG_SAMPLERS["field"]``).
+              the conditional preconditioner, ``NEW_CONFIG_SAMPLERS["field"]``).
 
 numpy only at import (scipy's optimiser is imported with ``core.field.prior_fit`` when a prior
 is fitted). Problems with the file raise ``core.io.LoadError`` naming the file and the array.

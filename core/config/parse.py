@@ -37,6 +37,7 @@ from core.config.schema import (
     MODEL_KINDS,
     NEW_CONFIG_SAMPLERS,
     PARAMETERISATIONS,
+    PER_MODE_PRECONDITIONERS,
     PRECONDITIONERS,
     ConfigError,
     DataSection,
@@ -221,7 +222,7 @@ def _parse_sampler(raw) -> SamplerSection:
 def _preconditioner(t) -> str:
     """``sampler.preconditioner``, or its older spelling ``adapt_mass_matrix`` (true is
     "diagonal", false is "identity"); both given must agree on whether the mass matrix is
-    adapted (false goes with "identity" and with "fourier")."""
+    adapted (false goes with "identity" and with the per-mode ones)."""
     value = _choice("sampler.preconditioner", t.get("preconditioner", "identity"), PRECONDITIONERS)
     if "adapt_mass_matrix" not in t:
         return value
@@ -237,16 +238,17 @@ def _preconditioner(t) -> str:
 
 
 def _check_preconditioner(sampler: SamplerSection, model_kind: str, field: FieldSection | None):
-    """The "fourier" preconditioner scales the field latent per wavevector: it needs the field
-    model and a latent indexed by wavevector."""
-    if sampler.preconditioner != "fourier":
+    """The per-mode preconditioners ("fourier", "conditional") scale the field latent per
+    wavevector: they need the field model and a latent indexed by wavevector."""
+    name = sampler.preconditioner
+    if name not in PER_MODE_PRECONDITIONERS:
         return
     if model_kind != "field":
-        raise ConfigError("sampler.preconditioner", "'fourier' applies only to model.kind = 'field' "
+        raise ConfigError("sampler.preconditioner", f"{name!r} applies only to model.kind = 'field' "
                           "(it scales the field's Fourier modes; this config has model.kind = "
                           f"{model_kind!r}): use 'identity' or 'diagonal'")
     if field.parameterisation not in FOURIER_PARAMETERISATIONS:
-        raise ConfigError("sampler.preconditioner", "'fourier' needs field.parameterisation = "
+        raise ConfigError("sampler.preconditioner", f"{name!r} needs field.parameterisation = "
                           f"{' or '.join(repr(p) for p in FOURIER_PARAMETERISATIONS)}, not "
                           f"{field.parameterisation!r}: that latent is white noise in real space, "
                           "where a per-mode scale is not a per-element one")

@@ -19,7 +19,7 @@ __all__ = [
     "ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection",
     "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
     "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "PRECONDITIONERS",
-    "FOURIER_PARAMETERISATIONS", "FIELD_DATA_EXTENSIONS",
+    "FOURIER_PARAMETERISATIONS", "PER_MODE_PRECONDITIONERS", "FIELD_DATA_EXTENSIONS",
     "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLERS"
 ]
 
@@ -33,14 +33,18 @@ ALGORITHMS = _REGISTERED_ALGORITHMS
 #: ``sampler.preconditioner``: "identity" (none), "diagonal" (a diagonal mass matrix adapted
 #: from warmup draws, ``core.engine.engine``; the older key ``adapt_mass_matrix = true``),
 #: "fourier" (the field model's own per-mode posterior scale, ``core.field.preconditioner``;
-#: field model, parameterisation whitened or raw_modes).
-PRECONDITIONERS = ("identity", "diagonal", "fourier")
-#: ``sampler.dense_modes``: with the "fourier" preconditioner and data that couple the modes (a
+#: field model, parameterisation whitened or raw_modes), "conditional" (the same scale, and each
+#: mode centred on its posterior mean given the current hyperparameters: with sampled P(k)
+#: hyperparameters the field no longer pins them, ``core.engine.field_density``).
+PRECONDITIONERS = ("identity", "diagonal", "fourier", "conditional")
+#: the preconditioners the field model applies per Fourier mode (a change of variables in the model)
+PER_MODE_PRECONDITIONERS = ("fourier", "conditional")
+#: ``sampler.dense_modes``: with a per-mode preconditioner and data that couple the modes (a
 #: mask, a noise map), this many low-k modes get the exact block of the posterior precision among
 #: themselves (``core.field.preconditioner.dense_block``); 0 = the per-mode scale alone.
 DEFAULT_DENSE_MODES = 1024
 #: The parameterisations whose latent is indexed by wavevector, so that a per-mode scale is a
-#: per-element one: the "fourier" preconditioner applies to these.
+#: per-element one: the per-mode preconditioners apply to these.
 FOURIER_PARAMETERISATIONS = ("whitened", "raw_modes")
 #: the data files each model reads: core.io's formats (its loaders' registry, its series files)
 FIELD_DATA_EXTENSIONS = tuple(LOADERS)
@@ -206,23 +210,24 @@ class SamplerSection:
 
 
 #: The sampler settings every newly created config writes over ``SamplerSection``'s defaults, by
-#: model kind (docs/benchmarks.md, issue #12).
+#: model kind (docs/benchmarks.md, issues #12 and #30).
 #:
-#: field: MCLMC with the fourier preconditioner (its dense low-k block with a mask or noise map;
-#: sampled hyperparameters get the adapted diagonal), 1000 warmup steps and 2000 draws (6000
-#: gradient evaluations a chain, against the old default's 7000), keeping every 20th field draw.
-#: On the 32^3 benchmark posterior, n_eff per 1000 gradients with these settings: 327 (no mask)
-#: and 241 (25 % slab), against 10.2 / 8.0 for the first default (HMC, identity) and 27.1 / 12.7
-#: for the one before this (HMC, diagonal). On the field demo with the index sampled (three
-#: seeds) its index R-hat was 1.001-1.003 and the index ESS 348-720 for 12000 post-warmup
-#: gradients, where HMC + diagonal with its 200 warmup steps had R-hat 1.073 and ESS 27 on
-#: one of two seeds. MCLMC is unadjusted: the field's posterior std comes out 0.99 of the exact
-#: one, and the index's sd 0.0284-0.0293 against 0.0301 +- 0.0006 from a long HMC run (3-6 %
-#: low); MAMS or HMC are exact where that matters.
+#: field: MCLMC with the conditional preconditioner (the fourier per-mode scale, each mode centred
+#: on its posterior mean given P(k); the dense low-k block with a mask or noise map; sampled
+#: hyperparameters start at the scale of their curvature and get the adapted diagonal), 1000
+#: warmup steps and 2000 draws (6000 gradient evaluations a chain), keeping every 20th field draw.
+#: With P(k) fixed, "conditional" is "fourier" shifted by a constant: on the 32^3 benchmark
+#: posterior MCLMC + fourier gave n_eff per 1000 gradients 327 (no mask) and 241 (25 % slab),
+#: against 10.2 / 8.0 for the first default (HMC, identity) and 27.1 / 12.7 for HMC + diagonal.
+#: With P(k) sampled (``bench/hyper_efficiency.py``) "fourier" let the well-measured modes pin
+#: the spectrum: index R-hat 1.88 and bulk ESS 4 on issue #30's 48^3 case (conditional: 1.003,
+#: 1262), R-hat 1.40 with index and amplitude sampled through a 25 % slab (1.03), an index sd 0.31
+#: of the exact one at noise 0.1 (0.975). MCLMC is unadjusted: the field's posterior std comes
+#: out 0.99 of the exact one; MAMS or HMC are exact where that matters.
 #: integral: HMC with the adapted diagonal mass: on the integral demo's 3-parameter posterior it
 #: measured best (0.024 ESS per gradient, MCLMC 0.017, NUTS 0.012).
 NEW_CONFIG_SAMPLERS = {
-    "field": {"algorithm": "mclmc", "preconditioner": "fourier", "num_warmup": 1000,
+    "field": {"algorithm": "mclmc", "preconditioner": "conditional", "num_warmup": 1000,
               "num_samples": 2000, "thin": 20},
     "integral": {"algorithm": "hmc", "preconditioner": "diagonal"},
 }

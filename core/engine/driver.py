@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from core.config import PER_MODE_PRECONDITIONERS
 from core.engine.adaptation import Welford, diagonal_scale, welford_fresh, welford_update
 from core.engine.models import nonfinite_report
 from core.engine.samplers import kernel_class
@@ -99,15 +100,20 @@ class Schedule:
         return out
 
 
+#: the step in eta of the central differences that give the hyperparameters' starting scale
+CURVATURE_STEP = 1e-3
+
+
 def hyper_diagonal(config) -> bool:
-    """"fourier" scales the field; sampled hyperparameters get the adapted diagonal beside it."""
-    return config.sampler.preconditioner == "fourier" and samples_hyperparameters(config)
+    """A per-mode preconditioner scales the field; sampled hyperparameters get the adapted
+    diagonal beside it."""
+    return config.sampler.preconditioner in PER_MODE_PRECONDITIONERS and samples_hyperparameters(config)
 
 
 def schedule_for(config, sampler=None) -> Schedule:
     """The schedule of a run of ``config`` with ``sampler`` (default: the config's): the diagonal's
     window (HMC / NUTS: [15 %, 75 %) of warmup; MCLMC / MAMS: their variance stage) when the
-    diagonal is adapted (``preconditioner = "diagonal"``, or "fourier" with sampled
+    diagonal is adapted (``preconditioner = "diagonal"``, or a per-mode one with sampled
     hyperparameters, and at least 20 warmup steps), and the microcanonical tuning's stops."""
     s = sampler or config.sampler
     diagonal = (s.preconditioner == "diagonal" or hyper_diagonal(config)) and s.num_warmup >= 20
@@ -280,10 +286,36 @@ class Driver:
         if not np.all(np.isfinite(tlp.numpy())):
             raise DriverError(nonfinite_report(self.view(data), parts))   # names the term, its value
         scale = [tf.ones_like(p) for p in parts]
+        if self.hyper_diagonal:
+            scale[1] = self._curvature_scale(parts, grads, data)
+            parts = [p / si for p, si in zip(parts, scale)]
+            grads = [g * si for g, si in zip(grads, scale)]
         da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
                     mass_acc=tuple(welford_fresh(parts, self.groups, self.dtype)), step=0, watch_step=watch_step,
                     seed=seed)
+
+    def _curvature_scale(self, parts, grads, data, step: float = CURVATURE_STEP) -> tf.Tensor:
+        """The sampled hyperparameters' starting scale beside a per-mode preconditioner: per
+        chain and coordinate, s = (-d^2 log p / d eta_i^2)^-1/2 at the starting state, the
+        second derivative from central differences of the gradient (+-``step`` in eta); s = 1
+        where that is not a positive finite number. Without it the kernel would start with
+        s = 1 while a well-measured spectrum pins eta to a few thousandths: an unadjusted
+        sampler (MCLMC) then moves eta by far more than its posterior width in every step, and
+        its energy error, spread over the field's many coordinates, does not stop it (the
+        window's variances then come from that wandering)."""
+        field, eta = parts
+        d = int(eta.shape[-1])
+        columns = []
+        for i in range(d):
+            shift = step * tf.one_hot(i, d, dtype=eta.dtype)
+            _, up = self._lp_and_grad([field, eta + shift], data)
+            _, down = self._lp_and_grad([field, eta - shift], data)
+            columns.append(-(up[1][:, i] - down[1][:, i]) / (2.0 * step))
+        curvature = tf.stack(columns, axis=-1)
+        ok = tf.logical_and(tf.math.is_finite(curvature), curvature > 0.0)
+        return tf.where(ok, tf.math.rsqrt(tf.where(ok, curvature, tf.ones_like(curvature))),
+                        tf.ones_like(curvature))
 
     @staticmethod
     def advance(st: dict, out: dict, first: int, n: int) -> dict:

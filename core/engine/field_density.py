@@ -59,7 +59,25 @@ density of the state is
     log p(v, eta) = log p_u(w(eta) v, eta) + sum_k log w_k(eta)
 
 (the Jacobian term matters only when hyperparameters are sampled: w follows the spectrum as
-it moves). With ``dense_modes`` > 0 and a likelihood that couples modes (a mask, a noise map),
+it moves).
+
+Preconditioner "conditional": the same scale, and each mode centred on its posterior mean
+given the current hyperparameters,
+
+    u = m(eta) + w(eta) * v,   m = w^2 * b(eta),   b = grad_u log L at u = 0
+
+(the data's linear term in the latent: b = sqrt(S_k(eta)) * g for whitened, with g the
+gradient of the log-likelihood at the prior's mean field taken through the unit-spectrum map,
+computed once; b = g for raw_modes). The Jacobian is the fourier one (m does not depend on v).
+With uniform noise, no mask and a Gaussian likelihood this is the exact conditional posterior
+of every mode: v given eta is N(0, I) whatever eta is, the density factorises as
+p(eta | d) N(v; 0, I), and the hyperparameters move as if the field were marginalised out. In
+the whitened fourier state, by contrast, a mode measured with signal-to-noise r sits at
+u ~ sqrt(S) d / (S + N) and a change of the amplitude must move it with the data held fixed:
+the high-S/N modes pin the hyperparameters (``bench/hyper_coupling.py`` measures it). With a
+mask or a noise map, m is the diagonal (Jacobi) estimate of the conditional mean (the dense
+block too), still an exact change of variables; for Poisson counts it is one such step from
+the prior's mean field. With ``dense_modes`` > 0 and a likelihood that couples modes (a mask, a noise map),
 the ``dense_modes`` modes with the largest S_k q_k instead get the exact block of the posterior
 precision among themselves (``core.field.preconditioner.dense_block``): u_L = T v_L with T a
 constant m x m matrix (T^T P_LL T = I at the reference spectrum), the per-mode w everywhere
@@ -80,7 +98,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.config import FOURIER_PARAMETERISATIONS, PARAMETERISATIONS
+from core.config import FOURIER_PARAMETERISATIONS, PARAMETERISATIONS, PER_MODE_PRECONDITIONERS
 from core.engine import fft
 from core.engine.prior_density import tf_prior
 from core.field.grid import Grid
@@ -97,7 +115,7 @@ tfd = tfp.distributions
 
 _POSITIVE = {"amplitude", "cutoff_scale"}
 #: The preconditioners the model applies itself ("diagonal" is the engine's adapted mass matrix).
-MODEL_PRECONDITIONERS = ("identity", "fourier")
+MODEL_PRECONDITIONERS = ("identity", *PER_MODE_PRECONDITIONERS)
 
 
 def mirror(u: tf.Tensor) -> tf.Tensor:
@@ -150,7 +168,7 @@ class FieldPosterior:
     (chains, n0, n1, n2) and eta of shape (chains, n_hyper). ``log_prob`` works in
     ``tf.function(jit_compile=True)`` and with TFP kernels; gradients are exact
     (core.engine.fft). ``dtype`` is tf.float32 or tf.float64. With ``preconditioner =
-    "fourier"`` the latent part of the state is v (module docstring); ``precision_method``
+    "fourier"`` or ``"conditional"`` the latent part of the state is v (module docstring); ``precision_method``
     chooses how the mask and noise map enter it (``core.field.preconditioner``), ``dense_modes``
     how many low-k modes get the dense block (0: none; module docstring).
     """
@@ -166,8 +184,8 @@ class FieldPosterior:
         if preconditioner not in MODEL_PRECONDITIONERS:
             raise ValueError(f"preconditioner {preconditioner!r} is not one the model applies "
                              f"(known: {', '.join(MODEL_PRECONDITIONERS)})")
-        if preconditioner == "fourier" and parameterisation not in FOURIER_PARAMETERISATIONS:
-            raise ValueError(f"the fourier preconditioner needs parameterisation "
+        if preconditioner in PER_MODE_PRECONDITIONERS and parameterisation not in FOURIER_PARAMETERISATIONS:
+            raise ValueError(f"the {preconditioner} preconditioner needs parameterisation "
                              f"{' or '.join(FOURIER_PARAMETERISATIONS)}, not {parameterisation!r} "
                              "(its latent is in real space: a per-mode scale is not per element)")
         if precision_method not in MODE_PRECISION_METHODS:
@@ -182,6 +200,8 @@ class FieldPosterior:
         self.observations = observations
         self.parameterisation = parameterisation
         self.preconditioner = preconditioner
+        self.per_mode = preconditioner in PER_MODE_PRECONDITIONERS
+        self.centred = preconditioner == "conditional"
         self.precision_method = precision_method
         self.dense_modes = int(dense_modes)
         self.dtype = dtype
@@ -229,7 +249,7 @@ class FieldPosterior:
             self._bin_half = tf.constant(np.maximum(spec.bin_index(k_half), 0).astype(np.int32))
         fixed_s = self._mode_variance_numpy(k_half)
         self._fixed_sqrt_s = tf.constant(np.sqrt(fixed_s), rd) if not self.sampled else None
-        if self.parameterisation == "raw_modes" or self.preconditioner == "fourier":
+        if self.parameterisation == "raw_modes" or self.per_mode:
             k_full = g.k_magnitude_full()
             self._k_full_nonzero = tf.constant((k_full > 0).astype(np.float64), rd)
             self._dc_full = tf.constant((k_full == 0).astype(np.float64), rd)
@@ -241,7 +261,7 @@ class FieldPosterior:
             self._fixed_s_full = tf.constant(
                 np.where(k_full > 0, self._mode_variance_numpy(k_full), 1.0), rd) if not self.sampled else None
         self.block = None
-        if self.preconditioner == "fourier":
+        if self.per_mode:
             self._mode_precision = tf.constant(likelihood_mode_precision(g, obs, self.precision_method), rd)
             self.block = dense_block(g, spec, obs, self.dense_modes, parameterisation=self.parameterisation)
             outside = np.ones(g.n_cells)
@@ -281,6 +301,7 @@ class FieldPosterior:
             self._log_nbar = math.log(obs.mean_count)
             self._nbar = obs.mean_count
             self._lik_const = float(-np.sum(gammaln(counts + 1.0)))
+        self._data_gradient = self._linear_term() if self.centred else None
 
     def _mode_variance_numpy(self, k):
         """S_k = P(k) N^2 / V with the fixed hyperparameter values (0 at k = 0)."""
@@ -371,22 +392,57 @@ class FieldPosterior:
         return (0.5 * log_s - 0.5 * tf.math.log1p(s_q)) * self._k_full_nonzero
 
     def scale(self, eta=None) -> tf.Tensor:
-        """w: the latent is w * state (ones without the fourier preconditioner)."""
-        if self.preconditioner != "fourier":
+        """w: the latent is w * state (ones without a per-mode preconditioner)."""
+        if not self.per_mode:
             return tf.ones(self.grid.shape, self.dtype)
         return self._fixed_scale if not self.sampled else tf.exp(self._log_scale(eta))
 
+    def _linear_term(self) -> tf.Tensor:
+        """g: the gradient of the log-likelihood at the prior's mean field through the map of
+        the latent with a unit spectrum (whitened; raw_modes: the map itself), grid-shaped, 0
+        at k = 0. The map is linear, so it is the same at every latent."""
+        zero = tf.zeros((1, *self.grid.shape), self.dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(zero)
+            if self.parameterisation == "whitened":
+                x_spec = hermitian_from_real(zero, self.m, self._dc_mask_half)
+            else:
+                x_spec = hermitian_from_real(zero * self._k_full_nonzero, self.m)
+            if self._beam is not None:
+                x_spec = x_spec * tf.cast(self._beam, self.cdtype)
+            field = fft.irfft3d(x_spec, fft_length=self.grid.shape)
+            log_l = self.log_likelihood_of_signal(field + self._field_mean)
+        return tf.constant(tape.gradient(log_l, zero)[0].numpy())
+
+    def centre(self, eta=None, scale=None) -> tf.Tensor:
+        """m: the latent is m + w * state ("conditional"; zeros otherwise): m = w^2 b, the
+        mode's posterior mean given eta in the diagonal approximation (module docstring)."""
+        if not self.centred:
+            return tf.zeros(self.grid.shape, self.dtype)
+        w = self.scale(eta) if scale is None else scale
+        b = self._data_gradient
+        if self.parameterisation == "whitened":
+            sqrt_s = (tf.sqrt(self._fixed_s_full) if not self.sampled
+                      else tf.exp(0.5 * self._log_mode_variance_full(eta)))
+            b = b * sqrt_s * self._k_full_nonzero
+        return w * w * b
+
     def latent_of(self, state, eta=None) -> tf.Tensor:
         """The latent u (the parameterisation's) of a state's field part."""
-        if self.preconditioner != "fourier":
+        if not self.per_mode:
             return state
-        return self._with_block(state * self.scale(eta), state, self._block_factor_t if self.block else None)
+        w = self.scale(eta)
+        latent = self._with_block(state * w, state, self._block_factor_t if self.block else None)
+        return latent + self.centre(eta, w) if self.centred else latent
 
     def state_of(self, latent, eta=None) -> tf.Tensor:
-        """The state's field part for a latent u: v = u / w (v_L = L^T u_L in the block)."""
-        if self.preconditioner != "fourier":
+        """The state's field part for a latent u: v = (u - m) / w (v_L = L^T (u - m)_L in the block)."""
+        if not self.per_mode:
             return latent
-        return self._with_block(latent / self.scale(eta), latent, self._block_inverse_t if self.block else None)
+        w = self.scale(eta)
+        if self.centred:
+            latent = latent - self.centre(eta, w)
+        return self._with_block(latent / w, latent, self._block_inverse_t if self.block else None)
 
     def _with_block(self, scaled, source, matrix_t):
         """``scaled`` with its dense-block entries replaced by ``matrix`` times ``source``'s
@@ -403,13 +459,20 @@ class FieldPosterior:
         return tf.reshape(flat, tf.shape(scaled))
 
     def _log_jacobian(self, eta):
-        """log |du/dv|: sum_k log w_k(eta) over the modes outside the dense block, plus log |det T|."""
+        """log |du/dv|: sum_k log w_k(eta) over the modes outside the dense block, plus log |det T|.
+
+        Summed in float64: the sum is large (about -2 per well-measured mode) and an
+        XLA-compiled float32 reduction of it errs by tenths at 32^3 (measured: up to 0.4),
+        which an exact sampler's acceptance test sees as energy error at any step size."""
         if not self.sampled:
             return self._fixed_log_scale_sum
         log_w = self._log_scale(eta)
-        if self.block is None:
-            return tf.reduce_sum(log_w, axis=[-3, -2, -1])
-        return tf.reduce_sum(log_w * self._outside_block, axis=[-3, -2, -1]) + self._block_log_det
+        if self.block is not None:
+            log_w = log_w * self._outside_block
+        total = tf.reduce_sum(tf.cast(log_w, tf.float64), axis=[-3, -2, -1])
+        if self.block is not None:
+            total += tf.cast(self._block_log_det, tf.float64)
+        return tf.cast(total, self.dtype)
 
     # -- the field ------------------------------------------------------------
 
@@ -449,7 +512,7 @@ class FieldPosterior:
                 log_s = tf.math.log(self._fixed_s_full)
             lp = tf.reduce_sum(-0.5 * latent**2 * tf.exp(-log_s) - 0.5 * log_s, axis=[-3, -2, -1]) \
                 - 0.5 * n * LOG_2PI
-        if self.preconditioner == "fourier":
+        if self.per_mode:
             lp += tf.broadcast_to(self._log_jacobian(eta), tf.shape(state)[:-3])
         if self.sampled:
             lp += self._hyper_log_prior(eta)
@@ -483,7 +546,7 @@ class FieldPosterior:
     def draw_prior(self, chains: int, seed) -> list[tf.Tensor]:
         """State parts drawn from the prior (hyperparameters too), stateless-seeded."""
         parts = self._draw_prior_latent(chains, seed)
-        if self.preconditioner != "fourier":
+        if not self.per_mode:
             return parts
         return [self.state_of(*parts), *parts[1:]]
 
@@ -512,11 +575,14 @@ class FieldPosterior:
         """A starting point near the prior's centre: small random latents, central hyperparameters.
 
         With the fourier preconditioner the latent u is the same as without, and the state is
-        v = u / w at the starting eta: a seed starts every preconditioner at the same field."""
+        v = u / w at the starting eta: a seed starts "identity", "diagonal" and "fourier" at
+        the same field. "conditional" starts at the same small state v instead, which is near
+        the field's posterior mean given the starting eta (u = m + w v)."""
         parts = self._draw_prior_latent(chains, seed)
         latent = parts[0] * jitter
-        if not self.sampled:
-            return [self.state_of(latent)]
-        centre = tf.constant([h.initial_unconstrained() for h in self.sampled], self.dtype)
-        eta = centre + jitter * (parts[1] - tf.reduce_mean(parts[1], axis=0))
-        return [self.state_of(latent, eta), eta]
+        eta = None
+        if self.sampled:
+            centre = tf.constant([h.initial_unconstrained() for h in self.sampled], self.dtype)
+            eta = centre + jitter * (parts[1] - tf.reduce_mean(parts[1], axis=0))
+        state = latent if self.centred else self.state_of(latent, eta)
+        return [state] if eta is None else [state, eta]

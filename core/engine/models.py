@@ -25,7 +25,7 @@ import copy
 import numpy as np
 import tensorflow as tf
 
-from core.config import RunConfig
+from core.config import PER_MODE_PRECONDITIONERS, RunConfig
 from core.engine import fft
 from core.engine.field_density import FieldPosterior
 from core.field.power_estimator import measure_power
@@ -73,9 +73,11 @@ class FieldModel:
             raise LoadError(f"{config.data_path}: {exc}") from None
         self.spectrum = spectrum
         self.dtype = _DTYPES[config.field.dtype]
-        # "fourier" is a change of variables inside the density (every kernel gets it);
-        # "diagonal" is the engine's mass matrix, adapted from warmup draws on top of "identity"
-        model_preconditioner = "fourier" if config.sampler.preconditioner == "fourier" else "identity"
+        # "fourier" and "conditional" are changes of variables inside the density (every kernel
+        # gets them); "diagonal" is the engine's mass matrix, adapted from warmup draws on top of
+        # "identity"
+        model_preconditioner = (config.sampler.preconditioner
+                                if config.sampler.preconditioner in PER_MODE_PRECONDITIONERS else "identity")
         self.posterior = FieldPosterior(self.grid, spectrum, self.observations, hyper_priors=hyper,
                                         parameterisation=config.field.parameterisation, dtype=self.dtype,
                                         preconditioner=model_preconditioner,

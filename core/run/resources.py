@@ -118,6 +118,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from core.config.schema import PER_MODE_PRECONDITIONERS
 from core.field.grid import Grid
 from core.run.engine_limits import (
     UNROLLED_BUFFERS_PER_STEP,
@@ -388,7 +389,7 @@ def estimate_for_config(config, shape) -> RunEstimate:
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
                         parameterisation=f.parameterisation,
                         noise_map=config.data.noise_map is not None,
-                        dense_modes=s.dense_modes if s.preconditioner == "fourier" else 0)
+                        dense_modes=s.dense_modes if s.preconditioner in PER_MODE_PRECONDITIONERS else 0)
 
 
 def available_memory() -> int | None:

@@ -56,6 +56,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from core.store import diagnostics as dg
+from core.store.advice import advise
 from core.store.run_store import RunReader
 
 __all__ = [
@@ -179,6 +180,7 @@ class RunSummary:
     warmup_divergences: int = 0             # all chains
     device: str = ""                        # where the last session computed ("" in older stores)
     warnings: list = None                   # chain_warnings: chains that do not sample
+    advice: list = None                     # core.store.advice.Advice: what to try when red
 
     @property
     def gradients_per_effective_sample(self) -> float:
@@ -230,6 +232,8 @@ class RunSummary:
         lines = [f"status: {self.status}   warmup draws: {p.get('warmup_draws', 0)}   "
                  f"draws: {p.get('draws', 0)}   field draws: {p.get('field_draws', 0)}"]
         lines += [f"warning: {w}" for w in self.warnings or []]
+        lines += [f"advice: {a.text}" + (f" ({settings_text(a.changes)})" if a.changes else "")
+                  for a in self.advice or []]
         if self.rows:
             lines.append(dg.summary_table_text(self.rows))
         lines.append(f"{divergence_text(self.divergences, self.warmup_divergences)}"
@@ -339,7 +343,23 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
         k, _, power = reader.powers()
         summary.shells = dg.shell_diagnostics(power)
         summary.shell_k = k
+    summary.advice = advise(summary, _stored_config(reader))
     return summary
+
+
+def _stored_config(reader):
+    """The run's config, or None when its stored text no longer parses (advice needs it)."""
+    from core.config import ConfigError
+
+    try:
+        return reader.stored_config.parse()
+    except (ConfigError, OSError, ValueError, KeyError):
+        return None
+
+
+def settings_text(changes: dict) -> str:
+    """``{"sampler.num_warmup": 2000}`` -> 'set sampler.num_warmup = 2000' (TOML values)."""
+    return "set " + ", ".join(f"{key} = {value!r}".replace("'", '"') for key, value in changes.items())
 
 
 def _chains(indices) -> str:

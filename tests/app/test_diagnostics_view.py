@@ -38,7 +38,7 @@ class SyntheticRun:
     """A run store filled chunk by chunk from synthetic chains (engine layout)."""
 
     def __init__(self, run_dir, chains=3, num_warmup=10, num_samples=120, chunk=30, thin=2,
-                 shift=1.5, seed=0):
+                 shift=1.5, seed=0, config_text="", config_dir=None):
         rng = np.random.default_rng(seed)
         self.chains, self.num_warmup, self.num_samples, self.chunk = chains, num_warmup, num_samples, chunk
         total = num_warmup + num_samples
@@ -62,7 +62,7 @@ class SyntheticRun:
         self.thin = thin
         self.run_dir = Path(run_dir)
         self.writer = RunStoreWriter.create(
-            self.run_dir, config_text="", model_kind="field", chains=chains, num_warmup=num_warmup,
+            self.run_dir, config_text=config_text, config_dir=config_dir, model_kind="field", chains=chains, num_warmup=num_warmup,
             num_samples=num_samples, thin=thin, param_names=list(self.params), observed={},
             grid_shape=GRID, k_centres=ref.k, k_counts=ref.counts)
         self.writer.set_status("running")
@@ -344,3 +344,31 @@ def test_the_table_fits_its_panel_by_hiding_the_least_needed_columns(qtbot, fini
         assert view.hidden_columns() == hidden
     # the cells of hidden columns are still there: the export and the CLI's table are whole
     assert view.table.columnCount() == len(TEXT_COLUMNS)
+
+
+def test_advice_for_a_slow_hyperparameter_is_shown_and_its_button_sets_the_config(make_window, qtbot, tmp_path):
+    """A run whose sampled index did not mix (its chains disagree) with the identity preconditioner
+    (and with divergences): the view says to try the conditional one first (``core.store.advice``) and its button sets it in
+    the window's config (changed, not saved); ``fieldscope summary`` prints the same advice."""
+    from support.gui import tiny_case
+
+    config = tiny_case(tmp_path / "case")
+    run = SyntheticRun(tmp_path / "run", config_text=config.read_text(), config_dir=str(config.parent))
+    run.finish()
+    window = make_window(engine=None)
+    assert window.open_run_dir(tmp_path / "run")
+    assert window.state["sampler.preconditioner"] == "identity" and not window.state.modified
+    view = window.views.show_tab("Diagnostics")
+    view.refresh(force=True)
+    wait_computed(qtbot, view)
+    assert view.advice_box.isVisibleTo(window) and len(view.advice_rows) == 2
+    assert "divergent transition(s) after warmup" in view.advice_rows[1][0].text()   # the run has two
+    label, button = view.advice_rows[0]
+    assert "the P(k) hyperparameters move slowly (R-hat index" in label.text()
+    assert "sampler.preconditioner = \"conditional\"" in button.toolTip()
+    button.click()
+    assert window.state["sampler.preconditioner"] == "conditional" and window.state.modified
+    assert "sampler.preconditioner" in window.message_label.text()
+    stdout, _ = cli_summary(tmp_path / "run", tmp_path)
+    assert "advice: the P(k) hyperparameters move slowly" in stdout
+    assert 'set sampler.preconditioner = "conditional"' in stdout

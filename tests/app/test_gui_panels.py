@@ -69,10 +69,10 @@ def test_the_dense_block_setting_shows_with_the_fourier_preconditioner_and_is_sa
     box = window.findChild(QComboBox, "sampler.preconditioner")
     dense = edit_of(window, "sampler.dense_modes")
     shown = {}
-    for preconditioner in ("identity", "fourier", "diagonal"):
+    for preconditioner in ("identity", "fourier", "diagonal", "conditional"):
         box.setCurrentIndex(box.findData(preconditioner))
         shown[preconditioner] = not dense.isHidden()
-    assert shown == {"identity": False, "fourier": True, "diagonal": False}
+    assert shown == {"identity": False, "fourier": True, "diagonal": False, "conditional": True}
     box.setCurrentIndex(box.findData("fourier"))
     type_into(qtbot, edit_of(window, "sampler.dense_modes"), "5000")
     assert "sampler.dense_modes: may be at most 4,096" in message_of(window, "sampler.dense_modes")

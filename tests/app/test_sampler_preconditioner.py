@@ -12,7 +12,7 @@ from support.gui import message_of, tiny_case
 def test_the_preconditioner_choice_is_saved_and_checked(make_window, tmp_path):
     window = make_window(tiny_case(tmp_path), engine=None)
     box = window.findChild(QComboBox, "sampler.preconditioner")
-    assert [box.itemData(i) for i in range(box.count())] == ["identity", "diagonal", "fourier"]
+    assert [box.itemData(i) for i in range(box.count())] == ["identity", "diagonal", "fourier", "conditional"]
     assert box.currentData() == "identity"
     box.setCurrentIndex(box.findData("fourier"))
     assert window.state["sampler.preconditioner"] == "fourier" and window.errors == {}

@@ -26,10 +26,10 @@ def test_a_config_file_round_trips_through_the_state(demo, tmp_path):
     assert integral.config() == load_config(demo["integral_config"])
 
 
-def test_a_new_config_has_mclmc_with_fourier_and_a_file_without_a_sampler_hmc_with_identity(tmp_path):
+def test_a_new_config_has_mclmc_with_conditional_and_a_file_without_a_sampler_hmc_with_identity(tmp_path):
     state = ConfigState()
     assert (state["sampler.algorithm"], state["sampler.preconditioner"],
-            state["sampler.num_warmup"]) == ("mclmc", "fourier", 1000)
+            state["sampler.num_warmup"]) == ("mclmc", "conditional", 1000)
     state.load_text('[model]\nkind = "field"\n[data]\npath = "data.npz"\n', base_dir=tmp_path)
     assert (state["sampler.algorithm"], state["sampler.preconditioner"],
             state["sampler.num_warmup"]) == ("hmc", "identity", 200)

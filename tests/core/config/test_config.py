@@ -109,7 +109,7 @@ def test_defaults_are_filled():
 def test_a_file_without_a_sampler_means_identity_mass_and_a_new_config_says_what_measured_best():
     old = C.parse_config(FIELD, base_dir="/tmp/run")
     assert old.sampler.algorithm == "hmc" and old.sampler.preconditioner == "identity"
-    expected = {"field": C.SamplerSection(algorithm="mclmc", preconditioner="fourier", num_warmup=1000,
+    expected = {"field": C.SamplerSection(algorithm="mclmc", preconditioner="conditional", num_warmup=1000,
                                           num_samples=2000, thin=20),
                 "integral": C.SamplerSection(algorithm="hmc", preconditioner="diagonal")}
     for kind in C.MODEL_KINDS:
@@ -440,7 +440,7 @@ def field_documents(draw):
     box = draw(st.one_of(positive_, st.lists(positive_, min_size=3, max_size=3)))
     parameterisation = draw(st.sampled_from(C.PARAMETERISATIONS))
     preconditioners = ("identity", "diagonal") + (
-        ("fourier",) if parameterisation in C.FOURIER_PARAMETERISATIONS else ())
+        C.PER_MODE_PRECONDITIONERS if parameterisation in C.FOURIER_PARAMETERISATIONS else ())
     return {"model": {"kind": "field"}, "data": data,
             "grid": {"box_size": box, "unit": draw(st.text(max_size=10))},
             "prior": prior, "likelihood": likelihood,

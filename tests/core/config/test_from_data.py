@@ -76,8 +76,8 @@ def test_a_plain_npy_has_no_mask_no_box_no_cutoff_and_an_estimated_noise(tmp_pat
     # a new config writes the sampler that measured best, not the HMC an omitted key means
     assert cfg.sampler == new_config().sampler != default_config().sampler
     assert {k: getattr(cfg.sampler, k) for k in NEW_CONFIG_SAMPLERS["field"]} == NEW_CONFIG_SAMPLERS["field"]
-    assert cfg.sampler.algorithm == "mclmc" and cfg.sampler.preconditioner == "fourier"
-    assert 'preconditioner = "fourier"' in text
+    assert cfg.sampler.algorithm == "mclmc" and cfg.sampler.preconditioner == "conditional"
+    assert 'preconditioner = "conditional"' in text
     no_demo_leftovers(text)
 
     # with the box size the user gives, the prior is fitted to the data's P(k)

@@ -69,6 +69,11 @@ def test_fourier_needs_a_latent_indexed_by_wavevector_and_the_field_model():
         sampler('preconditioner = "fourier"\n', INTEGRAL)
     assert err.value.key == "sampler.preconditioner"
     assert sampler('preconditioner = "diagonal"\n', INTEGRAL).preconditioner == "diagonal"
+    with pytest.raises(ConfigError, match="'conditional' needs field.parameterisation = 'whitened' or "
+                                          "'raw_modes', not 'white_noise'"):
+        C.parse_config(FIELD + '[field]\nparameterisation = "white_noise"\n[sampler]\npreconditioner = "conditional"\n')
+    with pytest.raises(ConfigError, match="'conditional' applies only to model.kind = 'field'"):
+        sampler('preconditioner = "conditional"\n', INTEGRAL)
 
 
 @pytest.mark.parametrize("text", ['preconditioner = "fourier"\n', "adapt_mass_matrix = true\n",

@@ -1,0 +1,238 @@
+"""Benchmark: sampled P(k) hyperparameters, with the run settings a new config writes.
+
+MCMC earns its cost where the spectrum is not known: its hyperparameters are sampled with the
+field. This benchmark runs the real engine (``core.engine.engine.Engine``, in this process) with
+the sampler settings of a new field config (``core.config.NEW_CONFIG_SAMPLERS["field"]``: its
+algorithm, warmup, draws and thinning; 2 chains) and with each preconditioner / algorithm given
+by ``--samplers`` instead of the default's, on several posteriors, side by side in one run, and
+reports for every sampled hyperparameter
+
+    R-hat       rank-normalised split R-hat over the chains (``core.store.diagnostics``)
+    ESS         bulk and tail ESS over every post-warmup draw of both chains (the engine keeps
+                every draw of a hyperparameter; thinning applies to the field only)
+    /1000 grad  bulk ESS per 1000 post-warmup gradient evaluations of all chains
+    err/sd      |posterior mean - exact mean| / exact sd, where the exact posterior exists
+    sd ratio    sample sd / exact sd
+and the warmup's gradient evaluations. Exact answers: ``core.reference.hyper_posterior`` (the
+field integrated out analytically; quadrature over the hyperparameters) for Gaussian data with
+one noise level and no mask or a slab mask.
+
+The cases (``CASES``; data drawn in the run, fixed seeds):
+
+    hi_sn        32^3 power law, the field's sd 1, noise 0.1: index sampled, no mask
+    lo_sn        the same field under noise 2 (noise-dominated): index sampled, no mask
+    bands16      the hi_sn field under noise 0.5: band powers, 16 bins from the grid's shells, each
+                 lognormal(log of the prior's power at the bin, 2), a random walk of 0.5 in log P
+                 (exact: ``band_posterior``, a forward-backward pass over per-bin grids)
+    slab2        32^3 power law with a cutoff, noise 0.3, 25 % slab masked: index and
+                 amplitude sampled
+    user48       issue #30's reproduction: a 48^3 float32 field of Gaussian-smoothed white noise
+                 (smoothing 2 cells) scaled to sd 1, noise 0.3, a 12^3 cube of NaN; the config
+                 File > New from data writes for it (``core.config.from_data``: the best-fitting
+                 family, its index sampled), the noise sd given as 0.3. No exact answer (a cube
+                 is not a slab): R-hat and ESS only.
+
+Usage: python bench/hyper_efficiency.py [--cases hi_sn lo_sn slab2 user48]
+       [--samplers mclmc/fourier mclmc/conditional nuts/conditional] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CHAINS = 2
+BOX = 200.0
+K_PIVOT = 0.1
+DATA_SEED = 30
+DEFAULT_SAMPLERS = ("mclmc/fourier", "mclmc/conditional", "nuts/conditional")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    n: int
+
+
+CASES = {
+    "hi_sn": Case("hi_sn", "index, no mask, noise 0.1", 32),
+    "lo_sn": Case("lo_sn", "index, no mask, noise 2", 32),
+    "bands16": Case("bands16", "16 band powers, no mask, noise 0.5", 32),
+    "slab2": Case("slab2", "index + amplitude, cutoff, 25 % slab, noise 0.3", 32),
+    "user48": Case("user48", "issue #30: 48^3 smoothed noise, 12^3 NaN cube, New from data", 48),
+}
+
+
+def _unit_variance_amplitude(grid, spectrum_of) -> float:
+    """A such that the prior's real-space variance (1/V) sum_{k != 0} P(k) is 1."""
+    k = grid.k_magnitude_full()
+    k = k[k > 0]
+    return float(grid.volume / np.sum(spectrum_of(1.0).evaluate(k)))
+
+
+def write_case(case: Case, folder: Path) -> dict:
+    """The case's data file in ``folder`` and its config document (without [sampler])."""
+    from core.field.grid import Grid
+    from core.field.power_spectrum import PowerLaw, PowerLawCutoff
+    from core.field.synthetic import make_dataset, save_dataset
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if case.name == "user48":
+        return _write_user48(folder)
+    grid = Grid((case.n,) * 3, BOX)
+    if case.name == "slab2":
+        def spectrum_of(a):
+            return PowerLawCutoff(amplitude=a, index=-1.5, k_pivot=K_PIVOT, cutoff_scale=4.0)
+        noise, mask = 0.3, "slab"
+    else:
+        def spectrum_of(a):
+            return PowerLaw(amplitude=a, index=-2.0, k_pivot=K_PIVOT)
+        noise, mask = {"hi_sn": 0.1, "lo_sn": 2.0, "bands16": 0.5}[case.name], "none"
+    amplitude = _unit_variance_amplitude(grid, spectrum_of)
+    save_dataset(folder / "data.npz", make_dataset(grid, spectrum_of(amplitude), noise, mask=mask,
+                                                   mask_fraction=0.25, seed=DATA_SEED))
+    data = {"path": "data.npz", "key": "data", "noise_sigma": noise}
+    if mask != "none":
+        data["mask"] = "mask"
+    prior = {"kind": "power_law", "k_pivot": K_PIVOT, "amplitude": amplitude,
+             "index": {"dist": "normal", "loc": -2.0, "scale": 0.5}}
+    if case.name == "bands16":
+        prior = {"kind": "band_powers", "n_bins": 16, "random_walk_scale": 0.5,
+                 "band_power": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 2.0}}
+    if case.name == "slab2":
+        prior = {"kind": "power_law_cutoff", "k_pivot": K_PIVOT, "cutoff_scale": 4.0,
+                 "amplitude": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 1.0},
+                 "index": {"dist": "normal", "loc": -1.5, "scale": 0.5}}
+    return {"model": {"kind": "field"}, "data": data, "grid": {"box_size": BOX}, "prior": prior,
+            "likelihood": {"kind": "gaussian"}, "field": {"parameterisation": "whitened", "dtype": "float32"}}
+
+
+def _write_user48(folder: Path) -> dict:
+    from scipy.ndimage import gaussian_filter
+
+    from core.config.from_data import config_for_data
+
+    rng = np.random.default_rng(DATA_SEED)
+    field = gaussian_filter(rng.standard_normal((48, 48, 48)), 2.0, mode="wrap")
+    field /= field.std()
+    data = (field + 0.3 * rng.standard_normal(field.shape)).astype(np.float32)
+    data[18:30, 18:30, 18:30] = np.nan
+    path = folder / "user48.npy"
+    np.save(path, data)
+    document = config_for_data(path, box_size=48.0, unit="Mpc/h").document
+    document["data"]["noise_sigma"] = 0.3
+    document.pop("sampler", None)
+    return document
+
+
+def _config(document: dict, folder: Path):
+    from core.config import config_from_dict, dump_config, parse_config
+
+    text = dump_config(config_from_dict(document, folder))
+    return parse_config(text, base_dir=folder), text
+
+
+def run_one(document: dict, folder: Path, algorithm: str, preconditioner: str, seed: int) -> dict:
+    """One engine run with the new-config sampler settings, ``algorithm`` and ``preconditioner``."""
+    from core.config import NEW_CONFIG_SAMPLERS
+    from core.engine.engine import Engine
+    from core.store.run_store import RunReader
+
+    sampler = {**NEW_CONFIG_SAMPLERS["field"], "algorithm": algorithm, "preconditioner": preconditioner,
+               "chains": CHAINS, "seed": seed}
+    config, text = _config({**document, "sampler": sampler}, folder)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{algorithm}-{preconditioner}-", dir=folder))
+    t0 = time.perf_counter()
+    Engine(config, text, run_dir, emit=lambda event: None).start()
+    reader = RunReader(run_dir)
+    return {"params": {name: reader.param(name) for name in reader.param_names},
+            "grads": int(reader.stat("n_steps").sum()),
+            "warmup_grads": int(reader.stat("n_steps", warmup=True).sum()),
+            "seconds": time.perf_counter() - t0}
+
+
+def hyper_rows(result: dict, exact) -> list[dict]:
+    from core.store.diagnostics import ess_bulk, ess_tail, rhat
+
+    rows = []
+    for name, draws in result["params"].items():
+        row = {"name": name, "rhat": float(rhat(draws)), "ess_bulk": float(ess_bulk(draws)),
+               "ess_tail": float(ess_tail(draws)), "mean": float(draws.mean()), "sd": float(draws.std())}
+        row["per_1000"] = 1000.0 * row["ess_bulk"] / result["grads"]
+        if exact is not None:
+            row["err_sd"] = abs(row["mean"] - exact.mean[name]) / exact.sd[name]
+            row["sd_ratio"] = row["sd"] / exact.sd[name]
+        rows.append(row)
+    return rows
+
+
+def exact_for(document: dict, folder: Path):
+    from core.reference.hyper_posterior import hyper_posterior_for_config
+
+    config, _ = _config({**document, "sampler": {"algorithm": "hmc"}}, folder)
+    try:
+        return hyper_posterior_for_config(config)
+    except ValueError as err:           # a mask that is not a slab, a noise map: no exact answer
+        print(f"  (no exact answer: {err})")
+        return None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--samplers", nargs="+", default=list(DEFAULT_SAMPLERS),
+                        help="algorithm/preconditioner pairs (the rest: a new config's settings)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    import tensorflow as tf
+    import tensorflow_probability as tfp
+
+    from core.config import NEW_CONFIG_SAMPLERS
+
+    print(f"TensorFlow {tf.__version__}, TFP {tfp.__version__}; {CHAINS} chains; new-config settings "
+          f"{NEW_CONFIG_SAMPLERS['field']}")
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="hyper-efficiency-") as tmp:
+        for name in args.cases:
+            case = CASES[name]
+            folder = Path(tmp) / name
+            document = write_case(case, folder)
+            print(f"\n[{name}] {case.title}; prior {json.dumps(document['prior'])}")
+            exact = exact_for(document, folder)
+            if exact is not None:
+                print("  exact: " + ", ".join(f"{n} {exact.mean[n]:.4g} +- {exact.sd[n]:.3g}" for n in exact.names))
+            print(f"  {'sampler':<20} {'param':<10} {'R-hat':>6} {'bulk':>7} {'tail':>7} {'/1000 grad':>10} "
+                  f"{'err/sd':>7} {'sd ratio':>8} {'warmup grads':>12} {'s':>6}")
+            for label in args.samplers:
+                algorithm, _, preconditioner = label.partition("/")
+                result = run_one(document, folder, algorithm, preconditioner or "identity", args.seed)
+                rows = hyper_rows(result, exact)
+                out.setdefault(name, {})[label] = {"rows": rows, "grads": result["grads"],
+                                                   "warmup_grads": result["warmup_grads"],
+                                                   "seconds": result["seconds"]}
+                for row in rows:
+                    print(f"  {label:<20} {row['name']:<10} {row['rhat']:6.3f} {row['ess_bulk']:7.0f} "
+                          f"{row['ess_tail']:7.0f} {row['per_1000']:10.2f} {row.get('err_sd', math.nan):7.2f} "
+                          f"{row.get('sd_ratio', math.nan):8.3f} {result['warmup_grads']:12d} "
+                          f"{result['seconds']:6.0f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""What to try when a run's diagnostics are red: one sentence each, and the config change that
+applies it (``fieldscope summary`` prints them; the Diagnostics view offers each change as a
+button that sets it in the window's config).
+
+``advise(summary, config)`` reads a ``core.store.run_summary.RunSummary`` and the run's
+``core.config.RunConfig`` and returns ``Advice`` items, most important first, at most one per rule:
+
+slow hyperparameters   a sampled P(k) hyperparameter with R-hat > 1.01 or bulk ESS below
+                       ``ESS_TARGET`` while the field is not sampled with the "conditional"
+                       preconditioner: in the whitened latent (and with "fourier") the field's
+                       well-measured modes pin the spectrum, which then moves only as fast as
+                       every such mode can follow (``bench/hyper_coupling.py`` measures it);
+                       "conditional" centres each mode on its posterior given P(k)
+                       (``core.engine.field_density``) and the hyperparameters move freely
+                       (``bench/hyper_efficiency.py``). Change: sampler.preconditioner.
+chains disagree        otherwise, any R-hat > 1.01 (a parameter or lp): the warmup ended before
+                       the chains found the same region. Change: sampler.num_warmup doubled.
+few effective draws    otherwise, a bulk ESS below ``ESS_TARGET`` with the chains agreeing:
+                       more draws of the same sampler. Change: sampler.num_samples scaled to
+                       reach ``ESS_TARGET`` (at most ``core.config.limits.MAX_DRAWS``).
+divergences            post-warmup divergences with a sampler that has a target acceptance
+                       (HMC, NUTS, MAMS): a smaller step. Change: sampler.target_accept raised.
+
+A run still in warmup, or with fewer than ``MIN_DRAWS`` post-warmup draws a chain, gets none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from core.config.limits import MAX_DRAWS
+from core.config.schema import FOURIER_PARAMETERISATIONS
+from core.samplers import SAMPLERS
+
+__all__ = ["Advice", "advise", "ESS_TARGET", "RHAT_LIMIT", "MIN_DRAWS"]
+
+#: R-hat above this: the chains disagree (as ``run_summary.needs_attention``)
+RHAT_LIMIT = 1.01
+#: the bulk ESS a run should reach for its means and intervals to be trusted
+ESS_TARGET = 400
+#: post-warmup draws a chain needs before any advice is given
+MIN_DRAWS = 50
+
+
+@dataclass(frozen=True)
+class Advice:
+    """``text``: what is wrong, why it may be, what to try; ``changes``: config key -> value
+    that applies it ({} when there is nothing to set); ``action``: the change in words."""
+
+    text: str
+    changes: dict = field(default_factory=dict)
+    action: str = ""
+
+
+def _fmt(rows, key) -> str:
+    return ", ".join(f"{r.name} {getattr(r, key):.3g}" for r in rows)
+
+
+def advise(summary, config) -> list[Advice]:
+    """The advice for a run (module docstring); ``config`` is the run's ``RunConfig`` (or None:
+    only what needs no config)."""
+    if not summary.rows or int(summary.progress.get("draws", 0)) < MIN_DRAWS:    # draws a chain
+        return []
+    sampler = config.sampler if config is not None else None
+    out = []
+    hyper = set(_sampled_hyper_names(config)) if config is not None else set()
+    slow = [r for r in summary.rows if r.name in hyper and (_bad_rhat(r) or r.ess_bulk < ESS_TARGET)]
+    if slow and sampler.preconditioner != "conditional" \
+            and config.field.parameterisation in FOURIER_PARAMETERISATIONS:
+        out.append(Advice(
+            f"the P(k) hyperparameters move slowly (R-hat {_fmt(slow, 'rhat')}; bulk ESS "
+            f"{_fmt(slow, 'ess_bulk')}): with sampler.preconditioner = {sampler.preconditioner!r} the "
+            "field's well-measured modes pin the spectrum. The \"conditional\" preconditioner centres "
+            "each mode on its posterior given P(k), so that the spectrum moves freely",
+            {"sampler.preconditioner": "conditional"}, "use the conditional preconditioner"))
+    disagree = [r for r in summary.rows if _bad_rhat(r)]
+    if disagree and not out and sampler is not None:
+        warmup = min(2 * sampler.num_warmup, MAX_DRAWS)
+        out.append(Advice(
+            f"the chains disagree (R-hat {_fmt(disagree, 'rhat')}): the warmup of {sampler.num_warmup} "
+            "steps ended before they reached the same region; a longer warmup may let them",
+            {"sampler.num_warmup": warmup}, f"warm up for {warmup} steps"))
+    few = [r for r in summary.rows if 0 < r.ess_bulk < ESS_TARGET]
+    if few and not out and sampler is not None:
+        worst = min(r.ess_bulk for r in few)
+        samples = min(MAX_DRAWS, int(math.ceil(sampler.num_samples * 1.2 * ESS_TARGET / worst / 100.0)) * 100)
+        if samples > sampler.num_samples:
+            out.append(Advice(
+                f"few effective draws (bulk ESS {_fmt(few, 'ess_bulk')}, below {ESS_TARGET}): the chains "
+                f"agree but move slowly; about {samples} draws should give {ESS_TARGET}",
+                {"sampler.num_samples": samples}, f"draw {samples} samples"))
+    info = SAMPLERS.get(sampler.algorithm) if sampler is not None else None
+    if summary.divergences > 0 and info is not None and info.target_accept:
+        target = round(min(0.99, max(0.9, sampler.target_accept + 0.1)), 2)
+        if target > sampler.target_accept:
+            out.append(Advice(
+                f"{summary.divergences} divergent transition(s) after warmup: the step is too long "
+                "where the posterior curves sharply, so that part of it is missed; a higher target "
+                "acceptance gives a smaller step",
+                {"sampler.target_accept": target}, f"target acceptance {target}"))
+    return out
+
+
+def _bad_rhat(row) -> bool:
+    return math.isfinite(row.rhat) and row.rhat > RHAT_LIMIT
+
+
+def _sampled_hyper_names(config) -> list[str]:
+    if config.model.kind != "field":
+        return []
+    from core.field.power_spectrum import hyperparameter_priors
+
+    return [name for name, prior in hyperparameter_priors(config.prior).items() if not prior.is_fixed]

@@ -1,0 +1,58 @@
+"""``core.store.advice``: what a red diagnostic suggests, with the config change that applies it,
+on summaries built from known values (each rule, and none for a healthy run)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core.config import config_from_dict
+from core.store.advice import ESS_TARGET, advise
+from core.store.diagnostics import ScalarSummary
+from core.store.run_summary import RunSummary
+
+
+def _row(name, rhat=1.0, ess=2000.0):
+    return ScalarSummary(name=name, mean=0.0, sd=1.0, q5=-1.6, q50=0.0, q95=1.6, mcse_mean=0.01,
+                         ess_bulk=ess, ess_tail=ess, rhat=rhat, chain_means=(0.0, 0.0))
+
+
+def _summary(rows, draws=2000, divergences=0):
+    return RunSummary(status="finished", progress={"draws": draws}, rows=rows, divergences=divergences,
+                      acceptance=0.8, step_size=[0.1, 0.1], gradient_evaluations=1000, ess_min=100.0)
+
+
+def _config(tmp_path, preconditioner="fourier", algorithm="mclmc", index=None):
+    (tmp_path / "d.npy").write_bytes(b"")
+    document = {"model": {"kind": "field"}, "data": {"path": "d.npy", "noise_sigma": 0.5},
+                "prior": {"kind": "power_law", "amplitude": 100.0, "k_pivot": 0.1,
+                          "index": index if index is not None else {"dist": "normal", "loc": -2.0, "scale": 0.5}},
+                "sampler": {"algorithm": algorithm, "preconditioner": preconditioner, "num_warmup": 500,
+                            "num_samples": 1000, "target_accept": 0.8}}
+    return config_from_dict(document, base_dir=tmp_path)
+
+
+def test_slow_hyperparameters_suggest_the_conditional_preconditioner(tmp_path):
+    config = _config(tmp_path)
+    advice = advise(_summary([_row("index", rhat=1.3, ess=12.0), _row("lp", rhat=1.2)]), config)
+    assert len(advice) == 1 and advice[0].changes == {"sampler.preconditioner": "conditional"}
+    assert "index 1.3" in advice[0].text and "'fourier'" in advice[0].text
+    # already conditional: a longer warmup instead
+    conditional = _config(tmp_path, preconditioner="conditional")
+    advice = advise(_summary([_row("index", rhat=1.3), _row("lp")]), conditional)
+    assert [a.changes for a in advice] == [{"sampler.num_warmup": 1000}]
+
+
+def test_few_draws_scale_the_run_and_divergences_raise_the_target(tmp_path):
+    config = _config(tmp_path, algorithm="nuts", preconditioner="diagonal", index=-2.0)
+    advice = advise(_summary([_row("lp", ess=100.0)], divergences=3), config)
+    assert advice[0].changes["sampler.num_samples"] >= 1000 * ESS_TARGET / 100.0
+    assert advice[1].changes == {"sampler.target_accept": 0.9}
+    # MCLMC has no target acceptance: its divergences get no such advice
+    mclmc = dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, algorithm="mclmc"))
+    assert [a.changes for a in advise(_summary([_row("lp")], divergences=3), mclmc)] == []
+
+
+def test_a_healthy_run_or_too_few_draws_get_none(tmp_path):
+    config = _config(tmp_path)
+    assert advise(_summary([_row("index"), _row("lp")]), config) == []
+    assert advise(_summary([_row("index", rhat=2.0), _row("lp")], draws=10), config) == []
