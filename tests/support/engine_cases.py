@@ -104,3 +104,19 @@ def assert_same_run(a, b):
         np.testing.assert_array_equal(ra.field_moments()[0], rb.field_moments()[0])
 
 
+
+
+def assert_eta_gradient_is_central_differences(posterior, v, eta, step: float = 1e-5) -> None:
+    """The gradient of ``posterior.log_prob(v, eta)`` in eta (every chain, every hyperparameter)
+    equals central differences of the density (float64 models)."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        tape.watch(eta)
+        lp = tf.reduce_sum(posterior.log_prob(v, eta))
+    grad = tape.gradient(lp, eta).numpy()
+    for i in range(eta.shape[-1]):
+        shift = np.zeros(eta.shape)
+        shift[:, i] = step
+        fd = (posterior.log_prob(v, eta + shift).numpy() - posterior.log_prob(v, eta - shift).numpy()) / (2 * step)
+        np.testing.assert_allclose(grad[:, i], fd, rtol=1e-6, atol=1e-6)
