@@ -120,3 +120,32 @@ def assert_eta_gradient_is_central_differences(posterior, v, eta, step: float = 
         shift[:, i] = step
         fd = (posterior.log_prob(v, eta + shift).numpy() - posterior.log_prob(v, eta - shift).numpy()) / (2 * step)
         np.testing.assert_allclose(grad[:, i], fd, rtol=1e-6, atol=1e-6)
+
+
+def sampled_hyper_case(parameterisation, kind, dense_modes, preconditioner, data_scale=1.0):
+    """A 4^3 float64 field model with index and amplitude sampled, a 25 % random mask, and a
+    noise map and smoothing (``kind`` "gaussian") or counts ("poisson_lognormal"):
+    (grid, spectrum, observations, the plain model, the model with ``preconditioner``)."""
+    import math
+
+    import tensorflow as tf
+
+    from core.engine.field_density import FieldPosterior
+    from core.field.observations import Observations
+    from core.priors import LogNormalPrior, NormalPrior
+
+    rng = np.random.default_rng(2)
+    shape = (4, 4, 4)
+    grid = Grid(shape, (30.0, 26.0, 34.0))
+    spectrum = PowerLaw(amplitude=400.0, index=-2.0, k_pivot=0.2)
+    mask = rng.random(shape) > 0.25
+    if kind == "gaussian":
+        obs = Observations.create(rng.normal(size=shape) * data_scale, mask=mask,
+                                  noise_map=rng.uniform(0.3, 0.6, size=shape), smoothing_scale=2.0)
+    else:
+        obs = Observations.create(rng.poisson(3.0, size=shape).astype(float), kind="poisson_lognormal",
+                                  mask=mask, mean_count=3.0, field_mean=-0.2)
+    priors = {"index": NormalPrior(loc=-2.0, scale=0.3), "amplitude": LogNormalPrior(loc=math.log(400.0), scale=0.3)}
+    kw = dict(hyper_priors=priors, parameterisation=parameterisation, dtype=tf.float64)
+    return (grid, spectrum, obs, FieldPosterior(grid, spectrum, obs, **kw),
+            FieldPosterior(grid, spectrum, obs, preconditioner=preconditioner, dense_modes=dense_modes, **kw))

@@ -21,7 +21,7 @@ from core.field.observations import Observations
 from core.field.power_spectrum import PowerLaw, PowerLawCutoff
 from core.priors import LogNormalPrior, NormalPrior
 from core.reference.hyper_posterior import GaussianMarginal
-from support.engine_cases import assert_eta_gradient_is_central_differences
+from support.engine_cases import assert_eta_gradient_is_central_differences, sampled_hyper_case
 
 
 def _uniform_case(parameterisation, beam):
@@ -61,21 +61,9 @@ def test_uniform_noise_factorises_into_the_exact_hyper_posterior_times_a_standar
 
 
 def _masked_case(parameterisation, kind, dense_modes):
-    rng = np.random.default_rng(2)
-    shape = (4, 4, 4)
-    grid = Grid(shape, (30.0, 26.0, 34.0))
-    spectrum = PowerLaw(amplitude=400.0, index=-2.0, k_pivot=0.2)
-    mask = rng.random(shape) > 0.25
-    if kind == "gaussian":
-        obs = Observations.create(rng.normal(size=shape) * 2.0, mask=mask,
-                                  noise_map=rng.uniform(0.3, 0.6, size=shape), smoothing_scale=2.0)
-    else:
-        obs = Observations.create(rng.poisson(3.0, size=shape).astype(float), kind="poisson_lognormal",
-                                  mask=mask, mean_count=3.0, field_mean=-0.2)
-    priors = {"index": NormalPrior(loc=-2.0, scale=0.3), "amplitude": LogNormalPrior(loc=math.log(400.0), scale=0.3)}
-    kw = dict(hyper_priors=priors, parameterisation=parameterisation, dtype=tf.float64)
-    return grid, FieldPosterior(grid, spectrum, obs, **kw), FieldPosterior(
-        grid, spectrum, obs, preconditioner="conditional", dense_modes=dense_modes, **kw)
+    grid, _, _, plain, conditional = sampled_hyper_case(parameterisation, kind, dense_modes, "conditional",
+                                                        data_scale=2.0)
+    return grid, plain, conditional
 
 
 @pytest.mark.parametrize("parameterisation,kind,dense_modes", [

@@ -29,7 +29,6 @@ from core.field.preconditioner import (
     mode_variance_full,
 )
 from core.field.synthetic import make_dataset, save_dataset
-from core.priors import LogNormalPrior, NormalPrior
 from core.reference.wiener import dense_posterior
 from core.store.checkpoint import read_checkpoint
 from core.store.run_store import RunReader
@@ -38,6 +37,7 @@ from support.engine_cases import (
     field_case_document,
     prior_mode_variance,
     run,
+    sampled_hyper_case,
 )
 
 
@@ -127,21 +127,7 @@ def test_jacobi_mode_precision_is_the_exact_diagonal_with_a_mask_and_noise_map()
 
 
 def _sampled_case(parameterisation, kind, dense_modes=0):
-    rng = np.random.default_rng(2)
-    shape = (4, 4, 4)
-    grid = Grid(shape, (30.0, 26.0, 34.0))
-    spectrum = PowerLaw(amplitude=400.0, index=-2.0, k_pivot=0.2)
-    mask = rng.random(shape) > 0.25
-    if kind == "gaussian":
-        obs = Observations.create(rng.normal(size=shape), mask=mask, noise_map=rng.uniform(0.3, 0.6, size=shape),
-                                  smoothing_scale=2.0)
-    else:
-        obs = Observations.create(rng.poisson(3.0, size=shape).astype(float), kind="poisson_lognormal",
-                                  mask=mask, mean_count=3.0, field_mean=-0.2)
-    priors = {"index": NormalPrior(loc=-2.0, scale=0.3), "amplitude": LogNormalPrior(loc=math.log(400.0), scale=0.3)}
-    kw = dict(hyper_priors=priors, parameterisation=parameterisation, dtype=tf.float64)
-    return (grid, spectrum, obs, FieldPosterior(grid, spectrum, obs, **kw),
-            FieldPosterior(grid, spectrum, obs, preconditioner="fourier", dense_modes=dense_modes, **kw))
+    return sampled_hyper_case(parameterisation, kind, dense_modes, "fourier")
 
 
 @pytest.mark.parametrize("parameterisation,dense_modes", [("whitened", 0), ("raw_modes", 0), ("whitened", 12),
