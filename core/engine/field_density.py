@@ -59,10 +59,14 @@ density of the state is
     log p(v, eta) = log p_u(w(eta) v, eta) + sum_k log w_k(eta)
 
 (the Jacobian term matters only when hyperparameters are sampled: w follows the spectrum as
-it moves).
+it moves). With ``dense_modes`` > 0 and a likelihood that couples modes (a mask, a noise map),
+the ``dense_modes`` modes with the largest S_k q_k instead get the exact block of the posterior
+precision among themselves (``core.field.preconditioner.dense_block``): u_L = T v_L with T a
+constant m x m matrix (T^T P_LL T = I at the reference spectrum), the per-mode w everywhere
+else, and log |det T| joins the Jacobian.
 
-Preconditioner "conditional": the same scale, and each mode centred on its posterior mean
-given the current hyperparameters,
+Preconditioner "conditional": the same scale (and block), and each mode centred on its
+posterior mean given the current hyperparameters,
 
     u = m(eta) + w(eta) * v,   m = w^2 * b(eta),   b = grad_u log L at u = 0
 
@@ -75,13 +79,14 @@ p(eta | d) N(v; 0, I), and the hyperparameters move as if the field were margina
 the whitened fourier state, by contrast, a mode measured with signal-to-noise r sits at
 u ~ sqrt(S) d / (S + N) and a change of the amplitude must move it with the data held fixed:
 the high-S/N modes pin the hyperparameters (``bench/hyper_coupling.py`` measures it). With a
-mask or a noise map, m is the diagonal (Jacobi) estimate of the conditional mean (the dense
-block too), still an exact change of variables; for Poisson counts it is one such step from
-the prior's mean field. With ``dense_modes`` > 0 and a likelihood that couples modes (a mask, a noise map),
-the ``dense_modes`` modes with the largest S_k q_k instead get the exact block of the posterior
-precision among themselves (``core.field.preconditioner.dense_block``): u_L = T v_L with T a
-constant m x m matrix (T^T P_LL T = I at the reference spectrum), the per-mode w everywhere
-else, and log |det T| joins the Jacobian. Every public method below takes the state (v with "fourier", u without);
+mask or a noise map, m is the diagonal (Jacobi) estimate of the conditional mean, still an
+exact change of variables; for Poisson counts it is one such step from the prior's mean field.
+The dense block's modes are centred the same way: T T^T b_L, their exact conditional mean at
+the reference spectrum, does not follow eta (it grows as sqrt(S(eta)) where the true mean
+shrinks), and measured with a slab mask it stopped the amplitude from mixing at all (R-hat
+1.03 -> 10^16 on ``bench/hyper_efficiency.py``'s slab2 case).
+
+Every public method below takes the state (v with "fourier" or "conditional", u without);
 ``latent_of`` maps it to u. Any kernel gets the preconditioning this way, as a change of
 variables inside the model.
 

@@ -27,7 +27,7 @@ def test_kill_minus_nine_then_resume_loses_nothing_but_the_chunk_in_flight(tmp_p
     seen = []
     try:
         deadline = time.time() + 400      # a guard against a hang, generous for loaded CI workers
-        while time.time() < deadline:
+        while time.time() < deadline and proc.poll() is None:    # a run that ended at once: no wait
             time.sleep(0.2)
             try:
                 reader = RunReader(tmp_path / "killed")
@@ -65,7 +65,7 @@ def test_ctrl_c_stops_cleanly_after_the_chunk_and_the_run_resumes(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 400      # a guard against a hang, generous for loaded CI workers
-        while time.time() < deadline:
+        while time.time() < deadline and proc.poll() is None:    # a run that ended at once: no wait
             time.sleep(0.2)
             try:
                 if RunReader(tmp_path / "run").progress.get("draws", 0) >= 20:
