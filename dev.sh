@@ -93,9 +93,15 @@ run_tests() {
   # sets another number, 0 runs them in this process), a test file to a worker: most of their time
   # is single-threaded (TensorFlow's import, XLA's compiler, the engine subprocesses' start-up), and a
   # file's tests share its compiled programs.
+  # A process that compiles XLA programs keeps every one of them (TensorFlow's compilation cache is
+  # never evicted, and each engine run's programs are new), so a worker's memory grows with every
+  # in-process run it makes: over all of tests/core one worker reached ~11 GiB and the machine ran
+  # out (runs refused for want of memory, 2026-12-05). The engine's tests and the rest therefore run
+  # in two sets of workers, one after the other.
   local workers=${FIELDSCOPE_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); echo $(( n < 4 ? n : 4 )))}
   say "tests: numerical core (TensorFlow) and the benchmarks' measures ($workers worker processes)"
-  "$py" -m pytest tests/core tests/bench -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  "$py" -m pytest tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  "$py" -m pytest tests/core tests/bench --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
   "$py" -m pytest tests/app -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   return "$status"
