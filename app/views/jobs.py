@@ -110,6 +110,24 @@ def _gui_calls() -> _GuiCalls:
         return _GUI_CALLS
 
 
+def _empty(box: list) -> None:
+    """In the GUI thread: drop what ``box`` holds."""
+    box.clear()
+
+
+def _in_worker(box: list, method: str) -> None:
+    """A worker thread's body: ``box[0].<method>()``, then ``box`` handed to the GUI thread to
+    empty. The box is the thread's only reference to the job, so the job (and the views and Qt
+    objects its function and arguments may hold) is never released in the worker: a Qt object
+    destroyed there deadlocked with the GUI thread building widgets (Qt's lock against the
+    GIL; a window test hung in MainWindow's construction while the previous test's worker
+    ended, 2026-12-05)."""
+    try:
+        getattr(box[0], method)()
+    finally:
+        gui_call(_empty, box)
+
+
 def gui_call(fn, *args) -> None:
     """Run ``fn(*args)`` in the GUI thread, soon (from any thread; touches no Qt object here).
 
@@ -200,7 +218,8 @@ class LatestJob(QtCore.QObject):
             self._task = (key, fn, args)
             new = self._thread is None
             if new:
-                self._thread = threading.Thread(target=self._loop, daemon=True, name=self.name)
+                self._thread = threading.Thread(target=_in_worker, args=([self], "_loop"), daemon=True,
+                                                name=self.name)
             else:
                 self._wake.notify()
             thread = self._thread
@@ -219,8 +238,11 @@ class LatestJob(QtCore.QObject):
                 if task is None:
                     self._thread = None
                     return
-            self._work(*task)
-            del task                       # the arguments and the result are not held while idle
+            box = [task]                   # the arguments die in the GUI thread (``_in_worker``)
+            del task
+            self._work(*box[0])
+            gui_call(_empty, box)
+            del box
 
     def _work(self, key, fn, args) -> None:
         """Run one request and hand its outcome to the GUI thread (``_on_delivered``)."""
@@ -289,7 +311,7 @@ class CancellableJob:
         self.fn = fn
         self.relay = relay
         self.cancelled = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread = threading.Thread(target=_in_worker, args=([self], "_run"), name=name, daemon=True)
         # the relay goes with its view: then nobody wants the result
         relay.destroyed.connect(self.cancelled.set)
         _gui_calls()                    # made here, in the GUI thread, before the worker needs it
