@@ -287,7 +287,7 @@ class Driver:
             raise DriverError(nonfinite_report(self.view(data), parts))   # names the term, its value
         scale = [tf.ones_like(p) for p in parts]
         if self.hyper_diagonal:
-            scale[1] = self._curvature_scale(parts, grads, data)
+            scale[1] = self._curvature_scale(parts, data)
             parts = [p / si for p, si in zip(parts, scale)]
             grads = [g * si for g, si in zip(grads, scale)]
         da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
@@ -295,7 +295,7 @@ class Driver:
                     mass_acc=tuple(welford_fresh(parts, self.groups, self.dtype)), step=0, watch_step=watch_step,
                     seed=seed)
 
-    def _curvature_scale(self, parts, grads, data, step: float = CURVATURE_STEP) -> tf.Tensor:
+    def _curvature_scale(self, parts, data, step: float = CURVATURE_STEP) -> tf.Tensor:
         """The sampled hyperparameters' starting scale beside a per-mode preconditioner: per
         chain and coordinate, s = (-d^2 log p / d eta_i^2)^-1/2 at the starting state, the
         second derivative from central differences of the gradient (+-``step`` in eta); s = 1

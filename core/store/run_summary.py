@@ -359,7 +359,9 @@ def _stored_config(reader):
 
 def settings_text(changes: dict) -> str:
     """``{"sampler.num_warmup": 2000}`` -> 'set sampler.num_warmup = 2000' (TOML values)."""
-    return "set " + ", ".join(f"{key} = {value!r}".replace("'", '"') for key, value in changes.items())
+    from core.config.writer import _toml_value
+
+    return "set " + ", ".join(f"{key} = {_toml_value(value)}" for key, value in changes.items())
 
 
 def _chains(indices) -> str:
