@@ -6,6 +6,7 @@ command that never samples (``summary``, ``demo``) never loads TensorFlow.
     fieldscope                           the desktop app on the built-in demo
     fieldscope gui [CONFIG | RUNDIR]     the desktop app (--run, --screenshot PNG --quit-after S)
     fieldscope check                     self-test of the differentiable FFT core
+    fieldscope check-model CONFIG        a model file checked: loads, values, gradients vs finite differences
     fieldscope demo OUTDIR               write demo data and configs
     fieldscope run CONFIG --out RUNDIR   sample, with a progress line; Ctrl-C stops after the chunk
     fieldscope resume RUNDIR [--num-samples N] [--accept-changed-data]
@@ -72,6 +73,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from core.engine import fft_check
 
     return fft_check.main()
+
+
+def _cmd_check_model(args: argparse.Namespace) -> int:
+    from core.config import uses_model_file
+
+    config, _ = _read_config(args.config)
+    if not uses_model_file(config):
+        raise UserError(f"{args.config}: has no model file to check (model.kind = 'python' or "
+                        "likelihood.kind = 'python' name one)")
+    _quiet_tensorflow()
+    _say(f"checking {config.model_file} ...")
+    from core.engine.model_check import check_model
+
+    report = check_model(config)
+    for line in report.notes:
+        _say(line, sys.stdout)
+    for line in report.problems:
+        _say(f"PROBLEM: {line}", sys.stdout)
+    _say("model file OK" if report.ok else f"{len(report.problems)} problem{'s' if len(report.problems) > 1 else ''}",
+         sys.stdout)
+    return 0 if report.ok else 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -598,6 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_gui)
     p = sub.add_parser("check", help="self-test of the differentiable FFT core")
     p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("check-model", help="check a config's model file before a run: loads it, evaluates it "
+                       "at prior draws, compares its gradients with finite differences (exit 1: problems)")
+    p.add_argument("config")
+    p.set_defaults(func=_cmd_check_model)
     p = sub.add_parser("demo", help="write demo data and configs into a directory")
     p.add_argument("outdir")
     p.set_defaults(func=_cmd_demo)
@@ -609,8 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rundir")
     p.add_argument("--num-samples", type=int, default=None, help="new total of post-warmup draws")
     p.add_argument("--accept-changed-data", action="store_true",
-                   help="resume although a data, mask, noise or P(k) file differs from the one the run "
-                        "began with (the change is recorded in the store)")
+                   help="resume although a data, mask, noise, P(k) or model file differs from the one the "
+                        "run began with (the change is recorded in the store)")
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("summary", help="print the diagnostics table of a run")
     p.add_argument("rundir")

@@ -25,15 +25,15 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from app.state.run_state import RunState
 from core.config.schema import MODEL_KINDS
 
-__all__ = ["FIELD", "FIELD_VIEWS", "INTEGRAL", "LazyView", "MODEL_KINDS", "PLOTS", "RunView",
+__all__ = ["FIELD", "FIELD_VIEWS", "INTEGRAL", "PYTHON", "LazyView", "MODEL_KINDS", "PLOTS", "RunView",
            "UnavailableView", "save_png"]
 
 #: the view groups: field views (left tabs) and plots (right tabs)
 FIELD_VIEWS = "field views"
 PLOTS = "plots"
-#: the model kinds a view may apply to (``RunState.model_kind``; anything but "integral"
-#: counts as a field run)
-FIELD, INTEGRAL = MODEL_KINDS
+#: the model kinds a view may apply to (``RunState.model_kind``; an unknown kind counts as a
+#: field run): the field model, the integral model, a model file's scalar model
+FIELD, INTEGRAL, PYTHON = MODEL_KINDS
 
 
 def save_png(image: QtGui.QImage | QtGui.QPixmap, path) -> str:
@@ -57,7 +57,7 @@ class RunView(QtWidgets.QWidget):
     title: ClassVar[str] = ""
     #: FIELD_VIEWS or PLOTS
     group: ClassVar[str] = PLOTS
-    #: the model kinds (FIELD, INTEGRAL) the view applies to; elsewhere its tab is hidden
+    #: the model kinds (FIELD, INTEGRAL, PYTHON) the view applies to; elsewhere its tab is hidden
     kinds: ClassVar[frozenset[str]] = frozenset(MODEL_KINDS)
     #: what ``export_csv`` writes, for the Export menu ("P(k) curves"); None: no CSV export
     csv_contents: ClassVar[str | None] = None
@@ -67,7 +67,7 @@ class RunView(QtWidgets.QWidget):
         self.state = run_state
 
     def applies_to(self, model_kind: str) -> bool:
-        """Whether the view shows anything for a run of ``model_kind`` (FIELD, INTEGRAL)."""
+        """Whether the view shows anything for a run of ``model_kind`` (FIELD, INTEGRAL, PYTHON)."""
         return model_kind in self.kinds
 
     def refresh(self, force: bool = False) -> bool:

@@ -39,7 +39,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
 from app.state.run_state import RunState
-from app.views.base import FIELD, INTEGRAL, PLOTS, RunView
+from app.views.base import MODEL_KINDS, PLOTS, RunView
 from app.views.jobs import LatestJob
 from app.views.style import add_empty_hint, add_legend, sparse_log_ticks, steady_axes
 from core.store import run_summary
@@ -94,7 +94,7 @@ class DiagnosticsView(RunView):
 
     title = "Diagnostics"
     group = PLOTS
-    kinds = frozenset({FIELD, INTEGRAL})
+    kinds = frozenset(MODEL_KINDS)     # every model: its parameters and statistics
     csv_contents = "Diagnostics table"
 
     computed = QtCore.Signal()

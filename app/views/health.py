@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
-from app.views.base import FIELD, INTEGRAL, PLOTS, RunView
+from app.views.base import MODEL_KINDS, PLOTS, RunView
 from app.views.style import (
     DIVERGENCE_COLOUR,
     add_empty_hint,
@@ -45,7 +45,7 @@ class HealthView(RunView):
 
     title = "Health"
     group = PLOTS
-    kinds = frozenset({FIELD, INTEGRAL})
+    kinds = frozenset(MODEL_KINDS)     # every model: its parameters and statistics
 
     def __init__(self, run_state: RunState, parent=None):
         super().__init__(run_state, parent)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyqtgraph.Qt import QtCore, QtWidgets
 
 from app.state.run_state import RunState
-from app.views.base import FIELD, FIELD_VIEWS, INTEGRAL, PLOTS, RunView
+from app.views.base import FIELD, FIELD_VIEWS, MODEL_KINDS, PLOTS, RunView
 from app.views.diagnostics import DiagnosticsView
 from app.views.exact import ExactComparisonView
 from app.views.health import HealthView
@@ -89,16 +89,20 @@ class LiveViews(QtWidgets.QWidget):
 
     def _apply_kind(self) -> None:
         """Show the tabs that apply to the run's model (integral runs have no field)."""
-        kind = INTEGRAL if self.state.model_kind == INTEGRAL else FIELD
+        kind = self.state.model_kind if self.state.model_kind in MODEL_KINDS else FIELD
         if kind == self._kind_shown:
             return
         self._kind_shown = kind
         for tabs in (self.left, self.right):
             for index in range(tabs.count()):
                 tabs.setTabVisible(index, tabs.widget(index).applies_to(kind))
-        # the first field view that applies comes to the front (Slices, or Integral model)
-        self.left.setCurrentWidget(next(view for view in self.views.values()
-                                        if view.group == FIELD_VIEWS and view.applies_to(kind)))
+        # the first field view that applies comes to the front (Slices, or Integral model); a
+        # model file's scalar model has none: the left side is hidden
+        first = next((view for view in self.views.values()
+                      if view.group == FIELD_VIEWS and view.applies_to(kind)), None)
+        self.left.setVisible(first is not None)
+        if first is not None:
+            self.left.setCurrentWidget(first)
 
     def tab_names(self, side: str = "left") -> list[str]:
         """The names of the visible tabs of one side ("left" or "right")."""

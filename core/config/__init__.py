@@ -78,6 +78,8 @@ from core.config.schema import (
     PriorValue,
     RunConfig,
     SamplerSection,
+    model_file_setting,
+    uses_model_file,
 )
 from core.config.writer import config_to_dict, dump_config, to_toml
 
@@ -91,6 +93,8 @@ __all__ = [
     "default_config",
     "new_config",
     "NEW_CONFIG_SAMPLERS",
+    "uses_model_file",
+    "model_file_setting",
     "ConfigError",
     "ModelSection",
     "DataSection",

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -34,11 +35,13 @@ from core.config.schema import (
     FOURIER_PARAMETERISATIONS,
     INTEGRAL_DATA_EXTENSIONS,
     INTEGRAL_PARAMETERS,
+    MODEL_FILE_EXTENSIONS,
     MODEL_KINDS,
     NEW_CONFIG_SAMPLERS,
     PARAMETERISATIONS,
     PER_MODE_PRECONDITIONERS,
     PRECONDITIONERS,
+    PYTHON_DATA_EXTENSIONS,
     ConfigError,
     DataSection,
     FieldSection,
@@ -183,15 +186,50 @@ def _data_path(key: str, value, extensions) -> str:
 # --------------------------------------------------------------------------- sections
 
 
-_TABLES = ("model", "data", "grid", "prior", "likelihood", "field", "sampler", "integral")
+_TABLES = ("model", "data", "grid", "prior", "likelihood", "field", "sampler", "integral", "parameters")
 _FIELD_ONLY = ("grid", "likelihood", "field")
 _INTEGRAL_ONLY = ("integral",)
+#: the tables each model kind does not read
+_NOT_READ = {"field": _INTEGRAL_ONLY, "integral": _FIELD_ONLY + ("parameters",),
+             "python": _FIELD_ONLY + _INTEGRAL_ONLY + ("prior",)}
+_MODEL_FILE_KEYS = {"file": "applies only to model.kind = 'python' (a field model's file is likelihood.file)",
+                    "dtype": "applies only to model.kind = 'python' (a field model's is field.dtype)"}
 
 
 def _parse_model(raw) -> ModelSection:
     t = _table("model", raw)
-    _check_keys("model", t, ("kind",), {})
-    return ModelSection(kind=_choice("model.kind", t.get("kind", "field"), MODEL_KINDS))
+    kind = _choice("model.kind", t.get("kind", "field"), MODEL_KINDS)
+    if kind != "python":
+        _check_keys("model", t, ("kind",), _MODEL_FILE_KEYS)
+        return ModelSection(kind=kind)
+    _check_keys("model", t, ("kind", "file", "dtype"), {})
+    return ModelSection(kind=kind, file=_model_file("model.file", t.get("file")),
+                        dtype=_choice("model.dtype", t.get("dtype", "float32"), DTYPES))
+
+
+def _model_file(key: str, value) -> str:
+    """A model file's path: a non-empty string ending in .py (the file is not read here)."""
+    if value is None:
+        raise ConfigError(key, 'missing: the Python file that defines log_likelihood, e.g. file = "my_model.py" '
+                          "(relative to this config)")
+    return _data_path(key, value, MODEL_FILE_EXTENSIONS)
+
+
+_PARAMETER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _parse_parameters(raw) -> dict:
+    """``[parameters]``: name -> a number (fixed) or a prior table (sampled), overriding the
+    model file's PARAMETERS of that name (checked against the file when it is loaded)."""
+    t = _table("parameters", raw)
+    out = {}
+    for name, value in t.items():
+        if not _PARAMETER_NAME.fullmatch(name):
+            raise ConfigError(f"parameters.{name}", f"{name!r} is not a Python identifier (a "
+                              "model file's PARAMETERS name)", label="")
+        prior = _prior(f"parameters.{name}", value, SAMPLED_KINDS)
+        out[name] = prior.value if prior.is_fixed else prior
+    return out
 
 
 def _parse_sampler(raw) -> SamplerSection:
@@ -237,7 +275,8 @@ def _preconditioner(t) -> str:
     return value
 
 
-def _check_preconditioner(sampler: SamplerSection, model_kind: str, field: FieldSection | None):
+def _check_preconditioner(sampler: SamplerSection, model_kind: str, field: FieldSection | None,
+                          likelihood: LikelihoodSection | None = None):
     """The per-mode preconditioners ("fourier", "conditional") scale the field latent per
     wavevector: they need the field model and a latent indexed by wavevector."""
     name = sampler.preconditioner
@@ -247,6 +286,10 @@ def _check_preconditioner(sampler: SamplerSection, model_kind: str, field: Field
         raise ConfigError("sampler.preconditioner", f"{name!r} applies only to model.kind = 'field' "
                           "(it scales the field's Fourier modes; this config has model.kind = "
                           f"{model_kind!r}): use 'identity' or 'diagonal'")
+    if likelihood is not None and likelihood.kind == "python":
+        raise ConfigError("sampler.preconditioner", f"{name!r} scales each Fourier mode by its posterior "
+                          "width under a built-in likelihood; a model file's likelihood has no such "
+                          "width known before the run: use 'diagonal' (adapted in warmup) or 'identity'")
     if field.parameterisation not in FOURIER_PARAMETERISATIONS:
         raise ConfigError("sampler.preconditioner", f"{name!r} needs field.parameterisation = "
                           f"{' or '.join(repr(p) for p in FOURIER_PARAMETERISATIONS)}, not "
@@ -282,8 +325,13 @@ def _parse_field(raw) -> FieldSection:
 def _parse_likelihood(raw) -> LikelihoodSection:
     t = _table("likelihood", raw)
     kind = _choice("likelihood.kind", t.get("kind", "gaussian"), LIKELIHOOD_KINDS)
+    if kind == "python":        # the model file writes the whole likelihood (its beam, its mean)
+        _check_keys("likelihood", t, ("kind", "file"), {
+            k: "does not apply to likelihood.kind = 'python' (the model file writes its likelihood)"
+            for k in ("smoothing_scale", "field_mean", "mean_count")})
+        return LikelihoodSection(kind=kind, file=_model_file("likelihood.file", t.get("file")))
     allowed = ["kind", "smoothing_scale", "field_mean"]
-    elsewhere = {}
+    elsewhere = {"file": "applies only to likelihood.kind = 'python' (a model file's likelihood)"}
     if kind == "poisson_lognormal":
         allowed.append("mean_count")
     else:
@@ -298,32 +346,48 @@ def _parse_likelihood(raw) -> LikelihoodSection:
                     if kind == "poisson_lognormal" else None))
 
 
-def _parse_data(raw, model_kind: str, likelihood_kind: str | None) -> DataSection:
-    t = _table("data", raw)
+def _check_data_keys(t, model_kind: str, likelihood_kind: str | None) -> None:
     if model_kind == "integral":
         _check_keys("data", t, ("path", "noise_sigma"),
                     {k: "applies only to the field model" for k in ("key", "noise_map", "mask")})
+        return
+    if model_kind == "python":
+        _check_keys("data", t, ("path",), {k: "does not apply to model.kind = 'python' (the model file "
+                                                 "reads every column or array of data.path)"
+                                           for k in ("key", "noise_sigma", "noise_map", "mask")})
+        return
+    allowed = ["path", "key", "mask"]
+    elsewhere = {}
+    if likelihood_kind == "poisson_lognormal":
+        for k in ("noise_sigma", "noise_map"):
+            elsewhere[k] = ("does not apply to likelihood.kind = 'poisson_lognormal' "
+                            "(counts carry their own noise)")
+    elif likelihood_kind == "python":
+        allowed.append("noise_map")
+        elsewhere["noise_sigma"] = ("does not apply to likelihood.kind = 'python' (the model file "
+                                    "writes its noise; a noise_map is passed to it as data['noise'])")
     else:
-        allowed = ["path", "key", "mask"]
-        elsewhere = {}
-        if likelihood_kind == "poisson_lognormal":
-            for k in ("noise_sigma", "noise_map"):
-                elsewhere[k] = ("does not apply to likelihood.kind = 'poisson_lognormal' "
-                                "(counts carry their own noise)")
-        else:
-            allowed += ["noise_sigma", "noise_map"]
-        _check_keys("data", t, allowed, elsewhere)
+        allowed += ["noise_sigma", "noise_map"]
+    _check_keys("data", t, allowed, elsewhere)
+
+
+def _parse_data(raw, model_kind: str, likelihood_kind: str | None) -> DataSection:
+    t = _table("data", raw)
+    _check_data_keys(t, model_kind, likelihood_kind)
     if "path" not in t:
         raise ConfigError("data.path", "missing (the data file, relative to the config file)")
-    extensions = INTEGRAL_DATA_EXTENSIONS if model_kind == "integral" else FIELD_DATA_EXTENSIONS
+    extensions = {"integral": INTEGRAL_DATA_EXTENSIONS, "python": PYTHON_DATA_EXTENSIONS}.get(
+        model_kind, FIELD_DATA_EXTENSIONS)
     path = _data_path("data.path", t["path"], extensions)
-    if model_kind == "integral":
-        # noise_sigma is moved to prior.sigma by _parse_integral_prior.
+    if model_kind in ("integral", "python"):
+        # the integral model's noise_sigma is moved to prior.sigma by _parse_integral_prior.
         return DataSection(path=path, noise_sigma=None)
     key = _str("data.key", t.get("key", "data"), nonempty=True)
     mask = _str("data.mask", t["mask"], nonempty=True) if "mask" in t else None
     noise_sigma = noise_map = None
-    if likelihood_kind != "poisson_lognormal":
+    if likelihood_kind == "python":
+        noise_map = _str("data.noise_map", t["noise_map"], nonempty=True) if "noise_map" in t else None
+    elif likelihood_kind != "poisson_lognormal":
         if "noise_sigma" in t and "noise_map" in t:
             raise ConfigError("data.noise_map", "give either noise_sigma or noise_map, not both")
         if "noise_map" in t:
@@ -493,14 +557,20 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
             raise ConfigError(name, f"unknown {what} [{name}]{hint}" if what == "table" else
                               f"unknown {what} {name!r}{hint}", label="")
     model = _parse_model(raw)
-    not_here = _INTEGRAL_ONLY if model.kind == "field" else _FIELD_ONLY
-    for name in not_here:
+    for name in _NOT_READ[model.kind]:
         if name in raw:
+            readers = [kind for kind in MODEL_KINDS if name not in _NOT_READ[kind]]
             raise ConfigError(name, f"[{name}] applies only to model.kind = "
-                              f"'{'integral' if model.kind == 'field' else 'field'}' "
+                              f"{' or '.join(repr(k) for k in readers)} "
                               f"(this config has model.kind = {model.kind!r})", label="")
     sampler = _parse_sampler(raw)
     base = Path(os.path.abspath(os.path.expanduser(os.fspath(base_dir))))
+    if model.kind == "python":
+        data = _parse_data(raw, "python", None)
+        _check_preconditioner(sampler, model.kind, None)
+        return RunConfig(model=model, data=data, prior=PriorSection(kind=None, k_pivot=None, amplitude=None,
+                                                                    index=None),
+                         sampler=sampler, parameters=_parse_parameters(raw), base_dir=base)
     if model.kind == "integral":
         data_raw = _table("data", raw)
         data = _parse_data(raw, "integral", None)
@@ -510,10 +580,13 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
                          integral=integral, base_dir=base)
     likelihood = _parse_likelihood(raw)
     data = _parse_data(raw, "field", likelihood.kind)
+    if "parameters" in raw and likelihood.kind != "python":
+        raise ConfigError("parameters", "[parameters] applies only to a model file's parameters "
+                          "(model.kind = 'python' or likelihood.kind = 'python')", label="")
     config = RunConfig(model=model, data=data, prior=_parse_field_prior(raw), sampler=sampler,
                        grid=_parse_grid(raw), likelihood=likelihood, field=_parse_field(raw),
-                       base_dir=base)
-    _check_preconditioner(sampler, model.kind, config.field)
+                       parameters=_parse_parameters(raw), base_dir=base)
+    _check_preconditioner(sampler, model.kind, config.field, likelihood)
     check_dtype_range(config)
     return config
 
@@ -556,11 +629,13 @@ def load_config(path) -> RunConfig:
 
 def default_config(kind: str = "field", data_path: str | None = None,
                    base_dir=".") -> RunConfig:
-    """Every default filled in; ``data_path`` defaults to "data.npz" / "series.csv"."""
+    """Every default filled in; ``data_path`` defaults to "data.npz" / "series.csv" / "data.csv"
+    (a python model's file to "model.py")."""
     kind = _choice("model.kind", kind, MODEL_KINDS)
     if data_path is None:
-        data_path = "data.npz" if kind == "field" else "series.csv"
-    return config_from_dict({"model": {"kind": kind}, "data": {"path": data_path}}, base_dir)
+        data_path = {"field": "data.npz", "integral": "series.csv", "python": "data.csv"}[kind]
+    model = {"kind": kind, "file": "model.py"} if kind == "python" else {"kind": kind}
+    return config_from_dict({"model": model, "data": {"path": data_path}}, base_dir)
 
 
 def new_config(kind: str = "field", data_path: str | None = None, base_dir=".") -> RunConfig:

@@ -20,10 +20,14 @@ __all__ = [
     "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
     "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "PRECONDITIONERS",
     "FOURIER_PARAMETERISATIONS", "PER_MODE_PRECONDITIONERS", "FIELD_DATA_EXTENSIONS",
-    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLERS"
+    "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLERS",
+    "PYTHON_DATA_EXTENSIONS", "MODEL_FILE_EXTENSIONS", "uses_model_file", "model_file_setting"
 ]
 
-MODEL_KINDS = ("field", "integral")
+#: "field": the Gaussian random field (its likelihood built in, or a model file's:
+#: ``likelihood.kind = "python"``); "integral": the built-in 1D integral model; "python": a
+#: scalar model whose log-likelihood is a model file's (``core.engine.model_file``)
+MODEL_KINDS = ("field", "integral", "python")
 #: The field latent's parameterisations (described in ``core.engine.field_density``, which
 #: imports this tuple and accepts exactly these).
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
@@ -49,6 +53,9 @@ FOURIER_PARAMETERISATIONS = ("whitened", "raw_modes")
 #: the data files each model reads: core.io's formats (its loaders' registry, its series files)
 FIELD_DATA_EXTENSIONS = tuple(LOADERS)
 INTEGRAL_DATA_EXTENSIONS = SERIES_EXTENSIONS
+#: a scalar model file's data: a CSV whose header names its columns, or an .npz of named arrays
+PYTHON_DATA_EXTENSIONS = (".csv", ".npz")
+MODEL_FILE_EXTENSIONS = (".py",)
 
 _INT64_MAX = 2**63 - 1
 
@@ -113,7 +120,12 @@ PriorValue = float | SampledPrior
 
 @dataclass(frozen=True)
 class ModelSection:
+    """``[model]``: the kind; for ``kind = "python"`` the model file (relative to the config
+    file) and the dtype it runs in."""
+
     kind: str = "field"
+    file: str | None = None
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,7 @@ class LikelihoodSection:
     smoothing_scale: float = 0.0    # R of the beam exp(-(k R)^2 / 2); 0 = no beam
     field_mean: float = 0.0
     mean_count: float | None = None  # poisson_lognormal only
+    file: str | None = None          # python only: the model file defining log_likelihood
 
 
 @dataclass(frozen=True)
@@ -230,6 +243,9 @@ NEW_CONFIG_SAMPLERS = {
     "field": {"algorithm": "mclmc", "preconditioner": "conditional", "num_warmup": 1000,
               "num_samples": 2000, "thin": 20},
     "integral": {"algorithm": "hmc", "preconditioner": "diagonal"},
+    # a model file's scalar model has a geometry nobody measured: NUTS chooses its trajectory
+    # length per draw, the diagonal adapts to the parameters' scales
+    "python": {"algorithm": "nuts", "preconditioner": "diagonal"},
 }
 
 
@@ -252,6 +268,10 @@ class RunConfig:
     likelihood: LikelihoodSection | None = None
     field: FieldSection | None = None
     integral: IntegralSection | None = None
+    #: ``[parameters]``: a model file's PARAMETERS overridden by the config (name -> a number,
+    #: fixed, or a ``core.priors`` object); names the file does not define are refused when
+    #: the file is loaded (parsing a config never executes it)
+    parameters: dict = dataclass_field(default_factory=dict)
     base_dir: Path = dataclass_field(default_factory=lambda: Path(os.path.abspath(".")))
 
     def resolve_path(self, p) -> Path:
@@ -263,5 +283,27 @@ class RunConfig:
     @property
     def data_path(self) -> Path:
         return self.resolve_path(self.data.path)
+
+    @property
+    def model_file(self) -> Path | None:
+        """The model file this config runs (absolute), or None for the built-in models."""
+        setting = model_file_setting(self)
+        if setting is None:
+            return None
+        return self.resolve_path(self.model.file if setting == "model.file" else self.likelihood.file)
+
+
+def uses_model_file(config: RunConfig) -> bool:
+    """Whether a run of ``config`` executes a model file's code."""
+    return model_file_setting(config) is not None
+
+
+def model_file_setting(config: RunConfig) -> str | None:
+    """"model.file", "likelihood.file", or None: the key naming the config's model file."""
+    if config.model.kind == "python":
+        return "model.file"
+    if config.likelihood is not None and config.likelihood.kind == "python":
+        return "likelihood.file"
+    return None
 
 

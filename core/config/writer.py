@@ -34,6 +34,8 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
     present, in the order ``dump_config`` writes; ``config_from_dict`` inverts it.
     Optional keys that are unset (data.mask) are left out; ``base_dir`` is not included."""
     out: dict[str, dict[str, Any]] = {"model": {"kind": cfg.model.kind}}
+    if cfg.model.kind == "python":
+        out["model"].update(file=cfg.model.file, dtype=cfg.model.dtype)
     d = cfg.data
     data: dict[str, Any] = {"path": d.path}
     if cfg.model.kind == "field":
@@ -51,17 +53,23 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
                        "unit": cfg.grid.unit}
         out["prior"] = _field_prior_to_dict(cfg.prior)
         lk = cfg.likelihood
-        likelihood: dict[str, Any] = {"kind": lk.kind, "smoothing_scale": lk.smoothing_scale,
-                                      "field_mean": lk.field_mean}
+        if lk.kind == "python":
+            likelihood: dict[str, Any] = {"kind": lk.kind, "file": lk.file}
+        else:
+            likelihood = {"kind": lk.kind, "smoothing_scale": lk.smoothing_scale, "field_mean": lk.field_mean}
         if lk.kind == "poisson_lognormal":
             likelihood["mean_count"] = lk.mean_count
         out["likelihood"] = likelihood
         out["field"] = {"parameterisation": cfg.field.parameterisation,
                         "dtype": cfg.field.dtype}
+    elif cfg.model.kind == "python":
+        pass
     else:
         out["prior"] = {name: prior_to_config(getattr(cfg.prior, name))
                         for name in INTEGRAL_PARAMETERS}
         out["integral"] = {"refine": cfg.integral.refine}
+    if cfg.parameters:
+        out["parameters"] = {name: prior_to_config(value) for name, value in cfg.parameters.items()}
     out["sampler"] = {f.name: getattr(cfg.sampler, f.name) for f in fields(SamplerSection)}
     return out
 
@@ -89,7 +97,9 @@ def _field_prior_to_dict(p) -> dict[str, Any]:
 
 
 _COMMENTS = {
-    ("model", "kind"): "field | integral",
+    ("model", "kind"): "field | integral | python",
+    ("model", "file"): "the model file (log_likelihood, PARAMETERS), relative to this file",
+    ("likelihood", "file"): "the model file (log_likelihood, PARAMETERS), relative to this file",
     ("data", "path"): "relative to this file",
     ("grid", "box_size"): "one number or [L0, L1, L2]",
     ("prior", "kind"): " | ".join(SPECTRA),

@@ -49,6 +49,8 @@ from core.engine.driver import (
     samples_hyperparameters,
     schedule_for,
 )
+from core.engine.model_check import Report, check_built
+from core.engine.model_file import ModelFileError, failure_of
 from core.engine.models import build_model
 from core.engine.recorder import Recorder
 from core.engine.warmup import WarmupWatch
@@ -108,7 +110,12 @@ class Engine:
 
     def _build(self, estimate: Estimate | None = None):
         self._status("loading", estimate=estimate or None)
-        self.model = build_model(self.config)
+        try:
+            self.model = build_model(self.config)
+            if cfgmod.uses_model_file(self.config):
+                self._check_model_file()
+        except ModelFileError as err:
+            raise EngineError(str(err)) from None
         self.dtype = self.model.dtype
         self.device = compute_device()
         self._status("compiling", device=self.device)
@@ -119,11 +126,24 @@ class Engine:
         except DriverError as err:
             raise EngineError(str(err)) from None
 
+    def _check_model_file(self) -> None:
+        """The cheap part of ``fieldscope check-model`` before every run of a model file: its terms
+        at the chains' starting point and its gradients there against finite differences."""
+        report = check_built(self.model, Report(), draws=1, directions=2, seed=self.sampler.seed)
+        if not report.ok:
+            raise EngineError("the model file's check before the run failed: " + " | ".join(report.problems)
+                              + f" (fieldscope check-model {self.config.model_file} ... for the full report)")
+
     def _fresh_state(self) -> dict:
         try:
             st = self.driver.fresh_state()
         except DriverError as err:
             raise EngineError(str(err)) from None
+        except Exception as err:
+            failure = failure_of(err, getattr(self.model, "model_file", None))
+            if failure is None:
+                raise
+            raise EngineError(str(failure)) from None
         shape = self.model.grid.shape if self.model.has_field else [1]
         st.update(moments=(np.float64(0.0), np.zeros(shape, np.float64), np.zeros(shape, np.float64)),
                   progress=dict(new_progress()))
@@ -188,14 +208,17 @@ class Engine:
         extra = {}
         if model.has_field:
             extra = dict(grid_shape=model.grid.shape, k_centres=model.k_centres, k_counts=model.k_counts)
+        attrs = {"algorithm": s.algorithm, "device": self.device, "inputs": input_files.input_digests(self.config)}
+        model_file = getattr(model, "model_file", None)
+        if model_file is not None:       # what ran, kept with the run (never executed from here)
+            attrs["model_file"] = {"path": str(model_file.path), "sha256": model_file.sha256,
+                                   "text": model_file.text}
         with self.control.writing:
             self.store = RunStoreWriter.create(
                 self.run_dir, config_text=self.config_text, config_dir=self.config.base_dir,
                 model_kind=model.kind, chains=s.chains,
                 num_warmup=s.num_warmup, num_samples=self.schedule.num_samples, thin=s.thin,
-                param_names=model.param_names, observed=model.observed,
-                extra_attrs={"algorithm": s.algorithm, "device": self.device,
-                             "inputs": input_files.input_digests(self.config)}, **extra)
+                param_names=model.param_names, observed=model.observed, extra_attrs=attrs, **extra)
         self._release_observed()
         return self._run(self._fresh_state())
 
@@ -319,6 +342,10 @@ class Engine:
             self._fail(str(err))
             raise
         except Exception as err:
+            failure = failure_of(err, getattr(self.model, "model_file", None))
+            if failure is not None:         # the user's code: its file and line, one line
+                self._fail(str(failure))
+                raise EngineError(str(failure)) from None
             self._fail(f"{type(err).__name__}: {err}")
             raise
 

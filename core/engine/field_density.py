@@ -295,7 +295,9 @@ class FieldPosterior:
         self._mask = None if obs.kind == "gaussian" else tf.constant(mask.astype(np.float64), rd)
         self._data = tf.constant(obs.data, rd)
         self._field_mean = obs.field_mean
-        if obs.kind == "gaussian":
+        if obs.kind == "python":     # a model file's likelihood (core.engine.python_models)
+            self._lik_const = None
+        elif obs.kind == "gaussian":
             sigma = obs.uniform_noise
             inv = 1.0 / sigma if mask.all() and sigma is not None else np.where(mask, 1.0 / obs.noise, 0.0)
             self._inv_sigma = tf.constant(inv, rd)

@@ -142,7 +142,7 @@ class FieldModel:
         prior, the field, the likelihood. Each is (label, what to check, per-chain values,
         ``at``: None or (name, per-chain values) of the hyperparameter the term is at)."""
         post, dtype = self.posterior, self.dtype
-        latent, eta = parts[0], (parts[1] if len(parts) > 1 else None)
+        latent, eta = self._latent_and_spectrum(parts)
         terms, hyper_total = [], 0.0
         for i, h in enumerate(post.sampled):
             key = f"prior.{h.name}"
@@ -162,13 +162,21 @@ class FieldModel:
         peak = tf.reduce_max(tf.abs(tf.reshape(signal, [tf.shape(signal)[0], -1])), axis=-1)
         terms.append(("the largest |field| value", "check the P(k) prior and grid.box_size",
                       peak, None))
+        return terms + self._likelihood_terms(parts, signal)
+
+    @staticmethod
+    def _latent_and_spectrum(parts):
+        """(the latent, the sampled P(k) hyperparameters' eta or None) of the state ``parts``."""
+        return parts[0], (parts[1] if len(parts) > 1 else None)
+
+    def _likelihood_terms(self, parts, signal):
+        """The likelihood's terms of ``density_terms`` at ``parts`` whose signal is ``signal``."""
         if self.config.likelihood.kind == "gaussian":
             hint = ("check data.noise_sigma (or data.noise_map) against the scale of the data: "
                     "the likelihood sums (data - field)^2 / noise^2")
         else:
             hint = "check likelihood.mean_count and likelihood.field_mean against the counts"
-        terms.append(("the likelihood", hint, post.log_likelihood_of_signal(signal), None))
-        return terms
+        return [("the likelihood", hint, self.posterior.log_likelihood_of_signal(signal), None)]
 
     def with_data(self, data):
         """A shallow copy whose likelihood is against ``data``, a tensor with a leading chain axis
@@ -269,9 +277,16 @@ class IntegralModel:
         return out
 
 
-def build_model(config: RunConfig):
+def build_model(config: RunConfig, model_file=None):
+    """The model adapter of ``config``; ``model_file``: its model file already loaded
+    (``core.engine.model_file.load_model_file``), else loaded here when it has one."""
     if config.model.kind == "integral":
         return IntegralModel(config)
+    if config.model.kind == "python" or config.likelihood.kind == "python":
+        from core.engine.python_models import FieldModelWithFile, PythonModel
+
+        cls = PythonModel if config.model.kind == "python" else FieldModelWithFile
+        return cls(config, model_file)
     return FieldModel(config)
 
 

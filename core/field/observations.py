@@ -10,6 +10,9 @@ Likelihood families (``kind``):
     gaussian           d_i ~ Normal(B s + mean, sigma_i^2)    sigma a scalar or a per-voxel map
     poisson_lognormal  n_i ~ Poisson(nbar exp(B s + mean))     n_i non-negative integer counts
 
+    python             a model file's log_likelihood(field, params, data)
+                       (``core.engine.model_file``); the noise map, when given, is its data["noise"]
+
 with B an optional Gaussian smoothing exp(-(k R)^2 / 2) applied in Fourier space.
 """
 
@@ -23,7 +26,7 @@ import numpy as np
 
 __all__ = ["Observations", "LIKELIHOOD_KINDS"]
 
-LIKELIHOOD_KINDS = ("gaussian", "poisson_lognormal")
+LIKELIHOOD_KINDS = ("gaussian", "poisson_lognormal", "python")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class Observations:
       kind: one of LIKELIHOOD_KINDS.
       data: float64 array of the grid shape; masked voxels are set to 0.
       mask: bool array, True = observed.
-      noise: per-voxel noise sd (gaussian; 1 where masked), or None (poisson).
+      noise: per-voxel noise sd (gaussian; 1 where masked; python: the noise map when given),
+        or None (poisson).
       mean_count: nbar for poisson_lognormal, else None.
       smoothing_scale: R of the Gaussian beam exp(-(k R)^2/2), or None.
       field_mean: the fixed mean of the field added before the likelihood.
@@ -113,6 +117,15 @@ class Observations:
                 noise = np.full(arr.shape, float(noise_sigma))
             if mean_count is not None:
                 raise ValueError("mean_count applies to the poisson_lognormal likelihood only")
+        elif kind == "python":
+            if noise_sigma is not None or mean_count is not None:
+                raise ValueError("python likelihood: noise_sigma / mean_count do not apply (the model "
+                                 "file writes its own noise; a noise map is its data['noise'])")
+            if noise_map is not None:
+                nm = np.asarray(noise_map, dtype=np.float64)
+                if nm.shape != arr.shape:
+                    raise ValueError(f"noise map: shape {nm.shape} does not match {name} shape {arr.shape}")
+                noise = np.where(observed, nm, 1.0)
         else:
             if noise_sigma is not None or noise_map is not None:
                 raise ValueError("poisson_lognormal likelihood: noise_sigma / noise_map do not apply")

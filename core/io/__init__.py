@@ -61,7 +61,14 @@ from core.io.hdf5 import Hdf5Loader
 from core.io.npy import NpyLoader
 from core.io.npz import NpzLoader
 from core.io.power_table import load_power_table, load_prior_table
-from core.io.series import SERIES_EXTENSIONS, Series, load_series, load_series_inputs, save_series_csv
+from core.io.series import (
+    SERIES_EXTENSIONS,
+    Series,
+    load_named_arrays,
+    load_series,
+    load_series_inputs,
+    save_series_csv,
+)
 
 __all__ = [
     "MMAP_THRESHOLD_BYTES",
@@ -85,6 +92,7 @@ __all__ = [
     "load_prior_table",
     "SERIES_EXTENSIONS",
     "Series",
+    "load_named_arrays",
     "load_series",
     "load_series_inputs",
     "save_series_csv",

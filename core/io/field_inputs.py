@@ -387,6 +387,9 @@ def load_observations(config):
         else:  # from the config, or a single number stored as the noise map
             kwargs["noise_sigma"] = (inputs.noise_sigma if inputs.noise_sigma is not None
                                      else config.data.noise_sigma)
+    elif lik.kind == "python":      # the model file's own noise; a noise map is its data["noise"]
+        if inputs.noise_map is not None:
+            kwargs["noise_map"] = inputs.noise_map
     else:
         kwargs["mean_count"] = lik.mean_count
     observations = Observations.create(inputs.data, **kwargs)

@@ -27,7 +27,7 @@ import numpy as np
 
 from core.io.arrays import LoadError, _check_file, _hint, _short
 
-__all__ = ['SERIES_EXTENSIONS', 'Series', 'series_column', 'load_series', 'load_series_inputs',
+__all__ = ['SERIES_EXTENSIONS', 'Series', 'load_named_arrays', 'series_column', 'load_series', 'load_series_inputs',
            'save_series_csv']
 
 #: the series files this module reads (core.config.INTEGRAL_DATA_EXTENSIONS)
@@ -238,3 +238,67 @@ def load_series_inputs(config) -> Series:
                         f"{getattr(getattr(config, 'model', None), 'kind', None)!r} "
                         "(use load_field_inputs for the field model)")
     return load_series(config.data_path)
+
+
+def load_named_arrays(path) -> dict[str, np.ndarray]:
+    """A model file's data (``[model] kind = "python"``): name -> float64 array. A .csv's header
+    names its columns (each a Python identifier; every cell a finite number); an .npz gives
+    each of its arrays (real or integer numbers). LoadError naming the file (and line)."""
+    name = os.fspath(path)
+    lower = name.lower()
+    if lower.endswith(".npz"):
+        return _npz_arrays(name)
+    if not lower.endswith(".csv"):
+        suffix = os.path.splitext(name)[1].lower()
+        raise LoadError(f"{name}: extension {suffix or '(none)'!r} is not a model's data file; "
+                        "accepted: .csv (a header naming the columns), .npz")
+    path, _ = _check_file(name)
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LoadError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read the file ({_short(exc)})") from None
+    try:
+        return _csv_columns(path, text.removeprefix("\ufeff"))
+    except csv.Error as exc:
+        raise LoadError(f"{path}: {_short(exc)}") from None
+
+
+def _npz_arrays(name: str) -> dict[str, np.ndarray]:
+    from core.io.formats import LOADERS
+
+    loader, out = LOADERS[".npz"], {}
+    for info in loader.list_arrays(name):
+        array = loader.load(name, info.name, attributes=False).array
+        if array.dtype.kind not in "iuf":
+            raise LoadError(f"{name}: array {info.name!r} has dtype {array.dtype}; a model's data are real numbers")
+        out[info.name] = np.asarray(array, np.float64)
+    if not out:
+        raise LoadError(f"{name}: holds no arrays")
+    return out
+
+
+def _csv_columns(path: str, text: str) -> dict[str, np.ndarray]:
+    rows = _csv_rows(text)
+    header = next(rows, None)
+    if header is None:
+        raise LoadError(f"{path}: empty file; expected a header naming the columns, then rows")
+    names = [c.strip() for c in header[1]]
+    bad = [c for c in names if not c.isidentifier()]
+    if bad:
+        raise LoadError(f"{path}, line {header[0]}: column name {bad[0]!r} is not a Python identifier "
+                        "(the header names the columns: data[name] in the model file)")
+    if len(set(names)) != len(names):
+        raise LoadError(f"{path}, line {header[0]}: a column name is repeated ({', '.join(names)})")
+    columns: list[list[float]] = [[] for _ in names]
+    for number, cells in rows:
+        if len(cells) != len(names):
+            raise LoadError(f"{path}, line {number}: expected {len(names)} fields ({','.join(names)}), "
+                            f"got {len(cells)}")
+        for column, cell, values in zip(names, cells, columns):
+            values.append(_cell_value(cell, f"{path}, line {number}: column {column!r}"))
+    if not columns[0]:
+        raise LoadError(f"{path}: no data rows after the header")
+    return {column: np.array(values) for column, values in zip(names, columns)}

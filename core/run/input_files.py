@@ -1,4 +1,4 @@
-"""The files a run reads (data, mask, noise map, P(k) table), fingerprinted when it starts and
+"""The files a run reads (data, mask, noise map, P(k) table, model file), fingerprinted when it starts and
 checked when it resumes.
 
 numpy-free and TensorFlow-free (``hashlib``): the command line checks before TensorFlow loads.
@@ -23,6 +23,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from core.config.schema import model_file_setting
 from core.io.regular_file import NotRegularFile, open_regular
 from core.store.run_store import STORE_NAME, RunReader, RunStoreError
 from core.store.zarr_files import consolidate, open_group, utc_now
@@ -51,6 +52,9 @@ def input_files(config) -> dict[str, str]:
     table = getattr(config.prior, "table", None)
     if table:
         files["prior.table"] = str(config.resolve_path(table))
+    setting = model_file_setting(config)
+    if setting is not None:       # a changed model file samples another posterior too
+        files[setting] = str(config.model_file)
     return {setting: os.path.abspath(path) for setting, path in files.items()}
 
 

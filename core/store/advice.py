@@ -107,7 +107,9 @@ def _bad_rhat(row) -> bool:
 
 
 def _sampled_hyper_names(config) -> list[str]:
-    if config.model.kind != "field":
+    """The sampled P(k) hyperparameters whose mixing the conditional preconditioner helps (a
+    model file's likelihood has no per-mode width it could use: none there)."""
+    if config.model.kind != "field" or config.likelihood.kind == "python":
         return []
     from core.field.power_spectrum import hyperparameter_priors
 

@@ -111,7 +111,8 @@ def test_a_file_without_a_sampler_means_identity_mass_and_a_new_config_says_what
     assert old.sampler.algorithm == "hmc" and old.sampler.preconditioner == "identity"
     expected = {"field": C.SamplerSection(algorithm="mclmc", preconditioner="conditional", num_warmup=1000,
                                           num_samples=2000, thin=20),
-                "integral": C.SamplerSection(algorithm="hmc", preconditioner="diagonal")}
+                "integral": C.SamplerSection(algorithm="hmc", preconditioner="diagonal"),
+                "python": C.SamplerSection(algorithm="nuts", preconditioner="diagonal")}
     for kind in C.MODEL_KINDS:
         new = C.new_config(kind, base_dir="/tmp/run")
         assert new.sampler == expected[kind]
