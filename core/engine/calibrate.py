@@ -68,6 +68,7 @@ from core.calibration.store import STORE_NAME, plan_differences
 from core.config import RunConfig, dump_config
 from core.engine.driver import Driver, DriverError, hyper_diagonal, schedule_for
 from core.engine.engine import Control, EngineError
+from core.engine.model_file import ARGUMENTS, ModelFileError, failure_of
 from core.engine.models import build_model
 from core.engine.prior_density import tf_prior
 from core.log_density import LOG_2PI
@@ -122,7 +123,7 @@ def _check_same_model(model, sim_model, simulate_config: RunConfig):
                         "(each simulation's true values are compared with their posterior)")
     if model.has_field and sim_model.grid.shape != model.grid.shape:
         raise PlanError(f"{where}: grid {sim_model.grid.shape}, the config's is {model.grid.shape}")
-    if not model.has_field and not np.array_equal(sim_model.spec.t, model.spec.t):
+    if model.kind == "integral" and not np.array_equal(sim_model.spec.t, model.spec.t):
         raise PlanError(f"{where}: its series has other times t than the config's")
 
 
@@ -131,6 +132,8 @@ def simulate_batch(sim_model, indices, seed: int):
     (data (S, ...), truth parts) with truth parts: field model (latent (S, ...), eta (S, P)
     or None) and the true field; integral model {name: (S,)} of the parameters."""
     dtype = sim_model.dtype
+    if getattr(sim_model, "model_file", None) is not None:    # the model file's simulate
+        return sim_model.simulate_batch([_simulation_seed(seed, int(i)) for i in indices])
     if sim_model.has_field:
         post = sim_model.posterior
         obs = post.observations
@@ -266,6 +269,8 @@ class _Program:
         """(chains, Q) test quantities at the state ``parts`` (x coordinates) of the model ``view``
         (its likelihood against each chain's data), and the field."""
         model = self.model
+        if getattr(model, "model_file", None) is not None:
+            return self._file_quantities(view.log_likelihood_at(parts), parts)
         if model.has_field:
             density = view.posterior
             latent, eta = parts[0], (parts[1] if len(parts) > 1 else None)
@@ -283,6 +288,9 @@ class _Program:
         """(S, Q) true quantities, the log-likelihood under the model (not the simulator),
         and the true field (S, ...) or None."""
         model = self.model
+        if getattr(model, "model_file", None) is not None:
+            q, x = self._file_quantities(model.with_data(data).log_likelihood_at(truth), truth)
+            return np.asarray(q, np.float64), x
         if model.has_field:
             sim_post = sim_model.posterior
             latent, eta = truth[0], (truth[1] if len(truth) > 1 else None)
@@ -301,6 +309,19 @@ class _Program:
         full = {k: truth[k] for k in ("A", "c", "sigma")}
         loglik = self._loglik_integral(full, data)
         return np.asarray(tf.concat([params, loglik[:, None]], axis=-1), np.float64), None
+
+    def _file_quantities(self, loglik, parts):
+        """A model file's model: the sampled parameters, the log-likelihood ``loglik`` and, for a
+        field, its P(k) and the fixed voxels -> ((chains, Q), the field or None)."""
+        model = self.model
+        columns = [model.params(parts), loglik[:, None]]
+        if not model.has_field:
+            return tf.concat(columns, axis=-1), None
+        x = model.field(parts)
+        columns.append(model.field_power(x))
+        if self.voxels:
+            columns.append(tf.stack([x[:, i, j, k] for i, j, k in self.voxels], axis=-1))
+        return tf.concat(columns, axis=-1), x
 
     # -- the sampler ------------------------------------------------------------------
 
@@ -336,7 +357,7 @@ class _Program:
         data, truth = simulate_batch(sim_model, indices, plan.seed)
         truth_q, truth_field = self.truth_quantities(sim_model, data, truth)
         C = plan.chains
-        data_c = tf.repeat(tf.convert_to_tensor(data, self.dtype), C, axis=0)
+        data_c = tf.nest.map_structure(lambda a: tf.repeat(tf.convert_to_tensor(a, self.dtype), C, axis=0), data)
         truth_c = (tf.repeat(truth_field, C, axis=0) if truth_field is not None
                    else tf.zeros([self.chains, 1], self.dtype))
         keep_buf, below, div, acc = self.sample(data_c, truth_c, batch_sampler_seed(plan.seed, b))
@@ -424,9 +445,19 @@ class Calibrator:
         finally:
             run_lock.release(self.out_dir)
 
-    def _run(self, existing) -> str:
+    def _models(self):
+        """(the config's model, the model that simulates, the compiled program)."""
         self.emit("loading")
-        model = build_model(self.config)
+        try:
+            model = build_model(self.config)
+        except ModelFileError as err:
+            raise PlanError(str(err)) from None
+        model_file = getattr(model, "model_file", None)
+        if model_file is not None and model_file.simulate_fn is None and self.simulate_config is None:
+            arguments = ", ".join(ARGUMENTS[model_file.kind]["simulate"])
+            raise PlanError(f"{model_file.path}: defines no simulate; calibration draws data from the model: "
+                            f"add def simulate({arguments}) returning a dict of the data arrays the "
+                            f"likelihood reads ({', '.join(model.data)})")
         sim_model = model
         if self.simulate_config is not None:
             sim_model = build_model(self.simulate_config)
@@ -436,6 +467,10 @@ class Calibrator:
             model = program.model
             if self.simulate_config is None:
                 sim_model = model
+        return model, sim_model, program
+
+    def _run(self, existing) -> str:
+        model, sim_model, program = self._models()
         if existing is None:
             self.store = CalibrationWriter.create(
                 self.out_dir, config_text=self.config_text, config_dir=self.config.base_dir,
@@ -477,6 +512,10 @@ class Calibrator:
             self._fail(str(err))
             raise
         except Exception as err:
+            failure = failure_of(err, getattr(model, "model_file", None))
+            if failure is not None:         # the user's code: its file and line, one line
+                self._fail(str(failure))
+                raise EngineError(str(failure)) from None
             self._fail(f"{type(err).__name__}: {err}")
             raise
 

@@ -286,8 +286,9 @@ class UserParameters:
         return tf.stack([values[n] for n in self.names], axis=-1)
 
     def draw(self, n: int, seed) -> tf.Tensor:
-        """(n, d) unconstrained prior draws, stateless-seeded."""
-        seeds = tf.random.split(tf.constant([seed, 17], tf.int32), max(len(self.sampled), 1))
+        """(n, d) unconstrained prior draws, stateless-seeded (``seed``: an int or a [2] seed tensor)."""
+        pair = tf.constant([seed, 17], tf.int32) if isinstance(seed, int) else seed
+        seeds = tf.random.split(pair, max(len(self.sampled), 1))
         columns = []
         for i, twin in enumerate(self._twins):
             x = twin.distribution().sample(n, seed=seeds[i])

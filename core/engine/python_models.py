@@ -26,7 +26,7 @@ import copy
 import numpy as np
 import tensorflow as tf
 
-from core.engine.model_file import UserParameters, load_model_file, per_chain
+from core.engine.model_file import ModelFileError, UserParameters, load_model_file, per_chain
 from core.engine.models import _DTYPES, FieldModel
 
 __all__ = ["PythonModel", "FieldModelWithFile"]
@@ -37,6 +37,32 @@ def _file_term(model_file) -> str:
 
 
 _FILE_HINT = "check the model file's log_likelihood at these parameter values (fieldscope check-model)"
+
+
+def _simulated(model, arguments: tuple, seed) -> dict:
+    """The model file's ``simulate(*arguments, seed)``, checked against the data the likelihood
+    reads: a dict giving every one of its arrays, each of its shape; cast to the model's dtype."""
+    mf = model.model_file
+    out = mf.call("simulate", *arguments, seed)
+    if not isinstance(out, dict):
+        raise ModelFileError(f"{mf.path}: simulate returned {type(out).__name__}, not a dict of data arrays "
+                             f"(the names the likelihood reads: {', '.join(model.data)})")
+    missing = [n for n in model.data if n not in out]
+    if missing:
+        raise ModelFileError(f"{mf.path}: simulate returned no {', '.join(repr(n) for n in missing)} (it must give "
+                             f"every array the likelihood reads: {', '.join(model.data)})")
+    data = {}
+    for name, reference in model.data.items():
+        value = tf.cast(tf.convert_to_tensor(out[name]), model.dtype)
+        if value.shape != reference.shape:
+            raise ModelFileError(f"{mf.path}: simulate returned {name!r} of shape {tuple(value.shape)}, the data's "
+                                 f"is {tuple(reference.shape)}")
+        data[name] = value
+    return data
+
+
+def _stack(datas: list[dict]) -> dict:
+    return {name: tf.stack([d[name] for d in datas]) for name in datas[0]}
 
 
 def _user_terms(user: UserParameters, u) -> list:
@@ -100,6 +126,22 @@ class PythonModel:
     @property
     def target_log_prob_fn(self):
         return lambda u: self.user.log_prior(u) + self.log_likelihood(u)
+
+    def log_likelihood_at(self, parts) -> tf.Tensor:
+        """(chains,): the model file's log-likelihood at the state ``parts`` (calibration's test quantity)."""
+        return self.log_likelihood(parts[0])
+
+    def simulate_batch(self, seeds):
+        """Truth and data of one simulation per seed (calibration): the parameters drawn from
+        their priors, the data from the model file's ``simulate(params, seed)`` ->
+        (data name -> (S, ...), truth parts [u (S, d)])."""
+        truths, datas = [], []
+        for s in seeds:
+            u = self.user.draw(1, tf.random.experimental.stateless_fold_in(s, 0))
+            values = {n: v[0] for n, v in self.user.values(u).items()}
+            datas.append(_simulated(self, (values,), tf.random.experimental.stateless_fold_in(s, 1)))
+            truths.append(u[0])
+        return _stack(datas), [tf.stack(truths)]
 
     def params(self, parts):
         return self.user.stacked(parts[0])
@@ -194,6 +236,28 @@ class FieldModelWithFile(FieldModel):
     @property
     def target_log_prob_fn(self):
         return lambda *parts: self._log_prob_and_signal(*parts)[0]
+
+    def log_likelihood_at(self, parts) -> tf.Tensor:
+        """(chains,): the model file's log-likelihood at the state ``parts`` (calibration's test quantity)."""
+        latent, eta, u = self._split(parts)
+        return self.log_likelihood_of(self.posterior.signal(latent, eta), u)
+
+    def simulate_batch(self, seeds):
+        """Truth and data of one simulation per seed (calibration): the field, its P(k)
+        hyperparameters and the file's parameters drawn from their priors, the data from the model
+        file's ``simulate(field, params, seed)`` -> (data name -> (S, ...), truth parts)."""
+        latents, etas, datas = [], [], []
+        for s in seeds:
+            parts = self.prior_draw(tf.random.experimental.stateless_fold_in(s, 0))
+            latent, eta, u = self._split(parts)
+            signal = self.posterior.signal(latent, eta)[0]
+            values = {n: v[0] for n, v in self.user.values(u).items()}
+            datas.append(_simulated(self, (signal, values), tf.random.experimental.stateless_fold_in(s, 1)))
+            latents.append(parts[0][0])
+            if len(parts) > 1:
+                etas.append(parts[1][0])
+        truth = [tf.stack(latents)] + ([tf.stack(etas)] if etas else [])
+        return _stack(datas), truth
 
     @property
     def target_log_prob_and_field(self):

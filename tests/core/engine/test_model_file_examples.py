@@ -4,27 +4,13 @@ a short run recovers the parameter their data were made with."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from app import cli
 from core.config import parse_config
 from core.store.run_store import RunReader
 from support.engine_cases import run
-
-EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
-
-
-def copy_example(name: str, folder: Path) -> Path:
-    """The example ``name`` copied into ``folder`` with its data made there; its config's path."""
-    for path in (EXAMPLES / name).iterdir():
-        if path.is_file():
-            (folder / path.name).write_text(path.read_text())
-    namespace = {"__file__": str(folder / "make_data.py")}
-    exec(compile((folder / "make_data.py").read_text(), "make_data.py", "exec"), namespace)
-    namespace["make"](folder)
-    return folder / "config.toml"
+from support.model_files import copy_example
 
 
 @pytest.mark.parametrize("name, parameter, truth", [("lognormal_tracer", "b1", 1.5), ("beam_noise_map", "gain", 1.2)])

@@ -26,6 +26,7 @@ from core.run.input_files import InputsChanged
 from core.store.diagnostics import ess_bulk
 from core.store.run_store import RunReader, stored_run_config
 from support.engine_cases import field_case_document, prior_mode_variance, run, write_field_case
+from support.model_files import copy_example
 
 GAUSSIAN = """
 import tensorflow as tf
@@ -132,21 +133,8 @@ def test_an_integral_model_file_matches_the_built_in_model_and_its_quadrature_po
     assert draws.std() == pytest.approx(exact.sd["A"], rel=0.1)
 
 
-def _seed_example(tmp_path):
-    """The trapezoid-integral example (the second seed's code as its user wrote it) and its data."""
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parents[3] / "resources" / "examples" / "trapezoid_integral"
-    for name in ("model.py", "make_data.py", "config.toml"):
-        (tmp_path / name).write_text((folder / name).read_text())
-    namespace = {"__file__": str(tmp_path / "make_data.py")}
-    exec(compile((tmp_path / "make_data.py").read_text(), "make_data.py", "exec"), namespace)
-    namespace["make"](tmp_path)
-    return tmp_path / "config.toml"
-
-
 def test_the_second_seed_code_pasted_runs_and_samples_its_posterior(tmp_path):
-    path = _seed_example(tmp_path)
+    path = copy_example("trapezoid_integral", tmp_path)
     text = path.read_text().replace("num_samples = 1000", "num_samples = 600")
     config = parse_config(text, base_dir=tmp_path)
     report = check_model(config)
