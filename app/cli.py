@@ -509,6 +509,7 @@ def _read_config(path: str):
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from core.calibration import CalibrationReader, CalibrationStoreError, PlanError, plan_for_config
     from core.calibration.store import STORE_NAME, plan_differences
+    from core.run.input_files import model_file_sha256
     from core.store import run_lock
 
     config, text = _read_config(args.config)
@@ -534,7 +535,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             raise UserError(problem)
         if (out / STORE_NAME).exists():
             reader = CalibrationReader(out)
-            differences = plan_differences(reader.attrs, text, simulate_text, plan)
+            differences = plan_differences(reader.attrs, text, simulate_text, plan, model_file_sha256(config))
             if differences:
                 raise UserError(f"{out / STORE_NAME}: holds another calibration (it differs in "
                                 f"{'; '.join(differences)}); choose another --out, or give the same "

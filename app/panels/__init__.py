@@ -1,6 +1,6 @@
-"""The setup panels: Data, Grid, Prior, Likelihood, Sampler (docked beside the live views).
+"""The setup panels: Data, Grid, Prior, Likelihood, Model file, Sampler (docked beside the live views).
 
-One module per panel (``data``, ``grid``, ``prior``, ``likelihood``, ``sampler``), on the
+One module per panel (``data``, ``grid``, ``prior``, ``likelihood``, ``model_file``, ``sampler``), on the
 ``SetupPanel`` base (``base``) and the binding helpers (``binding``).
 
 Each panel is a thin adapter over one ``app.state.config_state.ConfigState``: every widget is
@@ -30,15 +30,16 @@ from app.panels.base import SetupPanel
 from app.panels.data import DataPanel
 from app.panels.grid import GridPanel
 from app.panels.likelihood import LikelihoodPanel
+from app.panels.model_file import ModelFilePanel
 from app.panels.prior import PriorPanel
 from app.panels.sampler import SamplerPanel
 from app.state.config_state import ConfigState
 
 __all__ = ["SetupPanel", "DataPanel", "GridPanel", "PriorPanel", "LikelihoodPanel",
-           "SamplerPanel", "make_panels"]
+           "ModelFilePanel", "SamplerPanel", "make_panels"]
 
 
 def make_panels(state: ConfigState) -> list[SetupPanel]:
     """One of each panel, in the order they are docked."""
     return [DataPanel(state), GridPanel(state), PriorPanel(state), LikelihoodPanel(state),
-            SamplerPanel(state)]
+            ModelFilePanel(state), SamplerPanel(state)]

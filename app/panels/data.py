@@ -95,9 +95,10 @@ class DataPanel(SetupPanel):
         self._reader.finished.connect(self._array_read)
         self.destroyed.connect(lambda *_, job=self._reader: job.close())
         self._choice("model.kind", "Model", [("field (3-D grid)", "field"),
-                                             ("integral (1-D series)", "integral")],
-                     tip="model.kind: a Gaussian random field on a grid, or the 1-D "
-                         "integral model")
+                                             ("integral (1-D series)", "integral"),
+                                             ("python (your model file)", "python")],
+                     tip="model.kind: a Gaussian random field on a grid, the 1-D integral model, "
+                         "or a scalar model written in a Python file (the Model file tab)")
         row = QWidget()
         h = QHBoxLayout(row)
         h.setContentsMargins(0, 0, 0, 0)
@@ -190,6 +191,8 @@ class DataPanel(SetupPanel):
             if self.state["data.path"] else str(self.state.base_dir)
         if self.state["model.kind"] == "integral":
             filters = "Series (*.csv *.txt *.dat);;All files (*)"
+        elif self.state["model.kind"] == "python":
+            filters = "Named columns or arrays (*.csv *.npz);;All files (*)"
         else:
             patterns = " ".join(f"*{ext}" for ext in cfg.FIELD_DATA_EXTENSIONS)
             filters = f"Gridded data ({patterns});;FITS (*.fits *.fit *.fts);;All files (*)"
@@ -269,6 +272,22 @@ class DataPanel(SetupPanel):
 
     # -- display ------------------------------------------------------------------------------
 
+    def _show_scalar_data(self, path) -> None:
+        """The data of a model without a field: the integral model's series (its points and t
+        range), a model file's arrays (the names and shapes its log_likelihood reads as data[name])."""
+        from core import io as loaders
+
+        try:
+            if self.state["model.kind"] == "python":
+                arrays = self.state._cached(path, "named", loaders.load_named_arrays)
+                self.info.setText("data[name] in the model file: " + ", ".join(
+                    f"{name} {tuple(a.shape)}" for name, a in arrays.items()))
+            else:
+                t = np.asarray(self.state._cached(path, "series", loaders.load_series).t)
+                self.info.setText(f"{t.size} points, t from {_g(t.min())} to {_g(t.max())}")
+        except (loaders.LoadError, ValueError, AttributeError):
+            self.info.setText("")       # a file that cannot be read: validation names it
+
     def refresh(self, load: bool = True) -> None:
         """Show what the settings say; ``load``: also read the arrays they name (else the
         next complete change does)."""
@@ -277,13 +296,14 @@ class DataPanel(SetupPanel):
         s = self.state
         field = s["model.kind"] == "field"
         gaussian = s["likelihood.kind"] == "gaussian"
+        python = s["likelihood.kind"] == "python"       # a model file's likelihood: a map, if any
         for widget, key, visible in (
                 (self.key_combo, "data.key", field), (self.preview_box, None, field),
                 (self.noise_combo, "data.noise", field and gaussian),
                 (self.sigma_edit, "data.noise_sigma", field and gaussian
                  and s["data.noise"] == "sigma"),
-                (self.noise_map_combo, "data.noise_map", field and gaussian
-                 and s["data.noise"] == "map"),
+                (self.noise_map_combo, "data.noise_map", field and (gaussian and s["data.noise"] == "map"
+                                                                    or python)),
                 (self.mask_combo, "data.mask", field)):
             self.form.setRowVisible(widget, visible)
             widget.setHidden(not visible)
@@ -295,13 +315,7 @@ class DataPanel(SetupPanel):
             return
         path = s.resolve(s["data.path"])
         if not field:
-            try:
-                series = s._cached(path, "series", loaders.load_series)
-                t = np.asarray(series.t)
-                self.info.setText(f"{t.size} points, t from {_g(t.min())} to {_g(t.max())}")
-            except (loaders.LoadError, ValueError) as exc:
-                self.info.setText("")
-                del exc
+            self._show_scalar_data(path)
             return
         try:
             infos = s.array_listing()

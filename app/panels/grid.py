@@ -169,7 +169,7 @@ class GridPanel(SetupPanel):
     def refresh(self) -> None:
         s = self.state
         if s["model.kind"] != "field":
-            self.info.setText("The integral model has no grid.")
+            self.info.setText(f"The {s['model.kind']} model has no grid.")
             self.setEnabled(False)
             return
         self.setEnabled(True)

@@ -477,7 +477,9 @@ class PriorPanel(SetupPanel):
 
     def refresh(self) -> None:
         s = self.state
-        integral = s["model.kind"] == "integral"
+        # a model file's scalar model: its priors are the Model file tab's
+        self.setEnabled(s["model.kind"] != "python")
+        integral = s["model.kind"] in ("integral", "python")
         kind = s["prior.kind"]
         names = set(s.hyper_names())
         for name, editor in self.editors.items():

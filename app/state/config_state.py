@@ -63,6 +63,7 @@ SAMPLER_KEYS = tuple(f"sampler.{name}" for name in cfg.config_to_dict(
 
 _FIELD_DEFAULTS = cfg.config_to_dict(cfg.default_config("field"))
 _INTEGRAL_DEFAULTS = cfg.config_to_dict(cfg.default_config("integral"))
+_PYTHON_DEFAULTS = cfg.config_to_dict(cfg.default_config("python"))
 
 
 def prior_kinds(name: str) -> tuple[str, ...]:
@@ -135,6 +136,12 @@ def _build_defaults() -> dict[str, Any]:
     d = _FIELD_DEFAULTS
     values: dict[str, Any] = {
         "model.kind": "field",
+        # a model file (core.engine.model_file): the scalar model's, or the field's likelihood's;
+        # "parameters" overrides its PARAMETERS by name (a number or a prior table, as [parameters])
+        "model.file": "",
+        "model.dtype": "float32",
+        "likelihood.file": "",
+        "parameters": {},
         "data.path": "",
         "data.key": d["data"]["key"],
         "data.noise": "sigma",
@@ -279,6 +286,8 @@ class ConfigState:
         """The hyperparameters that apply to the current model and prior kind."""
         if self["model.kind"] == "integral":
             return INTEGRAL_PARAMETERS
+        if self["model.kind"] == "python":    # a model file's parameters: the Model file panel
+            return ()
         return FIELD_HYPERPARAMETERS.get(self["prior.kind"], ())
 
     def set_sampled(self, name: str, sampled: bool) -> None:
@@ -332,13 +341,23 @@ class ConfigState:
         v = self._values
         kind = v["model.kind"]
         doc: dict[str, dict[str, Any]] = {"model": {"kind": kind}}
+        if kind == "python":
+            doc["model"].update(file=v["model.file"], dtype=v["model.dtype"])
+            doc["data"] = {"path": v["data.path"]}
+            if v["parameters"]:
+                doc["parameters"] = copy.deepcopy(v["parameters"])
+            doc["sampler"] = {key.split(".", 1)[1]: v[key] for key in SAMPLER_KEYS}
+            return doc
         if kind == "integral":
             doc["data"] = {"path": v["data.path"]}
             doc["integral"] = {"refine": v["integral.refine"]}
             doc["prior"] = {name: self.hyper_value(name) for name in INTEGRAL_PARAMETERS}
         else:
             data: dict[str, Any] = {"path": v["data.path"], "key": v["data.key"]}
-            if v["likelihood.kind"] == "gaussian":
+            if v["likelihood.kind"] == "python":       # the file's noise; a map is its data["noise"]
+                if v["data.noise_map"] not in ("", None):
+                    data["noise_map"] = v["data.noise_map"]
+            elif v["likelihood.kind"] == "gaussian":
                 if v["data.noise"] == "map":
                     data["noise_map"] = v["data.noise_map"]
                 else:
@@ -358,9 +377,13 @@ class ConfigState:
                 for name in FIELD_HYPERPARAMETERS.get(v["prior.kind"], ()):
                     prior[name] = self.hyper_value(name)
             doc["prior"] = prior
-            lk: dict[str, Any] = {"kind": v["likelihood.kind"],
-                                  "smoothing_scale": v["likelihood.smoothing_scale"],
-                                  "field_mean": v["likelihood.field_mean"]}
+            if v["likelihood.kind"] == "python":
+                lk: dict[str, Any] = {"kind": "python", "file": v["likelihood.file"]}
+                if v["parameters"]:
+                    doc["parameters"] = copy.deepcopy(v["parameters"])
+            else:
+                lk = {"kind": v["likelihood.kind"], "smoothing_scale": v["likelihood.smoothing_scale"],
+                      "field_mean": v["likelihood.field_mean"]}
             if v["likelihood.kind"] == "poisson_lognormal":
                 lk["mean_count"] = v["likelihood.mean_count"]
             doc["likelihood"] = lk
@@ -386,6 +409,9 @@ class ConfigState:
         for table, entries in raw.items():
             if not isinstance(entries, dict):
                 ignored.append(table)
+                continue
+            if table == "parameters":         # a model file's overrides, name -> value
+                values["parameters"] = copy.deepcopy(entries)
                 continue
             for name, value in entries.items():
                 key = f"{table}.{name}"
@@ -485,7 +511,7 @@ class ConfigState:
         self.config()                         # raises before anything changes
         new_base = path.parent
         with self.batch():
-            for key in ("data.path", "prior.table", "data.mask", "data.noise_map"):
+            for key in ("data.path", "prior.table", "data.mask", "data.noise_map", "model.file", "likelihood.file"):
                 value = self[key]
                 if key in ("data.mask", "data.noise_map") and not is_file_reference(value):
                     continue                  # an array in the data file, not a path
@@ -530,7 +556,8 @@ class ConfigState:
         """
         errors: dict[str, str] = {}
         doc = self.document()
-        defaults = _INTEGRAL_DEFAULTS if self["model.kind"] == "integral" else _FIELD_DEFAULTS
+        defaults = {"integral": _INTEGRAL_DEFAULTS, "python": _PYTHON_DEFAULTS}.get(self["model.kind"],
+                                                                                   _FIELD_DEFAULTS)
         for _ in range(64):
             try:
                 cfg.config_from_dict(doc, self.base_dir)
@@ -558,18 +585,67 @@ class ConfigState:
             errors.update(self.check_files())
         return errors
 
+    def model_file_key(self) -> str | None:
+        """The state key naming the model file ("model.file", "likelihood.file"), or None."""
+        if self["model.kind"] == "python":
+            return "model.file"
+        if self["model.kind"] == "field" and self["likelihood.kind"] == "python":
+            return "likelihood.file"
+        return None
+
+    def model_source(self):
+        """The model file read as text (``core.io.model_source``: never executed), or None."""
+        from core.io.model_source import read_model_source
+
+        key = self.model_file_key()
+        if key is None or not self[key]:
+            return None
+        path = self.resolve(self[key])
+        return self._cached(path, "model source", read_model_source)
+
+    def model_file_errors(self) -> dict[str, str]:
+        """What the model file's text says against the config: unreadable, a syntax error, no
+        log_likelihood, a [parameters] name its PARAMETERS lacks."""
+        key = self.model_file_key()
+        source = self.model_source()
+        if key is None or source is None:
+            return {}
+        if source.problem:
+            return {key: f"{key}: {source.problem}"}
+        if "log_likelihood" not in source.functions:
+            return {key: f"{key}: {self[key]} defines no log_likelihood function"}
+        errors = {}
+        if source.parameters is not None:
+            for name in self["parameters"]:
+                if name not in source.parameters:
+                    errors[f"parameters.{name}"] = (f"parameters.{name}: {self[key]} has no parameter {name!r} "
+                                                    f"(its PARAMETERS: {', '.join(source.parameters) or 'none'})")
+        return errors
+
+    def _check_scalar_files(self) -> dict[str, str]:
+        """``check_files`` of a model without a field: its data file (the integral model's series,
+        a model file's named arrays) and its model file."""
+        from core import io as loaders
+
+        errors: dict[str, str] = {}
+        path = self.resolve(self["data.path"])
+        python = self["model.kind"] == "python"
+        try:
+            self._cached(path, "named" if python else "series",
+                         loaders.load_named_arrays if python else loaders.load_series)
+        except loaders.LoadError as exc:
+            errors["data.path"] = f"data.path: {exc}"
+        if python:
+            errors.update(self.model_file_errors())
+        return errors
+
     def check_files(self) -> dict[str, str]:
         """What the files say about a valid config: {key: message}. Reads headers only."""
         from core import io as loaders
 
         errors: dict[str, str] = {}
-        if self["model.kind"] == "integral":
-            path = self.resolve(self["data.path"])
-            try:
-                self._cached(path, "series", loaders.load_series)
-            except loaders.LoadError as exc:
-                errors["data.path"] = f"data.path: {exc}"
-            return errors
+        if self["model.kind"] in ("python", "integral"):
+            return self._check_scalar_files()
         path = self.resolve(self["data.path"])
         try:
             infos = self.array_listing()
@@ -611,6 +687,8 @@ class ConfigState:
                 problem = _memory_problem(self, shape)
                 if problem:
                     errors["grid.memory"] = f"grid: {problem}"
+        if self["likelihood.kind"] == "python":
+            errors.update(self.model_file_errors())
         if self["prior.kind"] == "table":
             table = self.resolve(self["prior.table"])
             try:

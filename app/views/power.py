@@ -458,7 +458,9 @@ class PowerView(RunView):
             self.ratio_band_high.setData(k[ok], 1 + rel[ok])
         cfg = st.config
         if st.has_field and cfg is not None and cfg.likelihood is not None and cfg.likelihood.kind != "gaussian":
-            notes.append(f"data: counts ({cfg.likelihood.kind} likelihood), not a P(k) of the field: not shown")
+            what = ("the model file's data" if cfg.likelihood.kind == "python" else
+                    f"counts ({cfg.likelihood.kind} likelihood)")
+            notes.append(f"data: {what}, not a P(k) of the field: not shown")
         if self._spectrum_error and st.has_field:
             notes.append(self._spectrum_error)
         elif prior is not None and not np.isfinite(prior[0]).any():

@@ -86,11 +86,15 @@ def _new(root, name, shape, chunks, dtype, dims, values=None):
     return arr
 
 
-def plan_differences(attrs: dict, config_text: str, simulate_text: str, plan: CalibrationPlan) -> list[str]:
-    """What differs between a stored calibration and a new request (empty: it can resume)."""
+def plan_differences(attrs: dict, config_text: str, simulate_text: str, plan: CalibrationPlan,
+                     model_file_sha256: str | None = None) -> list[str]:
+    """What differs between a stored calibration and a new request (empty: it can resume);
+    ``model_file_sha256``: the SHA-256 of the config's model file now (None: it has none)."""
     out = []
     if attrs.get("config") != config_text:
         out.append("the config")
+    if (attrs.get("model_file_sha256") or None) != model_file_sha256:
+        out.append("the model file (its SHA-256 changed since the calibration began)")
     if (attrs.get("simulate_config") or "") != (simulate_text or ""):
         out.append("the config the data are simulated with")
     for key, value in plan.as_attrs().items():
@@ -112,7 +116,8 @@ class CalibrationWriter:
 
     @classmethod
     def create(cls, out_dir, *, config_text: str, config_dir, simulate_text: str, plan: CalibrationPlan,
-               quantities: list[str], model_kind: str, grid_shape=None, k=None, voxels=()) -> "CalibrationWriter":
+               quantities: list[str], model_kind: str, grid_shape=None, k=None, voxels=(),
+               model_file_sha256: str | None = None) -> "CalibrationWriter":
         out_dir = Path(out_dir)
         final = out_dir / STORE_NAME
         if final.exists():
@@ -131,6 +136,7 @@ class CalibrationWriter:
                     "timing": {"seconds": 0.0}, "levels": list(LEVELS),
                     "expected_coverage": [expected_coverage(plan.draws, lv) for lv in LEVELS],
                     "voxels": [list(v) for v in voxels], "created": utc_now(), "updated": utc_now(),
+                    **({"model_file_sha256": model_file_sha256} if model_file_sha256 else {}),
                     **plan.as_attrs()})
                 q = len(quantities)
                 rows = plan.batch_size

@@ -72,6 +72,7 @@ from core.engine.model_file import ARGUMENTS, ModelFileError, failure_of
 from core.engine.models import build_model
 from core.engine.prior_density import tf_prior
 from core.log_density import LOG_2PI
+from core.run.input_files import model_file_sha256
 from core.store import run_lock
 
 __all__ = ["Calibrator", "BatchResult", "simulate_batch"]
@@ -429,7 +430,8 @@ class Calibrator:
         if not (self.out_dir / STORE_NAME).exists():
             return None
         reader = CalibrationReader(self.out_dir)
-        differences = plan_differences(reader.attrs, self.config_text, self.simulate_text, self.plan)
+        differences = plan_differences(reader.attrs, self.config_text, self.simulate_text, self.plan,
+                                       model_file_sha256(self.config))
         if differences:
             raise PlanError(f"{self.out_dir / STORE_NAME}: holds another calibration (it differs in "
                             f"{'; '.join(differences)}); choose another --out, or give the same settings "
@@ -476,7 +478,8 @@ class Calibrator:
                 self.out_dir, config_text=self.config_text, config_dir=self.config.base_dir,
                 simulate_text=self.simulate_text, plan=self.plan, quantities=program.names, model_kind=model.kind,
                 grid_shape=model.grid.shape if model.has_field else None,
-                k=model.k_centres if model.has_field else None, voxels=program.voxels)
+                k=model.k_centres if model.has_field else None, voxels=program.voxels,
+                model_file_sha256=model_file_sha256(self.config))
         else:
             self.store = CalibrationWriter.reopen(self.out_dir)
         first = self.store.progress["batches"]

@@ -118,6 +118,9 @@ def exact_not_applicable(cfg: RunConfig) -> str | None:
     if cfg.model.kind != "field":
         return (f"not a field run (model.kind = {cfg.model.kind!r}): the exact Gaussian "
                 "posterior applies to the field model only")
+    if cfg.likelihood is not None and cfg.likelihood.kind == "python":
+        return (f"the likelihood is the model file {cfg.likelihood.file}'s: Fieldscope cannot know that it "
+                "is Gaussian, so it has no closed form to compare with")
     if cfg.likelihood is None or cfg.likelihood.kind != "gaussian":
         kind = None if cfg.likelihood is None else cfg.likelihood.kind
         return (f"the likelihood is {kind!r} (Poisson counts), not Gaussian: the posterior "

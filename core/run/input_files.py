@@ -28,7 +28,7 @@ from core.io.regular_file import NotRegularFile, open_regular
 from core.store.run_store import STORE_NAME, RunReader, RunStoreError
 from core.store.zarr_files import consolidate, open_group, utc_now
 
-__all__ = ["InputsChanged", "input_files", "file_digest", "input_digests", "changed_inputs", "verify_inputs",
+__all__ = ["InputsChanged", "input_files", "file_digest", "input_digests", "model_file_sha256", "changed_inputs", "verify_inputs",
            "record_accepted", "ACCEPT_OPTION"]
 
 ACCEPT_OPTION = "--accept-changed-data"
@@ -68,6 +68,18 @@ def file_digest(path) -> dict:
             digest.update(block)
             size += len(block)
     return {"path": os.fspath(path), "sha256": digest.hexdigest(), "bytes": size}
+
+
+def model_file_sha256(config) -> str | None:
+    """The SHA-256 of the config's model file (None: it has none, or it cannot be read: loading
+    the model says why)."""
+    setting = model_file_setting(config)
+    if setting is None:
+        return None
+    try:
+        return file_digest(config.model_file)["sha256"]
+    except OSError:
+        return None
 
 
 def input_digests(config) -> dict:

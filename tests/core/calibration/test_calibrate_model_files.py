@@ -53,6 +53,14 @@ def test_a_field_model_file_with_simulate_calibrates_at_12_cubed(tmp_path):
     assert reader.quantities[:2] == ["index", "loglik"] and reader.has_field
     assert verdict.passed, verdict.table()
     assert min(r.pvalue for r in verdict.results) > 0.001, verdict.table()
+    # the same settings resume it, unless the model file changed
+    config = config_from_dict(_field_document(), base_dir=tmp_path)
+    again = Calibrator(config, dump_config(config), tmp_path / "cal", simulations=SIMULATIONS, draws=DRAWS,
+                       batch_size=BATCH)
+    assert again.existing() is not None
+    (tmp_path / "lik.py").write_text(LIKELIHOOD + SIMULATE + "\n# edited\n")
+    with pytest.raises(PlanError, match="the model file"):
+        again.existing()
 
 
 def test_the_second_seed_model_calibrates(tmp_path):
