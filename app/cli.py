@@ -23,7 +23,8 @@ short: ``Control.writing``), its status says "stopped", the lock is released, an
 exits with 128 + the signal's number. Either way the run resumes from its last checkpoint.
 
 ``calibrate`` (simulation-based calibration, ``core.engine.calibrate``) runs the same way, its
-unit a batch of simulations instead of a chunk: the same command with the same settings
+unit a batch of simulations instead of a chunk (a first signal before this session stored its
+first batch stops at once: compiling a large batch takes minutes and waiting keeps nothing); the same command with the same settings
 resumes a stopped calibration at its first unfinished batch. It ends with the table of
 ``core.calibration.verdict`` and exits 0 when every quantity passes, 1 when some fail.
 """
@@ -267,7 +268,7 @@ class _EngineSession:
         if self.control is None:          # nothing runs yet (TensorFlow is loading): end now
             self._end_now(signum)
             return
-        if self.signals == 1:
+        if self.signals == 1 and not self._first_signal_stops_now():
             self.control.stop = True
             self.control.pause = False
             _say(("\n" if sys.stderr.isatty() else "")
@@ -275,6 +276,10 @@ class _EngineSession:
                  "the run stays resumable)")
             return
         self._end_now(signum)
+
+    def _first_signal_stops_now(self) -> bool:
+        """Whether a first stop signal ends the process at once (nothing would be kept by waiting)."""
+        return False
 
     def _end_now(self, signum) -> None:
         """Abandon the chunk in flight: wait for a store write in progress, write no more,
@@ -494,6 +499,11 @@ class _CalibrationSession(_EngineSession):
     def __init__(self, out_dir, command: str):
         super().__init__(out_dir)
         self.continue_with = command
+
+    def _first_signal_stops_now(self) -> bool:
+        """Before this session's first batch is stored (compiling, which may take minutes, or the
+        first batch) waiting keeps nothing: the first signal stops at once (issue #33)."""
+        return getattr(self.engine, "batches_this_session", 1) == 0
 
 
 def _read_config(path: str):

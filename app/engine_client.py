@@ -257,12 +257,12 @@ class EngineClient(QObject):
     # -- commands (thread-safe) ----------------------------------------------------------------
 
     def start_run(self, config_text: str, base_dir, run_dir, resume: bool = False,
-                  num_samples: int | None = None) -> bool:
+                  num_samples: int | None = None, accept_changed: bool = False) -> bool:
         """Start (or, with ``resume``, continue) a run. False if no engine is ready."""
         if not self.is_ready:
             return False
         self._reader.command(msgs.run_command(config_text, base_dir, run_dir, resume,
-                                              num_samples))
+                                              num_samples, accept_changed))
         return True
 
     def pause(self) -> None:

@@ -51,6 +51,7 @@ from app.state.session import RecentFiles, Session
 from app.status_bar import RunStatusBar
 from app.views.jobs import LatestJob
 from core.config import ConfigError
+from core.run.input_files import ACCEPT_OPTION
 from core.store.run_store import RunReader, RunStoreError
 from core.store.run_summary import settings_text as run_summary_settings
 
@@ -82,6 +83,7 @@ class MainWindow(ConfigFiles, QMainWindow):
         self.auto_start = False           # press Start as soon as it is enabled (--run)
         self.confirm_close = True
         self._closing = False
+        self._changed_inputs: str | None = None     # a Continue run refused for a changed input file
         self._close_ok = False
         self._divergences = {"warmup": 0, "sampling": 0}   # this session's, without a RunState
         self._dialogs: list[QMessageBox] = []
@@ -493,8 +495,19 @@ class MainWindow(ConfigFiles, QMainWindow):
     def _on_error(self, message: str) -> None:
         if self._closing:
             return
+        if ACCEPT_OPTION in message:      # continuing was refused: an input file changed
+            self._changed_inputs = message
+            return
         where = f" (run directory {self.run_dir})" if self.run_dir else ""
         self.show_message("The run failed", f"{message}{where}")
+
+    def _ask_accept_changed_inputs(self) -> None:
+        """After a refused Continue run (an input file changed): continue anyway, if the user says so."""
+        message, self._changed_inputs = self._changed_inputs, None
+        if message and questions.ask_accept_changed_inputs(self, message):
+            self.runs.continue_run(accept_changed=True)
+        elif message:
+            self.message_label.setText("not continued: " + message.split(". Resuming would", 1)[0])
 
     def _on_done(self, status: str) -> None:
         texts = {"finished": "finished", "stopped": "stopped; Run > Continue run resumes it",
@@ -502,6 +515,8 @@ class MainWindow(ConfigFiles, QMainWindow):
         self.message_label.setStyleSheet("")
         self.message_label.setText(f"run {texts.get(status, status)}: {self.run_dir}")
         self.run_finished.emit(status)
+        if self._changed_inputs and not self._closing:
+            QTimer.singleShot(0, self._ask_accept_changed_inputs)
 
     def _on_run_ended(self, status: str) -> None:
         self.view_timer.stop()

@@ -151,9 +151,11 @@ class RunController(QObject):
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def launch(self, text: str, base_dir, run_dir, *, resume: bool, meta: dict | None = None) -> bool:
+    def launch(self, text: str, base_dir, run_dir, *, resume: bool, meta: dict | None = None,
+               accept_changed: bool = False) -> bool:
         """Hand a run to the engine: a new one (``meta``: ``RunState.reset`` metadata) or,
-        with ``resume``, the stored run in ``run_dir``."""
+        with ``resume``, the stored run in ``run_dir`` (``accept_changed``: although an input
+        file changed since it began)."""
         self.stop_watching()
         self.run_dir = Path(run_dir)
         if self.run_state is not None:
@@ -164,7 +166,7 @@ class RunController(QObject):
                     self.run_state.reset(meta)
             except Exception as exc:    # a views problem must not stop the run
                 self.message.emit(f"live views: {exc}")
-        if not self.client.start_run(text, base_dir, run_dir, resume=resume):
+        if not self.client.start_run(text, base_dir, run_dir, resume=resume, accept_changed=accept_changed):
             self.problem.emit("Cannot start", "The engine is not ready.")
             return False
         self.status = "starting"
@@ -173,9 +175,9 @@ class RunController(QObject):
         self.changed.emit()
         return True
 
-    def continue_run(self) -> bool:
+    def continue_run(self, accept_changed: bool = False) -> bool:
         """Resume the current run directory with its stored config (as ``fieldscope
-        resume`` does)."""
+        resume`` does; ``accept_changed``: as with ``--accept-changed-data``)."""
         run_dir = self.resumable_run()
         if run_dir is None or not self.can_start:
             return False
@@ -184,7 +186,7 @@ class RunController(QObject):
         except RunStoreError as exc:
             self.problem.emit("Cannot continue", str(exc))
             return False
-        return self.launch(stored.text, stored.base_dir, run_dir, resume=True)
+        return self.launch(stored.text, stored.base_dir, run_dir, resume=True, accept_changed=accept_changed)
 
     def toggle_pause(self) -> None:
         if self.client is None:

@@ -10,6 +10,7 @@ make every unpatched question fail.
     choose_open_file(parent, title, start, filters) -> str              ("" : cancelled)
     choose_save_file(parent, title, start, filters) -> str
     choose_directory(parent, title, start) -> str
+    ask_accept_changed_inputs(parent, message) -> bool                  (True: continue anyway)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 __all__ = ["ask_save_changes", "ask_integer", "choose_open_file", "choose_save_file",
-           "choose_directory", "SAVE", "DISCARD", "CANCEL"]
+           "choose_directory", "ask_accept_changed_inputs", "SAVE", "DISCARD", "CANCEL"]
 
 SAVE, DISCARD, CANCEL = "save", "discard", "cancel"
 
@@ -52,3 +53,20 @@ def choose_save_file(parent, title: str, start: str, filters: str) -> str:
 
 def choose_directory(parent, title: str, start: str) -> str:
     return QFileDialog.getExistingDirectory(parent, title, start)
+
+
+def ask_accept_changed_inputs(parent, message: str) -> bool:
+    """Continuing a run was refused because an input file (data, mask, noise map, P(k) table,
+    model file) differs from the one it began with (``message`` names it): continue anyway, the
+    change recorded in the run's store, or not."""
+    box = QMessageBox(QMessageBox.Icon.Warning, "An input file changed",
+                      "A file this run reads is not the one it began with.",
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, parent)
+    box.setInformativeText(message.split(". Resuming would", 1)[0] + ".\n\nContinue anyway? The new draws "
+                           "then sample another posterior beside the stored ones; the change is recorded "
+                           "in the run's store.")
+    box.button(QMessageBox.StandardButton.Yes).setText("Continue anyway")
+    box.setDefaultButton(QMessageBox.StandardButton.No)
+    answer = box.exec()
+    box.deleteLater()
+    return QMessageBox.StandardButton(answer) == QMessageBox.StandardButton.Yes

@@ -422,6 +422,7 @@ class Calibrator:
         self.on_batch = on_batch or (lambda info: None)
         self.emit = emit or (lambda text: None)
         self.store = None
+        self.batches_this_session = 0       # stored by this process (a first Ctrl-C before one stops at once)
         self.plan = plan_for_config(config, simulations=simulations, draws=draws, batch_size=batch_size)
 
     def existing(self) -> CalibrationReader | None:
@@ -502,6 +503,7 @@ class Calibrator:
                 with self.control.writing:
                     run_lock.verify(self.out_dir)
                     self.store.append(result.rows(list(self.plan.batch(b))[:self.plan.kept(b)]), b + 1, seconds)
+                    self.batches_this_session += 1
                 done = self.store.progress["simulations"]
                 per_batch = elapsed        # the first batch's includes the compilation
                 self.on_batch({"batch": b + 1, "batches": self.plan.batches, "simulations_done": done,

@@ -228,14 +228,17 @@ class Engine:
         if self.model.has_field:
             self.model.release_observed()
 
-    def resume(self, num_samples: int | None = None) -> str:
+    def resume(self, num_samples: int | None = None, accept_changed: bool = False) -> str:
         """Continue the chains of a stopped (or finished, with more ``num_samples``) run.
 
         A run with no checkpoint (it ended before its first chunk was checkpointed) has
         nothing to continue from: it starts again from the beginning, in place, with its
-        config (``core.run.run_folder.claim_resume``)."""
+        config (``core.run.run_folder.claim_resume``). An input file that changed since the run
+        began is refused, unless ``accept_changed`` (then the change is recorded in the store)."""
         claim = run_folder.claim_resume(self.run_dir)
         try:
+            if accept_changed:
+                input_files.record_accepted(self.run_dir, self.config)
             input_files.verify_inputs(self.run_dir, self.config)     # a changed data file: refused
             if claim.restart:
                 return self._restart(num_samples)

@@ -291,9 +291,10 @@ class FieldPosterior:
         mask = obs.mask
         # grid-sized constants are device memory on a GPU (#13): the Gaussian likelihood's
         # mask is inside its 1 / sigma (0 where masked), a scalar when the noise is uniform
-        # and nothing is masked; the Poisson one needs the mask itself
-        self._mask = None if obs.kind == "gaussian" else tf.constant(mask.astype(np.float64), rd)
-        self._data = tf.constant(obs.data, rd)
+        # and nothing is masked; the Poisson one needs the mask itself; a model file's likelihood
+        # holds its own data (core.engine.python_models)
+        self._mask = tf.constant(mask.astype(np.float64), rd) if obs.kind == "poisson_lognormal" else None
+        self._data = None if obs.kind == "python" else tf.constant(obs.data, rd)
         self._field_mean = obs.field_mean
         if obs.kind == "python":     # a model file's likelihood (core.engine.python_models)
             self._lik_const = None

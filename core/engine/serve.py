@@ -85,7 +85,8 @@ def serve(conn) -> None:
             config = parse_config(msg["config_text"], base_dir=msg["base_dir"])
             engine = engine_mod.Engine(config, msg["config_text"], msg["run_dir"], emit=send, control=control)
             if msg["resume"]:
-                status = engine.resume(num_samples=msg["num_samples"])
+                status = engine.resume(num_samples=msg["num_samples"],
+                                       accept_changed=msg.get("accept_changed", False))
             else:
                 status = engine.start()
             send(msgs.done_event(status))

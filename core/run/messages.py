@@ -13,7 +13,8 @@ else). Optional fields (``NotRequired``) are absent, never None.
 
 Commands (client -> engine process), key ``cmd``::
 
-    run      config_text, base_dir, run_dir, resume, num_samples   start or resume a run
+    run      config_text, base_dir, run_dir, resume, num_samples,   start or resume a run
+             accept_changed
     pause / resume / stop / exit                                    between chunks
 
 Events (engine -> clients), key ``type``::
@@ -88,7 +89,9 @@ COMMANDS = (RUN, PAUSE, RESUME, STOP, EXIT)
 class RunCommand(TypedDict):
     """Start (``resume`` False) or continue a run of ``config_text`` into ``run_dir``;
     relative paths in the config are relative to ``base_dir``. ``num_samples``: a new
-    total of post-warmup draws for a resumed run (None: as configured)."""
+    total of post-warmup draws for a resumed run (None: as configured). ``accept_changed``: a
+    resumed run goes on although an input file (data, mask, noise, P(k) table, model file)
+    changed since it began, the change recorded in its store (``--accept-changed-data``)."""
 
     cmd: Literal["run"]
     config_text: str
@@ -96,6 +99,7 @@ class RunCommand(TypedDict):
     run_dir: str
     resume: bool
     num_samples: int | None
+    accept_changed: bool
 
 
 class ControlCommand(TypedDict):
@@ -105,9 +109,10 @@ class ControlCommand(TypedDict):
 
 
 def run_command(config_text: str, base_dir, run_dir, resume: bool = False,
-                num_samples: int | None = None) -> RunCommand:
+                num_samples: int | None = None, accept_changed: bool = False) -> RunCommand:
     return RunCommand(cmd=RUN, config_text=str(config_text), base_dir=str(base_dir),
-                      run_dir=str(run_dir), resume=bool(resume), num_samples=num_samples)
+                      run_dir=str(run_dir), resume=bool(resume), num_samples=num_samples,
+                      accept_changed=bool(accept_changed))
 
 
 def control_command(cmd: str) -> ControlCommand:

@@ -355,3 +355,25 @@ def test_the_start_up_notices_filtered_are_exactly_tensorflows_chatter():
             "W tensorflow/core/framework/op_kernel.cc:1857] OP_REQUIRES failed at xla_ops.cc: RESOURCE_EXHAUSTED"]
     assert all(START_UP_NOISE.search(line) for line in noise)
     assert not any(START_UP_NOISE.search(line) for line in kept)
+
+
+def test_a_first_ctrl_c_stops_a_calibration_at_once_before_its_first_batch(tmp_path, xla_cache):
+    """Compiling a calibration's batch takes minutes at large batch sizes and waiting for it keeps
+    nothing: a first SIGINT before the session's first batch is stored ends the command at once,
+    the lock released, the same command resumable (issue #33)."""
+    config = tiny_case(tmp_path, warmup=10, samples=20, chunk=5)
+    out = tmp_path / "cal"
+    process = CliProcess(["calibrate", config, "--simulations", 40, "--batch", 20, "--out", out], xla_cache)
+    try:
+        process.wait_for(lambda line: line == "calibrate: compiling")
+        t0 = time.perf_counter()
+        process.proc.send_signal(signal.SIGINT)
+        code, _, err = process.finish()
+    finally:
+        process.kill()
+    assert time.perf_counter() - t0 < 30
+    assert code == 128 + signal.SIGINT, "\n".join(err[-30:])
+    assert not any("Traceback" in line for line in err), err
+    stopped = [line for line in err if line.startswith("fieldscope: stopped at once (SIGINT)")]
+    assert len(stopped) == 1 and "Continue with: fieldscope calibrate" in stopped[0], err
+    assert run_lock.holder(out) is None

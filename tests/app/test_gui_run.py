@@ -186,3 +186,45 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
     assert reader.status == "stopped" and reader.progress["draws"] > before
     if not TF_BEFORE:
         assert tf_modules() == []
+
+
+def test_continue_run_after_a_data_file_changed_asks_before_it_goes_on(make_window, qtbot, tmp_path, monkeypatch):
+    """Continue run of a run whose data file changed since it began is refused by the engine,
+    naming the file; the window asks (not a failure dialog): No keeps the run as it is, Yes
+    continues it and the store records the accepted change (``--accept-changed-data``)."""
+    from app.dialogs import questions
+
+    config = tiny_case(tmp_path, samples=100_000, name="long.toml")
+    window = make_window(config)
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
+    chunks = []
+    window.client.chunk.connect(chunks.append)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=RUN_MS)
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: window.runs.status == "idle", timeout=RUN_MS)
+    run_dir = window.run_dir
+    data = tmp_path / "tiny_field.npz"
+    arrays = dict(np.load(data))
+    arrays["data"] = arrays["data"] + 0.1
+    np.savez(data, **arrays)
+
+    asked = []
+    monkeypatch.setattr(questions, "ask_accept_changed_inputs", lambda _parent, message: asked.append(message) or False)
+    window.last_message = None
+    window.continue_action.trigger()
+    qtbot.waitUntil(lambda: bool(asked) and window.runs.status == "idle", timeout=RUN_MS)
+    assert "tiny_field.npz (data.path) is not the file the run began with" in asked[0]
+    assert window.last_message is None                       # no "The run failed" dialog
+    qtbot.waitUntil(lambda: window.message_label.text().startswith("not continued: "), timeout=10_000)
+    assert "input_changes" not in RunReader(run_dir).attrs
+
+    monkeypatch.setattr(questions, "ask_accept_changed_inputs", lambda _parent, message: asked.append(message) or True)
+    n = len(chunks)
+    window.continue_action.trigger()
+    qtbot.waitUntil(lambda: len(asked) == 2 and len(chunks) > n, timeout=RUN_MS)
+    assert window.run_dir == run_dir
+    changes = RunReader(run_dir).attrs["input_changes"]
+    assert len(changes) == 1 and "tiny_field.npz (data.path)" in changes[0]["changes"][0]
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: window.runs.status == "idle", timeout=RUN_MS)
