@@ -43,7 +43,9 @@ def _simulated(model, arguments: tuple, seed) -> dict:
     """The model file's ``simulate(*arguments, seed)``, checked against the data the likelihood
     reads: a dict giving every one of its arrays, each of its shape; cast to the model's dtype."""
     mf = model.model_file
-    out = mf.call("simulate", *arguments, seed)
+    # a pair of non-negative ints: seeds tf.random.stateless_* (seed=seed) and np.random.default_rng(seed)
+    pair = tuple(int(x) & 0x7FFFFFFF for x in np.asarray(seed).reshape(-1)[:2])
+    out = mf.call("simulate", *arguments, pair)
     if not isinstance(out, dict):
         raise ModelFileError(f"{mf.path}: simulate returned {type(out).__name__}, not a dict of data arrays "
                              f"(the names the likelihood reads: {', '.join(model.data)})")

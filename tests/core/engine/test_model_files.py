@@ -258,3 +258,25 @@ def test_a_run_refuses_a_wrong_gradient_before_it_starts(tmp_path):
     """)
     with pytest.raises(EngineError, match="the model file's check before the run failed: .*with respect to the field"):
         Engine(config, text, tmp_path / "run").start()
+
+
+def test_simulate_gets_a_seed_numpy_and_tensorflow_both_take(tmp_path):
+    from core.engine.calibrate import simulate_batch
+
+    (tmp_path / "series.csv").write_text("y\n" + "".join(f"{v}\n" for v in np.linspace(0, 1, 5)))
+    (tmp_path / "m.py").write_text(textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    PARAMETERS = {"mu": {"dist": "normal", "loc": 0.0, "scale": 1.0}}
+    def log_likelihood(params, data):
+        return -0.5 * tf.reduce_sum(tf.square(data["y"] - params["mu"]))
+    def simulate(params, seed):
+        return {"y": float(params["mu"]) + np.random.default_rng(seed).standard_normal(5)}
+    """))
+    config = parse_config('[model]\nkind = "python"\nfile = "m.py"\n[data]\npath = "series.csv"\n', base_dir=tmp_path)
+    model = build_model(config)
+    data, truth = simulate_batch(model, [0, 1, 2], seed=7)
+    again, _ = simulate_batch(model, [2], seed=7)
+    assert data["y"].shape == (3, 5) and truth[0].shape == (3, 1)
+    np.testing.assert_array_equal(np.asarray(again["y"][0]), np.asarray(data["y"][2]))   # seeded by index
+    assert not np.allclose(np.asarray(data["y"][0]), np.asarray(data["y"][1]))
