@@ -27,6 +27,7 @@ from app.views.diagnostics import DiagnosticsView
 from app.views.exact import ExactComparisonView
 from app.views.health import HealthView
 from app.views.integral import IntegralView
+from app.views.pairs import PairPlotView
 from app.views.power import PowerView
 from app.views.slices import SlicesView
 from app.views.traces import TracesView
@@ -97,6 +98,7 @@ VIEWS: tuple[ViewEntry, ...] = (
               optional="The exact-posterior comparison"),
     ViewEntry("integral", IntegralView, _plain(IntegralView), optional="The integral-model view"),
     ViewEntry("traces", TracesView, _plain(TracesView)),
+    ViewEntry("pairs", PairPlotView, _plain(PairPlotView)),
     ViewEntry("health", HealthView, _plain(HealthView)),
     ViewEntry("power", PowerView, _plain(PowerView)),
     ViewEntry("diagnostics", DiagnosticsView, _plain(DiagnosticsView)),

@@ -78,7 +78,7 @@ def test_every_view_exports_and_the_table_equals_the_summary(make_window, qtbot,
     _run_to_the_end(window, qtbot)
     views = window.views
     names = views.tab_names("left") + views.tab_names("right")
-    assert names == ["Slices", "3D volume", "Exact posterior", "Traces", "Health", "P(k)",
+    assert names == ["Slices", "3D volume", "Exact posterior", "Traces", "Pairs", "Health", "P(k)",
                      "Diagnostics"]
     window._fill_export_menu()
     assert [a.text() for a in window.export_menu.actions() if a.text()] == \

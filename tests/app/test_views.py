@@ -242,7 +242,7 @@ def test_views_of_a_run_without_a_field(qtbot):
     # the field views are hidden: the integral model's own view takes their place
     assert views.tab_names("left") == ["Integral model"]
     assert views.left.currentWidget() is views.integral
-    assert views.tab_names("right") == ["Traces", "Health", "Diagnostics"]
+    assert views.tab_names("right") == ["Traces", "Pairs", "Health", "Diagnostics"]
     assert set(views.traces.plots) == {"lp", "A", "sigma"}
     views.slices.refresh(force=True)
     assert "no field" in views.slices.note_label.text()
@@ -251,7 +251,7 @@ def test_views_of_a_run_without_a_field(qtbot):
 def test_the_registry_lists_every_view_once_in_tab_order():
     # the tab order of each side, and the model kinds each view applies to
     assert titles(FIELD_VIEWS) == ("Slices", "3D volume", "Exact posterior", "Integral model")
-    assert titles(PLOTS) == ("Traces", "Health", "P(k)", "Diagnostics")
+    assert titles(PLOTS) == ("Traces", "Pairs", "Health", "P(k)", "Diagnostics")
     assert titles() == titles(FIELD_VIEWS) + titles(PLOTS)
     assert [e.title for e in VIEWS] == list(titles())       # field views first, then plots
     assert {e.title for e in VIEWS if not e.applies_to(INTEGRAL)} == \
