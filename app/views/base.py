@@ -25,7 +25,7 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from app.state.run_state import RunState
 from core.config.schema import MODEL_KINDS
 
-__all__ = ["FIELD", "FIELD_VIEWS", "INTEGRAL", "PYTHON", "LazyView", "MODEL_KINDS", "PLOTS", "RunView",
+__all__ = ["FIELD", "FIELD_VIEWS", "INTEGRAL", "PYTHON", "LazyView", "MODEL_KINDS", "PLOTS", "RunView", "TracesFedView",
            "UnavailableView", "save_png"]
 
 #: the view groups: field views (left tabs) and plots (right tabs)
@@ -84,6 +84,39 @@ class RunView(QtWidgets.QWidget):
         """Write the view's table as CSV (views with ``csv_contents``). Raises ValueError
         for a view without one."""
         raise ValueError(f"{self.title} has no CSV export")
+
+
+class TracesFedView(RunView):
+    """A view of plots fed from the run's traces (Traces, Pairs, Health): a graphics layout
+    filling the view, its plot items made by ``_build`` once per run (``RunState.layout_version``),
+    redrawn when the traces change (``_traces_changed``)."""
+
+    def __init__(self, run_state: RunState, parent=None):
+        super().__init__(run_state, parent)
+        import pyqtgraph as pg
+
+        self.graphics = pg.GraphicsLayoutWidget()
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.graphics)
+        self._seen = (-1, -1)             # (layout_version, trace_version) drawn
+        self._layout_seen = -1
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def _traces_changed(self, force: bool = False) -> bool:
+        """Build again when the run changed, then whether the traces changed since the last
+        draw (or ``force``)."""
+        st = self.state
+        if st.layout_version != self._layout_seen:
+            self._build()
+            self._layout_seen = st.layout_version
+        key = (st.layout_version, st.trace_version)
+        if key == self._seen and not force:
+            return False
+        self._seen = key
+        return True
 
 
 class UnavailableView(RunView):

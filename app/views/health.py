@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
-from app.views.base import MODEL_KINDS, PLOTS, RunView
+from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
 from app.views.style import (
     DIVERGENCE_COLOUR,
     add_empty_hint,
@@ -36,7 +35,7 @@ HEALTH_PLOTS = (("grad_norm", "gradient norm", True),
 DIVERGENCE_PLOTS = ("grad_norm", "acceptance_rate")
 
 
-class HealthView(RunView):
+class HealthView(TracesFedView):
     """Per-chain gradient norm, acceptance rate and step size against the step index.
 
     ``divergences[name]``: the scatter of the divergent post-warmup steps on plot ``name``
@@ -49,16 +48,10 @@ class HealthView(RunView):
 
     def __init__(self, run_state: RunState, parent=None):
         super().__init__(run_state, parent)
-        self.graphics = pg.GraphicsLayoutWidget()
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.graphics)
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, list[pg.PlotDataItem]] = {}
         self.divergences: dict[str, pg.PlotDataItem] = {}
         self.warmup_divergences: dict[str, pg.PlotDataItem] = {}
-        self._seen = (-1, -1)
-        self._layout_seen = -1
         self._divergences_seen = None
 
     def _build(self) -> None:
@@ -103,17 +96,12 @@ class HealthView(RunView):
             self.plots[name] = plot
         self.plots["acceptance_rate"].setYRange(0, 1.02, padding=0)
         self.plots["acceptance_rate"].enableAutoRange(y=False)
-        self._layout_seen = st.layout_version
 
     def refresh(self, force: bool = False) -> bool:
         """Feed the curves when the state's traces changed. Returns whether it redrew."""
-        st = self.state
-        if st.layout_version != self._layout_seen:
-            self._build()
-        key = (st.layout_version, st.trace_version)
-        if key == self._seen and not force:
+        if not self._traces_changed(force):
             return False
-        self._seen = key
+        st = self.state
         self.empty_hint.setVisible(st.n_steps == 0)
         self.divergence_note.setVisible(st.n_steps > 0)
         steps = st.steps

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
-from app.views.base import MODEL_KINDS, PLOTS, RunView
+from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
 from app.views.style import add_empty_hint, chain_colour, steady_axes
 
 __all__ = ["PairPlotView", "MAX_PARAMETERS", "MAX_POINTS"]
@@ -43,7 +42,7 @@ def histogram(values: np.ndarray, bins: int = _BINS) -> tuple[np.ndarray, np.nda
     return edges, density
 
 
-class PairPlotView(RunView):
+class PairPlotView(TracesFedView):
     """Posterior histograms and pairwise scatter of the sampled parameters (post-warmup)."""
 
     title = "Pairs"
@@ -52,17 +51,11 @@ class PairPlotView(RunView):
 
     def __init__(self, run_state: RunState, parent=None):
         super().__init__(run_state, parent)
-        self.graphics = pg.GraphicsLayoutWidget()
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.graphics)
         self.names: list[str] = []
         self.diagonal: dict[str, pg.PlotDataItem] = {}
         self.scatter: dict[tuple[str, str], pg.ScatterPlotItem] = {}
         self.plots: dict[tuple[str, str], pg.PlotItem] = {}
         self.hint = None
-        self._layout_seen = -1
-        self._seen = (-1, -1)
 
     def _build(self) -> None:
         st = self.state
@@ -72,7 +65,6 @@ class PairPlotView(RunView):
         self.plots.clear()
         names = list(st.param_names)
         self.names = names[:MAX_PARAMETERS]
-        self._layout_seen = st.layout_version
         if not self.names:
             plot = self.graphics.addPlot(row=0, col=0)
             steady_axes(plot)
@@ -105,13 +97,9 @@ class PairPlotView(RunView):
         self.hint = add_empty_hint(first, text)
 
     def refresh(self, force: bool = False) -> bool:
-        st = self.state
-        if st.layout_version != self._layout_seen:
-            self._build()
-        key = (st.layout_version, st.trace_version)
-        if key == self._seen and not force:
+        if not self._traces_changed(force):
             return False
-        self._seen = key
+        st = self.state
         if not self.names:
             return True
         draws = pair_draws(st, self.names)

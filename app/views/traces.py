@@ -8,10 +8,9 @@ voxel; ``refresh`` only feeds them with ``setData`` from the state's buffers.
 from __future__ import annotations
 
 import pyqtgraph as pg
-from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
-from app.views.base import MODEL_KINDS, PLOTS, RunView
+from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
 from app.views.style import (
     CHAIN_STYLES,
     add_empty_hint,
@@ -25,7 +24,7 @@ from app.views.style import (
 __all__ = ["TracesView"]
 
 
-class TracesView(RunView):
+class TracesView(TracesFedView):
     """Log-density, hyperparameters and pinned voxel values against the step index."""
 
     title = "Traces"
@@ -34,16 +33,10 @@ class TracesView(RunView):
 
     def __init__(self, run_state: RunState, parent=None):
         super().__init__(run_state, parent)
-        self.graphics = pg.GraphicsLayoutWidget()
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.graphics)
         self.plots: dict[str, pg.PlotItem] = {}          # "lp", each param name, "pins"
         self.curves: dict[str, list[pg.PlotDataItem]] = {}   # same keys: one curve per chain
         self.pin_curves: dict[tuple, list[pg.PlotDataItem]] = {}
         self.pins_hint = None
-        self._seen = (-1, -1)                             # (layout_version, trace_version) drawn
-        self._layout_seen = -1
 
     # -- building -----------------------------------------------------------------------
 
@@ -81,7 +74,6 @@ class TracesView(RunView):
             last = key == rows[-1][0]
             plot.setLabel("bottom", "step" if last else None)
             plot.getAxis("bottom").setStyle(showValues=last)
-        self._layout_seen = st.layout_version
 
     def _sync_pins(self) -> None:
         """Make curves for new pins and drop those of removed ones (created once per pin)."""
@@ -114,13 +106,9 @@ class TracesView(RunView):
 
     def refresh(self, force: bool = False) -> bool:
         """Feed the curves when the state's traces changed. Returns whether it redrew."""
-        st = self.state
-        if st.layout_version != self._layout_seen:
-            self._build()
-        key = (st.layout_version, st.trace_version)
-        if key == self._seen and not force:
+        if not self._traces_changed(force):
             return False
-        self._seen = key
+        st = self.state
         self.empty_hint.setVisible(st.n_steps == 0)
         steps = st.steps
         series = {"lp": st.stat("lp"), **{name: st.param(name) for name in st.param_names}}

@@ -104,8 +104,8 @@ def every_action(window, qtbot, tmp_path, config, monkeypatch) -> None:
     assert window.isVisible() and window.open_config(config)
 
 
-def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbot, tmp_path,
-                                                              monkeypatch):
+def _long_run_going(make_window, qtbot, tmp_path):
+    """A window on a run of 100,000 draws, started, two chunks in: (config, window, chunk events)."""
     config = tiny_case(tmp_path, samples=100_000, name="long.toml")
     window = make_window(config)
     qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
@@ -113,6 +113,12 @@ def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbo
     window.client.chunk.connect(chunks.append)
     window.start_action.trigger()
     qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=RUN_MS)
+    return config, window, chunks
+
+
+def test_pause_a_killed_engine_continue_and_close_during_a_run(make_window, qtbot, tmp_path,
+                                                              monkeypatch):
+    config, window, chunks = _long_run_going(make_window, qtbot, tmp_path)
 
     # every other action of the window while the run is running, then while it is paused:
     # nothing raises, no dialog stays open, the run goes on (Pause and Stop are this test's)
@@ -194,13 +200,7 @@ def test_continue_run_after_a_data_file_changed_asks_before_it_goes_on(make_wind
     continues it and the store records the accepted change (``--accept-changed-data``)."""
     from app.dialogs import questions
 
-    config = tiny_case(tmp_path, samples=100_000, name="long.toml")
-    window = make_window(config)
-    qtbot.waitUntil(window.start_action.isEnabled, timeout=READY_MS)
-    chunks = []
-    window.client.chunk.connect(chunks.append)
-    window.start_action.trigger()
-    qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=RUN_MS)
+    config, window, chunks = _long_run_going(make_window, qtbot, tmp_path)
     window.stop_action.trigger()
     qtbot.waitUntil(lambda: window.runs.status == "idle", timeout=RUN_MS)
     run_dir = window.run_dir
