@@ -45,7 +45,10 @@ def test_every_constructor_builds_a_valid_event():
 def test_commands():
     assert msgs.run_command("text", "/base", "/run") == {
         "cmd": "run", "config_text": "text", "base_dir": "/base", "run_dir": "/run",
-        "resume": False, "num_samples": None}
+        "resume": False, "num_samples": None, "accept_changed": False}
+    assert msgs.run_command("text", "/base", "/run", resume=True, num_samples=9, accept_changed=True) == {
+        "cmd": "run", "config_text": "text", "base_dir": "/base", "run_dir": "/run",
+        "resume": True, "num_samples": 9, "accept_changed": True}
     assert msgs.control_command(msgs.PAUSE) == {"cmd": "pause"}
     with pytest.raises(ValueError, match="unknown engine command 'jump'"):
         msgs.control_command("jump")
