@@ -29,8 +29,8 @@ class FakeClient(QObject):
         self.engine_pid = None
         self.ready_seconds = 1.0
 
-    def start_run(self, text, base_dir, run_dir, resume=False, num_samples=None):
-        self.commands.append(("run", str(run_dir), resume))
+    def start_run(self, text, base_dir, run_dir, resume=False, num_samples=None, accept_changed=False):
+        self.commands.append(("run", str(run_dir), resume) + (("accept_changed",) if accept_changed else ()))
         return self.is_ready
 
     def pause(self):
