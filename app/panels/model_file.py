@@ -33,6 +33,7 @@ from app.panels.binding import ERROR_STYLE, INFO_STYLE, _alive, _message_label
 from app.state.config_state import ConfigState
 from core.config.writer import _toml_value
 from core.io.regular_file import write_atomic
+from core.run.tensorflow_env import START_UP_NOISE
 
 __all__ = ["ModelFilePanel"]
 
@@ -277,7 +278,7 @@ class ModelFilePanel(SetupPanel):
         if not _alive(self.report):
             return
         output = bytes(process.readAll()).decode("utf-8", "replace") if process is not None else ""
-        lines = [line for line in output.splitlines() if not _is_tensorflow_log(line)]
+        lines = [line for line in output.splitlines() if line.strip() and not START_UP_NOISE.search(line)]
         self.report.setPlainText("\n".join(lines))
         self.report.setStyleSheet("" if exit_code == 0 else ERROR_STYLE)
         self.check_button.setEnabled(self.state.model_file_key() is not None)
@@ -290,9 +291,3 @@ def _shown(value) -> str:
         return _toml_value(value)
     except (TypeError, ValueError):
         return repr(value)
-
-
-def _is_tensorflow_log(line: str) -> bool:
-    """TensorFlow's start-up chatter on stderr (absl, oneDNN, CUDA), not check-model's report."""
-    return line.startswith(("WARNING: All log messages", "I0000", "W0000", "E0000")) or "oneDNN" in line \
-        or "cpu_feature_guard" in line or "rebuild TensorFlow" in line or "cuda" in line.lower()

@@ -132,7 +132,7 @@ class Engine:
         report = check_built(self.model, Report(), draws=1, directions=2, seed=self.sampler.seed)
         if not report.ok:
             raise EngineError("the model file's check before the run failed: " + " | ".join(report.problems)
-                              + f" (fieldscope check-model {self.config.model_file} ... for the full report)")
+                              + " (fieldscope check-model CONFIG gives the full report)")
 
     def _fresh_state(self) -> dict:
         try:

@@ -53,8 +53,8 @@ class Report:
 class _TimeLimit:
     """``CHECK_SECONDS`` for the user's code, where a signal can stop it (the main thread)."""
 
-    def __init__(self, seconds: float, path):
-        self.seconds, self.path = seconds, path
+    def __init__(self, seconds: float):
+        self.seconds = seconds
         self.active = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
 
     def _expired(self, signum, frame):
@@ -82,7 +82,7 @@ def check_model(config, *, draws: int = 3, directions: int = 3, seed: int = 0,
     report = Report()
     path = config.model_file
     kind = "scalar" if config.model.kind == "python" else "field"
-    limit = _TimeLimit(seconds, path)
+    limit = _TimeLimit(seconds)
     try:
         with limit:
             model_file = load_model_file(path, kind, config.parameters)
@@ -169,11 +169,8 @@ class _GradientCheck:
     def _arguments(self, parts, dtype):
         model = self.model
         user = model.user
-        if model.has_field:
-            u = model._split(parts)[2]
-            field_x = tf.cast(model.field(parts)[0], dtype)
-        else:
-            u, field_x = parts[0], None
+        u = model.file_coordinates(parts)
+        field_x = tf.cast(model.field(parts)[0], dtype) if model.has_field else None
         values = {n: tf.cast(v[0], dtype) for n, v in user.values(u).items()}
         data = {n: tf.cast(a, dtype) for n, a in model.data.items()}
         return field_x, values, data

@@ -12,7 +12,7 @@ wrong gradient ``fieldscope check-model`` must find.
 
 Loading (``load_model_file``) first registers the gradients of ``tf.signal.rfft3d``,
 ``irfft3d``, ``rfftnd`` and ``irfftnd`` (``core.engine.fft.register_gradients``), reads the
-file as a regular file (never a FIFO or a device), compiles and executes it as a module of its
+file (``core.io.model_source.read_model_text``: a regular file, never a FIFO or a device), compiles and executes it as a module of its
 own (its folder first on ``sys.path`` while it loads, so it may import its neighbours). The
 user's functions run as plain Python at trace time (``tf.autograph.experimental.do_not_convert``):
 what they raise carries their own file and line, which ``where`` finds.
@@ -39,13 +39,12 @@ import tensorflow as tf
 
 from core.engine import fft
 from core.engine.prior_density import tf_prior
-from core.io.regular_file import NotRegularFile, read_regular
+from core.io.model_source import ModelSourceError, read_model_text
 from core.priors import SAMPLED_KINDS, PriorError, parse_prior
 
 __all__ = ["ModelFileError", "OverTime", "ModelFile", "UserParameters", "load_model_file", "where", "per_chain", "failure_of",
-           "MODEL_FILE_MAX_BYTES", "ARGUMENTS"]
+           "ARGUMENTS"]
 
-MODEL_FILE_MAX_BYTES = 4 << 20
 #: the arguments of each function, per model kind ("field": a field model's likelihood file)
 ARGUMENTS = {"field": {"log_likelihood": ("field", "params", "data"), "simulate": ("field", "params", "seed")},
              "scalar": {"log_likelihood": ("params", "data"), "simulate": ("params", "seed")}}
@@ -108,10 +107,6 @@ class ModelFile:
     simulate_fn: Callable | None
     parameters: dict
 
-    @property
-    def name(self) -> str:
-        return self.path.name
-
     def call(self, fn_name: str, *args):
         """Call the user's ``fn_name`` on one state; its own exceptions become ``ModelFileError``."""
         fn = self.log_likelihood_fn if fn_name == "log_likelihood" else self.simulate_fn
@@ -137,22 +132,6 @@ class ModelFile:
             raise ModelFileError(f"{self.path}: log_likelihood returned {value.dtype.name}, the model runs "
                                  f"in {tf.as_dtype(dtype).name} (its params and data arrive in that dtype)")
         return value
-
-
-def _read_text(path: Path) -> str:
-    try:
-        raw = read_regular(path, max_bytes=MODEL_FILE_MAX_BYTES)
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: the model file does not exist") from None
-    except NotRegularFile as exc:
-        raise ModelFileError(f"{path}: {exc.strerror or exc} (a model file is a regular file of at most "
-                             f"{MODEL_FILE_MAX_BYTES >> 20} MiB)") from None
-    except OSError as exc:
-        raise ModelFileError(f"{path}: cannot read the model file ({exc.strerror or exc})") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ModelFileError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
 def _execute(path: Path, text: str) -> types.ModuleType:
@@ -227,7 +206,10 @@ def load_model_file(path, kind: str, overrides=None) -> ModelFile:
     overridden by the config's ``[parameters]`` (``overrides``). ``ModelFileError`` otherwise."""
     fft.register_gradients()      # tf.signal's 3D / N-D real FFTs differentiable inside the file
     path = Path(os.path.abspath(os.fspath(path)))
-    text = _read_text(path)
+    try:
+        text = read_model_text(path)
+    except ModelSourceError as exc:
+        raise ModelFileError(str(exc)) from None
     module = _execute(path, text)
     return ModelFile(path=path, text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), kind=kind,
                      log_likelihood_fn=_function(module, path, "log_likelihood", kind, True),

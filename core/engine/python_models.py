@@ -77,7 +77,42 @@ def _user_terms(user: UserParameters, u) -> list:
     return terms
 
 
-class PythonModel:
+class _FileLikelihood:
+    """What both adapters do with their model file: its log_likelihood mapped over the chains,
+    each chain against the shared data or (``with_data``, calibration) its own."""
+
+    _per_chain_data = False
+
+    def _mapped_likelihood(self, fields: tuple, u) -> tf.Tensor:
+        """(chains,): ``log_likelihood(*fields, params, data)`` one chain at a time; ``fields``:
+        () for a scalar model, (signal (chains, n0, n1, n2),) for a field."""
+        values = self.user.values(u)
+        names, data_names = self.user.all_names, list(self.data)
+        mf, dtype, own_data = self.model_file, self.dtype, self._per_chain_data
+
+        def one(e):
+            data = dict(zip(data_names, e[2])) if own_data else self.data
+            return mf.log_likelihood(*e[0], dict(zip(names, e[1])), data, dtype=dtype)
+        elems = (list(fields), [values[n] for n in names], [self.data[n] for n in data_names] if own_data else [])
+        return per_chain(one, elems, dtype)
+
+    def _user_start(self, chains: int, seed: int, stream: int) -> tf.Tensor:
+        """(chains, d): the file's sampled parameters where the chains start, their priors'
+        medians (unconstrained) with a jitter of 0.1."""
+        centre = tf.constant(self.user.centre(), self.dtype)
+        noise = tf.random.stateless_normal([chains, len(self.user)], seed=[seed, stream], dtype=self.dtype)
+        return centre + 0.1 * noise
+
+    def with_data(self, data: dict):
+        """A shallow copy whose likelihood is against ``data`` (name -> (chains, ...) tensor:
+        each chain its own data)."""
+        other = copy.copy(self)
+        other.data = dict(data)
+        other._per_chain_data = True
+        return other
+
+
+class PythonModel(_FileLikelihood):
     """A scalar model whose log-likelihood is a model file's ``log_likelihood(params, data)``."""
 
     kind = "python"
@@ -96,13 +131,9 @@ class PythonModel:
             raise ValueError(f"{self.model_file.path}: no parameter is sampled (every PARAMETERS entry "
                              "is a number); give one a prior table to sample it")
         self.param_names = list(self.user.names)
-        self._per_chain_data = False
 
     def initial_state(self, chains: int, seed: int):
-        d = len(self.user)
-        centre = tf.constant(self.user.centre(), self.dtype)
-        noise = tf.random.stateless_normal([chains, d], seed=[seed, 1], dtype=self.dtype)
-        return [centre + 0.1 * noise]
+        return [self._user_start(chains, seed, 1)]
 
     def prior_draw(self, seed: int):
         """One state drawn from the prior (``fieldscope check-model``'s points)."""
@@ -110,20 +141,11 @@ class PythonModel:
 
     def log_likelihood(self, u) -> tf.Tensor:
         """(chains, d) -> (chains,): the user's function, one state at a time."""
-        values = self.user.values(u)
-        names = self.user.all_names
-        mf, dtype = self.model_file, self.dtype
-        if self._per_chain_data:
-            data_names = list(self.data)
+        return self._mapped_likelihood((), u)
 
-            def one(e):
-                return mf.log_likelihood(dict(zip(names, e[0])), dict(zip(data_names, e[1])), dtype=dtype)
-            elems = ([values[n] for n in names], [self.data[n] for n in data_names])
-        else:
-            def one(e):
-                return mf.log_likelihood(dict(zip(names, e)), self.data, dtype=dtype)
-            elems = [values[n] for n in names]
-        return per_chain(one, elems, dtype)
+    def file_coordinates(self, parts) -> tf.Tensor:
+        """(chains, d): the model file's sampled parameters (unconstrained) in the state ``parts``."""
+        return parts[0]
 
     @property
     def target_log_prob_fn(self):
@@ -154,20 +176,12 @@ class PythonModel:
         u = parts[0]
         return _user_terms(self.user, u) + [(_file_term(self.model_file), _FILE_HINT, self.log_likelihood(u), None)]
 
-    def with_data(self, data: dict):
-        """A shallow copy whose likelihood is against ``data`` (name -> (chains, ...) tensor:
-        each chain its own data)."""
-        other = copy.copy(self)
-        other.data = dict(data)
-        other._per_chain_data = True
-        return other
-
     @property
     def observed(self):
         return {name: ([f"{name}_dim_{i}" for i in range(a.ndim)], a) for name, a in self.arrays.items()}
 
 
-class FieldModelWithFile(FieldModel):
+class FieldModelWithFile(_FileLikelihood, FieldModel):
     """The field model whose likelihood is a model file's ``log_likelihood(field, params, data)``."""
 
     def __init__(self, config, model_file=None):
@@ -183,7 +197,6 @@ class FieldModelWithFile(FieldModel):
         if obs.noise is not None:
             data["noise"] = obs.noise
         self.data = {name: tf.constant(a, self.dtype) for name, a in data.items()}
-        self._per_chain_data = False
 
     # -- the state's parts -------------------------------------------------------------
 
@@ -196,37 +209,28 @@ class FieldModelWithFile(FieldModel):
         return latent, spectrum, eta[..., self.n_spectrum:]
 
     def initial_state(self, chains: int, seed: int):
-        parts = self.posterior.initial_state(chains, seed)
-        if not len(self.user):
-            return parts
-        centre = tf.constant(self.user.centre(), self.dtype)
-        noise = tf.random.stateless_normal([chains, len(self.user)], seed=[seed, 3], dtype=self.dtype)
-        u = centre + 0.1 * noise
-        return [parts[0], tf.concat([parts[1], u], axis=-1) if len(parts) > 1 else u]
+        return self._with_user(self.posterior.initial_state(chains, seed),
+                               lambda: self._user_start(chains, seed, 3))
 
     def prior_draw(self, seed: int):
         """One state drawn from the prior: the field, its P(k) hyperparameters, the file's parameters."""
-        parts = self.posterior.draw_prior(1, seed)
+        return self._with_user(self.posterior.draw_prior(1, seed), lambda: self.user.draw(1, seed))
+
+    def _with_user(self, parts, user_part):
+        """The field's state ``parts`` with the file's sampled parameters (``user_part()``) after
+        its P(k) hyperparameters in eta."""
         if not len(self.user):
             return parts
-        u = self.user.draw(1, seed)
+        u = user_part()
         return [parts[0], tf.concat([parts[1], u], axis=-1) if len(parts) > 1 else u]
+
+    def file_coordinates(self, parts) -> tf.Tensor:
+        """(chains, d): the model file's sampled parameters (unconstrained) in the state ``parts``."""
+        return self._split(parts)[2]
 
     def log_likelihood_of(self, signal, u) -> tf.Tensor:
         """(chains, n0, n1, n2), (chains, d) -> (chains,): the user's function per chain."""
-        values = self.user.values(u)
-        names = self.user.all_names
-        mf, dtype = self.model_file, self.dtype
-        data_names = list(self.data)
-        if self._per_chain_data:
-            def one(e):
-                return mf.log_likelihood(e[0], dict(zip(names, e[1])), dict(zip(data_names, e[2])), dtype=dtype)
-            elems = (signal, [values[n] for n in names], [self.data[n] for n in data_names])
-        else:
-            def one(e):
-                return mf.log_likelihood(e[0], dict(zip(names, e[1])), self.data, dtype=dtype)
-            elems = (signal, [values[n] for n in names])
-        return per_chain(one, elems, dtype)
+        return self._mapped_likelihood((signal,), u)
 
     def _log_prob_and_signal(self, *parts):
         latent, eta, u = self._split(parts)
@@ -295,10 +299,3 @@ class FieldModelWithFile(FieldModel):
         u = self._split(parts)[2]
         return _user_terms(self.user, u) + [
             (_file_term(self.model_file), _FILE_HINT, self.log_likelihood_of(signal, u), None)]
-
-    def with_data(self, data: dict):
-        """A shallow copy whose likelihood is against ``data`` (name -> (chains, ...) tensor)."""
-        other = copy.copy(self)
-        other.data = dict(data)
-        other._per_chain_data = True
-        return other

@@ -10,9 +10,32 @@ from dataclasses import dataclass
 
 from core.io.regular_file import NotRegularFile, read_regular
 
-__all__ = ["ModelSource", "read_model_source", "MODEL_SOURCE_MAX_BYTES"]
+__all__ = ["ModelSource", "ModelSourceError", "read_model_source", "read_model_text", "MODEL_SOURCE_MAX_BYTES"]
 
 MODEL_SOURCE_MAX_BYTES = 4 << 20
+
+
+class ModelSourceError(ValueError):
+    """A model file that cannot be read as text; the message names it (one line)."""
+
+
+def read_model_text(path) -> str:
+    """The text of the model file ``path``: a regular file (never a FIFO or a device) of at most
+    ``MODEL_SOURCE_MAX_BYTES``, UTF-8; ``ModelSourceError`` naming what is wrong otherwise. The
+    one reader of a model file's bytes (the window's ``read_model_source`` and the engine's loader)."""
+    try:
+        raw = read_regular(path, max_bytes=MODEL_SOURCE_MAX_BYTES)
+    except FileNotFoundError:
+        raise ModelSourceError(f"{path}: the model file does not exist") from None
+    except NotRegularFile as exc:
+        raise ModelSourceError(f"{path}: {exc.strerror or exc} (a model file is a regular file of at most "
+                               f"{MODEL_SOURCE_MAX_BYTES >> 20} MiB)") from None
+    except OSError as exc:
+        raise ModelSourceError(f"{path}: cannot read the model file ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelSourceError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
 @dataclass(frozen=True)
@@ -28,13 +51,9 @@ class ModelSource:
 
 def read_model_source(path) -> ModelSource:
     try:
-        text = read_regular(path, max_bytes=MODEL_SOURCE_MAX_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        return ModelSource(None, (), f"{path}: the model file does not exist")
-    except NotRegularFile as exc:
-        return ModelSource(None, (), f"{path}: {exc.strerror or exc}")
-    except (OSError, UnicodeDecodeError) as exc:
-        return ModelSource(None, (), f"{path}: cannot read the model file ({exc})")
+        text = read_model_text(path)
+    except ModelSourceError as exc:
+        return ModelSource(None, (), str(exc))
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
