@@ -125,6 +125,7 @@ class ModelFilePanel(SetupPanel):
         self.form.addRow(self.report)
         self.process: QProcess | None = None
         self._check_path = None
+        self._report_of = None          # (key, model file) the report is about
 
     # -- the file -----------------------------------------------------------------------
 
@@ -171,6 +172,11 @@ class ModelFilePanel(SetupPanel):
             return
         s = self.state
         key = s.model_file_key()
+        shown = (key, str(s.resolve(s[key])) if key and s[key] else None)
+        if shown != self._report_of and self.process is None:    # a report of another file: gone
+            self.report.clear()
+            self.report.setStyleSheet("")
+        self._report_of = shown
         self.setEnabled(True)
         for widget in (self.file_edit, self.browse, self.table, self.check_button):
             widget.setEnabled(key is not None)

@@ -75,3 +75,6 @@ def test_check_model_runs_in_its_own_process_and_shows_the_report(make_window, q
     report = panel.report.toPlainText()
     assert f"PROBLEM: {model}:" in report and "ZeroDivisionError: division by zero (in log_likelihood)" in report
     assert not (tmp_path / ".fieldscope-check-model.toml").exists()
+    # another model file (here: none) is shown: the report of this one goes
+    window.state["likelihood.kind"] = "gaussian"
+    assert panel.report.toPlainText() == ""
