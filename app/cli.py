@@ -12,6 +12,7 @@ command that never samples (``summary``, ``demo``) never loads TensorFlow.
     fieldscope resume RUNDIR [--num-samples N] [--accept-changed-data]
     fieldscope summary RUNDIR [--csv FILE]
     fieldscope calibrate CONFIG --simulations N --out DIR [--draws M] [--batch S] [--simulate-with CONFIG2]
+                         [--scheduler local:N | tcp://HOST:PORT]
 
 ``run`` and ``resume`` claim the run directory (``core.run.run_folder``: its writer lock, and
 what it holds) before they load TensorFlow, so a wrong folder is refused at once. The engine
@@ -26,7 +27,9 @@ exits with 128 + the signal's number. Either way the run resumes from its last c
 unit a batch of simulations instead of a chunk (a first signal before this session stored its
 first batch stops at once: compiling a large batch takes minutes and waiting keeps nothing); the same command with the same settings
 resumes a stopped calibration at its first unfinished batch. It ends with the table of
-``core.calibration.verdict`` and exits 0 when every quantity passes, 1 when some fail.
+``core.calibration.verdict`` and exits 0 when every quantity passes, 1 when some fail. With
+``--scheduler`` its batches run on a Dask cluster (``core.engine.calibrate_cluster``) and this
+process writes the store; a stop cancels the queued batches.
 """
 
 from __future__ import annotations
@@ -301,6 +304,12 @@ class _EngineSession:
             text = f"stopped ({name}) before the run started; nothing was written to {self.run_dir}"
         if self.claim is not None:
             self.claim.release()
+        abandon = getattr(self.engine, "abandon", None)
+        if abandon is not None:          # a calibration's Dask workers: ended, not orphaned
+            try:
+                abandon()
+            except Exception:
+                pass
         from core.run.tensorflow_env import real_stderr_back
 
         real_stderr_back()       # TensorFlow may be loading with fd 2 caught: say it for real
@@ -530,11 +539,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     command = " ".join(["fieldscope calibrate", args.config, "--simulations", str(args.simulations), "--out",
                         str(out)] + (["--draws", str(args.draws)] if args.draws else [])
                        + (["--batch", str(args.batch)] if args.batch else [])
-                       + (["--simulate-with", args.simulate_with] if args.simulate_with else []))
+                       + (["--simulate-with", args.simulate_with] if args.simulate_with else [])
+                       + (["--scheduler", args.scheduler] if args.scheduler else []))
     # everything that can be refused is refused before TensorFlow loads
+    from core.calibration.cluster import parse_scheduler
     from core.run import resources
 
     try:
+        scheduler = parse_scheduler(args.scheduler) if args.scheduler else None
         # the command's own settings first (they need no file), then the data's
         plan = plan_for_config(config, simulations=args.simulations, draws=args.draws, batch_size=args.batch)
         shape, problem = resources.data_shape_problem(config)
@@ -567,7 +579,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
             return Calibrator(config, text, out, simulations=args.simulations, draws=args.draws,
                               batch_size=args.batch, simulate_config=simulate, simulate_text=simulate_text,
-                              control=control, on_batch=progress, emit=progress.phase)
+                              control=control, on_batch=progress, emit=progress.phase, scheduler=scheduler)
 
         try:
             status = session.run(make, lambda calibrator: calibrator.run())
@@ -663,6 +675,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None, help="simulations per compiled batch (default: about a tenth)")
     p.add_argument("--simulate-with", default=None, metavar="CONFIG2",
                    help="simulate the data with another config (same model and grid): tests a mis-specification")
+    p.add_argument("--scheduler", default=None, metavar="local:N|tcp://HOST:PORT",
+                   help="run the batches on a Dask cluster: local:N starts N worker processes here; "
+                   "tcp://HOST:PORT is a running `dask scheduler` (workers with Fieldscope installed and the "
+                   "config's files at the same paths); this process writes the store")
     p.set_defaults(func=_cmd_calibrate)
     p = sub.add_parser("install-desktop", help="add Fieldscope to this user's application menu "
                        "(launcher and icons under $XDG_DATA_HOME, default ~/.local/share)")

@@ -64,6 +64,7 @@ from core.calibration import (
     quantity_names,
     ranks_of,
 )
+from core.calibration.cluster import Scheduler
 from core.calibration.store import STORE_NAME, plan_differences
 from core.config import RunConfig, dump_config
 from core.engine.driver import Driver, DriverError, hyper_diagonal, schedule_for
@@ -399,7 +400,51 @@ def _program(config: RunConfig, plan: CalibrationPlan, model=None) -> _Program:
     return _PROGRAMS[key]
 
 
+def calibration_models(config: RunConfig, simulate_config: RunConfig | None, plan: CalibrationPlan):
+    """(the config's model, the model that simulates: ``simulate_config``'s or the same, the
+    compiled program of ``plan``'s batches); PlanError when the pair cannot be calibrated."""
+    try:
+        model = build_model(config)
+    except ModelFileError as err:
+        raise PlanError(str(err)) from None
+    model_file = getattr(model, "model_file", None)
+    if model_file is not None and model_file.simulate_fn is None and simulate_config is None:
+        arguments = ", ".join(ARGUMENTS[model_file.kind]["simulate"])
+        raise PlanError(f"{model_file.path}: defines no simulate; calibration draws data from the model: "
+                        f"add def simulate({arguments}) returning a dict of the data arrays the "
+                        f"likelihood reads ({', '.join(model.data)})")
+    sim_model = model
+    if simulate_config is not None:
+        sim_model = build_model(simulate_config)
+        _check_same_model(model, sim_model, simulate_config)
+    program = _program(config, plan, model)
+    if program.model is not model:
+        model = program.model
+        if simulate_config is None:
+            sim_model = model
+    return model, sim_model, program
+
+
 # ---------------------------------------------------------------------------- the calibrator
+
+
+class _Pace:
+    """Seconds per stored batch, by the wall clock: the first batch's time (its compilation
+    included) until a second is stored, then the mean time between stored batches after the
+    first (batches that run at once on a cluster arrive in bursts, in order)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.first = None
+        self.count = 0
+
+    def stored(self) -> float:
+        now = time.perf_counter()
+        self.count += 1
+        if self.first is None:
+            self.first = now
+            return now - self.start
+        return (now - self.first) / (self.count - 1)
 
 
 class Calibrator:
@@ -408,14 +453,18 @@ class Calibrator:
     ``simulate_config`` / ``simulate_text``: simulate the data with another config (None:
     the config itself). ``on_batch(info)`` is called after each stored batch with
     {batch, batches, simulations_done, simulations, seconds, eta, verdict}; ``emit(text)``
-    gets the phase lines (loading, compiling)."""
+    gets the phase lines (loading, compiling). ``scheduler``: run the batches on that Dask
+    cluster (``core.calibration.cluster``, ``core.engine.calibrate_cluster``) instead of in
+    this process; the ranks are the same, and this process alone writes the store."""
 
     def __init__(self, config: RunConfig, config_text: str, out_dir, *, simulations: int,
                  draws: int | None = None, batch_size: int | None = None,
                  simulate_config: RunConfig | None = None, simulate_text: str = "",
                  control: Control | None = None, on_batch: Callable[[dict], None] | None = None,
-                 emit: Callable[[str], None] | None = None):
+                 emit: Callable[[str], None] | None = None, scheduler: Scheduler | None = None):
         self.config, self.config_text = config, config_text
+        self.scheduler = scheduler
+        self._cluster = None                # the Dask cluster's connection while batches run there
         self.out_dir = Path(out_dir)
         self.simulate_config, self.simulate_text = simulate_config, simulate_text or ""
         self.control = control or Control()
@@ -451,26 +500,7 @@ class Calibrator:
     def _models(self):
         """(the config's model, the model that simulates, the compiled program)."""
         self.emit("loading")
-        try:
-            model = build_model(self.config)
-        except ModelFileError as err:
-            raise PlanError(str(err)) from None
-        model_file = getattr(model, "model_file", None)
-        if model_file is not None and model_file.simulate_fn is None and self.simulate_config is None:
-            arguments = ", ".join(ARGUMENTS[model_file.kind]["simulate"])
-            raise PlanError(f"{model_file.path}: defines no simulate; calibration draws data from the model: "
-                            f"add def simulate({arguments}) returning a dict of the data arrays the "
-                            f"likelihood reads ({', '.join(model.data)})")
-        sim_model = model
-        if self.simulate_config is not None:
-            sim_model = build_model(self.simulate_config)
-            _check_same_model(model, sim_model, self.simulate_config)
-        program = _program(self.config, self.plan, model)
-        if program.model is not model:
-            model = program.model
-            if self.simulate_config is None:
-                sim_model = model
-        return model, sim_model, program
+        return calibration_models(self.config, self.simulate_config, self.plan)
 
     def _run(self, existing) -> str:
         model, sim_model, program = self._models()
@@ -490,27 +520,23 @@ class Calibrator:
             return "finished"
         self.store.set_status("running")
         try:
-            for b in range(first, self.plan.batches):
-                if self.control.stop:
-                    self.store.set_status("stopped")
-                    return "stopped"
-                if b == first:
-                    self.emit("compiling")
-                t0 = time.perf_counter()
-                result = program.run_batch(sim_model, b, self.config.sampler, self.plan)
-                elapsed = time.perf_counter() - t0
+            pace = _Pace()
+            for b, result, elapsed in self._batches(first, program, sim_model):
                 seconds += elapsed
                 with self.control.writing:
                     run_lock.verify(self.out_dir)
                     self.store.append(result.rows(list(self.plan.batch(b))[:self.plan.kept(b)]), b + 1, seconds)
                     self.batches_this_session += 1
-                done = self.store.progress["simulations"]
-                per_batch = elapsed        # the first batch's includes the compilation
-                self.on_batch({"batch": b + 1, "batches": self.plan.batches, "simulations_done": done,
-                               "simulations": self.plan.simulations, "seconds": elapsed,
+                per_batch = pace.stored()
+                self.on_batch({"batch": b + 1, "batches": self.plan.batches,
+                               "simulations_done": self.store.progress["simulations"],
+                               "simulations": self.plan.simulations, "seconds": per_batch,
                                "eta": per_batch * (self.plan.batches - b - 1),
                                "verdict": judge(CalibrationReader(self.out_dir).ranks(), program.names,
                                                 self.plan.draws).line()})
+            if self.store.progress["batches"] < self.plan.batches:
+                self.store.set_status("stopped")
+                return "stopped"
             self.store.set_status("finished")
             return "finished"
         except (EngineError, CalibrationStoreError, run_lock.LockHeld) as err:
@@ -523,6 +549,36 @@ class Calibrator:
                 raise EngineError(str(failure)) from None
             self._fail(f"{type(err).__name__}: {err}")
             raise
+
+    def _batches(self, first: int, program, sim_model):
+        """(b, BatchResult, seconds) of the unfinished batches from ``first`` in order, run here
+        or on the Dask cluster of ``scheduler`` (``core.engine.calibrate_cluster``); ends early
+        when ``control.stop`` is set."""
+        todo = range(first, self.plan.batches)
+        if self.scheduler is not None:
+            from core.engine.calibrate_cluster import BatchJob, ClusterBatches, input_sha256
+
+            sim = self.simulate_config
+            job = BatchJob(dump_config(self.config), str(self.config.base_dir),
+                           dump_config(sim) if sim is not None else "", str(sim.base_dir) if sim is not None else "",
+                           self.plan, input_sha256(self.config, sim))
+            with ClusterBatches(self.scheduler, self.emit) as self._cluster:
+                yield from self._cluster.results(job, todo, self.control)
+            return
+        for b in todo:
+            if self.control.stop:
+                return
+            if b == first:
+                self.emit("compiling")
+            t0 = time.perf_counter()
+            result = program.run_batch(sim_model, b, self.config.sampler, self.plan)
+            yield b, result, time.perf_counter() - t0
+
+    def abandon(self) -> None:
+        """The process ends at once (a stop signal before the first batch was stored): end a
+        LocalCluster's workers and disconnect first."""
+        if self._cluster is not None:
+            self._cluster.close()
 
     def _fail(self, message: str) -> None:
         try:
