@@ -272,7 +272,18 @@ class RunController(QObject):
                 self._say_interrupted(path)
             else:
                 self.start_watching(path)
+                self._say_remote_writer(path)
         self.changed.emit()
+
+    def _say_remote_writer(self, path) -> None:
+        """A run written on another machine (a cluster node, the store on a shared disk): say
+        which, and what to do if that process has ended (it cannot be checked from here)."""
+        writer = run_lock.holder(path)
+        if writer is not None and writer.alive is None:
+            self.message.emit(
+                f"run {path}: written by {writer.describe()}; following it. Whether that process still "
+                f"runs cannot be checked from here: if it has ended, delete {Path(path) / run_lock.LOCK_NAME}, "
+                "then Run > Continue run resumes it")
 
     def start_watching(self, path) -> None:
         """Follow the run store at ``path`` as its writer (``fieldscope run`` in a terminal,

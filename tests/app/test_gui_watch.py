@@ -7,6 +7,7 @@ store the separate process writes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,10 +89,10 @@ def test_watching_a_store_written_by_a_separate_run_process(make_window, qtbot, 
         assert tf_modules() == []
 
 
-def test_a_run_whose_writer_was_killed_can_be_continued(make_window, qtbot, tmp_path, xla_cache):
-    """A stale lock (its process is gone) does not block Continue."""
+def _killed_run(tmp_path, xla_cache, name):
+    """A run directory whose `fieldscope run` was killed after 2 chunks (status "running")."""
     config = tiny_case(tmp_path, warmup=10, samples=100_000, chunk=5)
-    run_dir = tmp_path / "killed-run"
+    run_dir = tmp_path / name
     proc = _cli_run(config, run_dir,
                     {"TF_XLA_FLAGS": f"--tf_xla_persistent_cache_directory={xla_cache}"})
     try:
@@ -107,9 +108,36 @@ def test_a_run_whose_writer_was_killed_can_be_continued(make_window, qtbot, tmp_
         proc.kill()
         proc.communicate()
     assert RunReader(run_dir).status == "running"        # killed: it never said otherwise
+    return run_dir
+
+
+def test_a_run_whose_writer_was_killed_can_be_continued(make_window, qtbot, tmp_path, xla_cache):
+    """A stale lock (its process is gone) does not block Continue."""
+    run_dir = _killed_run(tmp_path, xla_cache, "killed-run")
     writer = run_lock.holder(run_dir)
     assert writer is not None and writer.alive is False
 
     window = make_window(engine=None)
     assert window.open_run_dir(run_dir)
+    assert window.runs.resumable_run() == run_dir
+
+
+def test_a_run_written_on_another_machine_is_followed_and_not_taken_over(make_window, qtbot, tmp_path, xla_cache):
+    """The store on a shared disk, its writer on a cluster node (issue #34): the window follows
+    it, names the node, and offers no Continue (it cannot tell whether that process runs);
+    the message says how to take it over."""
+    run_dir = _killed_run(tmp_path, xla_cache, "node-run")
+    lock = run_dir / run_lock.LOCK_NAME
+    info = json.loads(lock.read_text())
+    lock.write_text(json.dumps({**info, "host": "node-7.cluster.example", "pid": 4242}))
+    window = make_window(engine=None)
+    said = []
+    window.runs.message.connect(said.append)
+    assert window.open_run_dir(run_dir)
+    assert window.runs.watching == run_dir
+    assert window.runs.resumable_run() is None
+    text = " ".join(said)
+    assert "process 4242 on host node-7.cluster.example" in text and "following it" in text
+    assert f"delete {lock}" in text
+    lock.unlink()                                  # the user knows it ended: Continue is offered
     assert window.runs.resumable_run() == run_dir
