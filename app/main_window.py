@@ -264,13 +264,47 @@ class MainWindow(ConfigFiles, QMainWindow):
         menus.fill_export_menu(self)
 
     def _export_dialog(self, name: str, kind: str) -> None:
-        """File > Export > a view as PNG or CSV: where, then ``export_png`` / ``export_csv``."""
+        """File > Export > a view as an image (PNG at a DPI asked for, SVG or PDF), the whole
+        window as PNG, or a table as CSV: where, then ``export_image`` / ``export_png`` /
+        ``export_csv``."""
+        from app.views.figure import DEFAULT_DPI, FIGURE_FORMATS, MAX_DPI, MIN_DPI
+
         base = self.run_dir if self.run_dir is not None else self.state.base_dir
         slug = name.lower().replace(" ", "_").replace("(", "").replace(")", "")
+        if kind == "image":
+            path = questions.choose_figure_file(self, f"Export {name}", str(Path(base) / f"{slug}.png"), FIGURE_FORMATS)
+            if not path:
+                return
+            dpi = DEFAULT_DPI
+            if path.lower().endswith(".png"):
+                dpi = questions.ask_integer(self, "Export as PNG", "Resolution (dots per inch):", DEFAULT_DPI,
+                                            MIN_DPI, MAX_DPI)
+                if dpi is None:
+                    return
+            self.export_image(name, path, dpi)
+            return
         path = questions.choose_save_file(self, f"Export {name} as {kind.upper()}", str(Path(base) / f"{slug}.{kind}"),
                                           "PNG image (*.png)" if kind == "png" else "CSV (*.csv)")
         if path:
             (self.export_png if kind == "png" else self.export_csv)(name, path)
+
+    def export_image(self, name: str, path, dpi: int | None = None) -> bool:
+        """Save the plots of the view called ``name`` as a figure: PNG at ``dpi``, SVG or PDF by
+        the suffix (``app.views.figure``); the view is brought to the front and redrawn first."""
+        try:
+            if self.views is None:
+                raise ValueError("the live views are not available")
+            view = self.views.show_tab(name)
+            self.views.refresh(force=True)
+            from PySide6.QtWidgets import QApplication
+
+            QApplication.processEvents()
+            view.export_image(path, dpi)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            self.show_message("Export failed", f"{name} was not saved: {exc}")
+            return False
+        self.message_label.setText(f"saved {name} to {path}")
+        return True
 
     def export_png(self, name: str, path) -> bool:
         """Save the view called ``name`` (a tab name, or "Whole window") as a PNG image;

@@ -82,14 +82,17 @@ def fill_recent_menu(window) -> None:
 
 
 def fill_export_menu(window) -> None:
-    """Each view on show as PNG (and the whole window); each view with a table as CSV."""
+    """Each view on show as a figure (its plots alone: PNG at a chosen DPI, SVG or PDF), the whole
+    window as PNG (a screen grab); each view with a table as CSV."""
     menu = window.export_menu
     menu.clear()
     views = window.views
     names = views.tab_names("left") + views.tab_names("right") if views is not None else []
-    for name in names + ["Whole window"]:
-        action = menu.addAction(f"{name} as PNG…")
-        action.triggered.connect(lambda _c=False, n=name: window._export_dialog(n, "png"))
+    for name in names:
+        action = menu.addAction(f"{name} as image (PNG, SVG, PDF)…")
+        action.triggered.connect(lambda _c=False, n=name: window._export_dialog(n, "image"))
+    action = menu.addAction("Whole window as PNG…")
+    action.triggered.connect(lambda _c=False: window._export_dialog("Whole window", "png"))
     menu.addSeparator()
     for name in names:
         contents = views.view(name).csv_contents

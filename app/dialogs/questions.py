@@ -51,6 +51,15 @@ def choose_save_file(parent, title: str, start: str, filters: str) -> str:
     return QFileDialog.getSaveFileName(parent, title, start, filters)[0]
 
 
+def choose_figure_file(parent, title: str, start: str, formats: dict) -> str:
+    """A file to save a figure in; ``formats`` maps a suffix to its filter. A name typed without
+    one of the suffixes gets the chosen filter's."""
+    path, chosen = QFileDialog.getSaveFileName(parent, title, start, ";;".join(formats.values()))
+    if path and not any(path.lower().endswith(suffix) for suffix in formats):
+        path += next((suffix for suffix, name in formats.items() if name == chosen), next(iter(formats)))
+    return path
+
+
 def choose_directory(parent, title: str, start: str) -> str:
     return QFileDialog.getExistingDirectory(parent, title, start)
 

@@ -85,6 +85,20 @@ class RunView(QtWidgets.QWidget):
         for a view without one."""
         raise ValueError(f"{self.title} has no CSV export")
 
+    def figure_parts(self) -> list:
+        """The plots that make the view's figure, where they are (``app.views.figure``): its
+        plot widgets; a view drawn otherwise (the 3D view) gives its image."""
+        from app.views.figure import figure_parts
+
+        return figure_parts(self)
+
+    def export_image(self, path, dpi: int | None = None) -> str:
+        """The view's plots alone as PNG at ``dpi`` (default 300), SVG or PDF, by ``path``'s
+        suffix (``app.views.figure.export_figure``); returns the path."""
+        from app.views.figure import DEFAULT_DPI, export_figure
+
+        return export_figure(self.figure_parts(), path, dpi or DEFAULT_DPI, title=self.title)
+
 
 class TracesFedView(RunView):
     """A view of plots fed from the run's traces (Traces, Pairs, Health): a graphics layout
@@ -180,6 +194,9 @@ class LazyView(RunView):
 
     def export_png(self, path) -> str:
         return self.build().export_png(path)
+
+    def figure_parts(self) -> list:
+        return self.build().figure_parts()
 
     def export_csv(self, path) -> None:
         self.build().export_csv(path)

@@ -64,6 +64,8 @@ from app.views.style import (
     add_legend,
     chain_colour,
     chain_pen,
+    cubed_unit,
+    inverse_unit,
     sparse_log_ticks,
     steady_axes,
 )
@@ -242,8 +244,8 @@ class PowerView(RunView):
         chains = st.chains or 0
         plot, ratio = self.plot, self.ratio_plot
         unit = self._unit()
-        plot.setLabel("left", f"P(k) [{unit}^3]" if unit else "P(k)")
-        ratio.setLabel("bottom", f"k [1/{unit}]" if unit else "k")
+        plot.setLabel("left", f"P(k) [{cubed_unit(unit)}]" if unit else "P(k)")
+        ratio.setLabel("bottom", f"k [{inverse_unit(unit)}]" if unit else "k")
         c = self.curves = {}
         # the edges need a pen: pyqtgraph builds no path for a curve without one
         c["band_low"], c["band_high"] = plot.plot(pen=BAND_PEN), plot.plot(pen=BAND_PEN)
@@ -546,6 +548,10 @@ class PowerView(RunView):
         """Write k, the mode counts and every curve (one column each) as CSV. Raises OSError
         with the path and reason when the file cannot be written."""
         names, table = self.curve_table()
+        unit = self._unit()
+        if unit:        # the header names the units: k, then counts, then P(k) curves (ratios none)
+            names = [f"k [{inverse_unit(unit)}]" if n == "k" else n if n == "mode_count" else
+                     f"{n} [{cubed_unit(unit)}]" for n in names]
         try:
             with open(path, "w", encoding="utf-8", newline="") as fh:
                 writer = csv.writer(fh, lineterminator="\n")

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 __all__ = [
     "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "DATA_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
     "chain_colour", "pin_colour", "chain_pen", "steady_axes", "configure_live_plot", "add_warmup_marker",
-    "add_legend", "add_empty_hint", "sparse_log_ticks", "narrow_label"
+    "add_legend", "add_empty_hint", "sparse_log_ticks", "narrow_label", "inverse_unit", "cubed_unit"
 ]
 
 CHAIN_COLOURS = ("#4fa3ff", "#ffa640", "#5fd35f", "#c58cff", "#e0c060", "#ff7fd0", "#40e0e0", "#b0b0b0")
@@ -140,3 +140,25 @@ def narrow_label(label: pg.LabelItem) -> pg.LabelItem:
     label.updateMin = update_min
     label.setMinimumWidth(0)
     return label
+
+
+def inverse_unit(unit: str) -> str:
+    """The unit of a wavenumber for lengths in ``unit``, unambiguous: "Mpc/h" -> "h/Mpc",
+    "Mpc" -> "1/Mpc", "" -> "" (a grid without a unit)."""
+    unit = unit.strip()
+    if not unit:
+        return ""
+    if unit.count("/") == 1 and " " not in unit and "(" not in unit:
+        top, bottom = unit.split("/")
+        if top and bottom:
+            return f"{bottom}/{top}"
+    return f"1/{unit}" if unit.isalnum() else f"1/({unit})"
+
+
+def cubed_unit(unit: str) -> str:
+    """A volume in ``unit`` (the unit of P(k)), unambiguous: "Mpc/h" -> "(Mpc/h)^3", "Mpc" ->
+    "Mpc^3", "" -> ""."""
+    unit = unit.strip()
+    if not unit:
+        return ""
+    return f"{unit}^3" if unit.isalnum() else f"({unit})^3"

@@ -854,6 +854,14 @@ class VolumeView(RunView):
         size = self._fit_canvas()
         return self.canvas.render(size=size, alpha=False)
 
+    def figure_parts(self) -> list:
+        """The rendered scene as one image, the display's size (a raster part of the figure)."""
+        image = np.ascontiguousarray(self.render_image())
+        h, w = image.shape[:2]
+        qimage = QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
+        ratio = max(self.display.devicePixelRatioF(), 1.0)
+        return [(qimage, QtCore.QRect(0, 0, round(w / ratio), round(h / ratio)))]
+
     def export_png(self, path) -> str:
         """Write the view to ``path`` as PNG. Returns the path; raises RuntimeError / OSError
         with a message naming the reason or the file."""

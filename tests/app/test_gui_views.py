@@ -72,6 +72,46 @@ def test_the_integral_demo_window_shows_its_posterior(make_window, qtbot, tmp_pa
         assert tf_modules() == []
 
 
+def _check_figures(window, name, folder):
+    """The view's plots alone (no buttons or boxes) as PNG at two resolutions, SVG and PDF."""
+    import xml.etree.ElementTree as ET
+
+    from pyqtgraph.Qt import QtGui
+
+    slug = name.replace(" ", "_").replace("(", "").replace(")", "")
+    window.views.show_tab(name)
+    if not window.views.view(name).figure_parts():      # a view showing only its message
+        assert not window.export_image(name, folder / f"{slug}.png")
+        assert "shows no plot" in window.last_message[1]
+        return
+    sizes = {}
+    for dpi in (96, 192):
+        path = folder / f"{slug}-{dpi}.png"
+        assert window.export_image(name, path, dpi), window.last_message
+        image = QtGui.QImage(str(path))
+        assert _not_blank(path), name
+        assert round(image.dotsPerMeterX() * 0.0254) == dpi
+        sizes[dpi] = (image.width(), image.height())
+    assert abs(sizes[192][0] - 2 * sizes[96][0]) <= 1 and abs(sizes[192][1] - 2 * sizes[96][1]) <= 1, sizes
+    view = window.views.view(name)
+    parts = view.figure_parts()
+    assert parts, name
+    # the figure is the plots' box: no larger than the view, smaller where the view has controls
+    assert sizes[96][0] <= view.width() and sizes[96][1] <= view.height(), (name, sizes[96], view.size())
+    if name in ("Slices", "P(k)"):
+        assert sizes[96][0] * sizes[96][1] < view.width() * view.height(), name
+    svg = folder / f"{slug}.svg"
+    assert window.export_image(name, svg), window.last_message
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    if name != "3D volume":              # vector plots carry their text (axis labels, titles)
+        assert any(el.tag.endswith("text") and "".join(el.itertext()).strip() for el in root.iter()), name
+    pdf = folder / f"{slug}.pdf"
+    assert window.export_image(name, pdf), window.last_message
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF") and b"/Type /Page" in data and len(data) > 1000, name
+
+
 def test_every_view_exports_and_the_table_equals_the_summary(make_window, qtbot, tmp_path):
     config = tiny_case(tmp_path, warmup=10, samples=40, chunk=10)
     window = make_window(config)
@@ -82,12 +122,14 @@ def test_every_view_exports_and_the_table_equals_the_summary(make_window, qtbot,
                      "Diagnostics"]
     window._fill_export_menu()
     assert [a.text() for a in window.export_menu.actions() if a.text()] == \
-        [f"{name} as PNG…" for name in names + ["Whole window"]] + \
+        [f"{name} as image (PNG, SVG, PDF)…" for name in names] + ["Whole window as PNG…"] + \
         ["P(k) curves as CSV…", "Diagnostics table as CSV…"]
     for name in names + ["Whole window"]:
         path = tmp_path / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
         assert window.export_png(name, path), window.last_message
         assert _not_blank(path), name
+    for name in names:
+        _check_figures(window, name, tmp_path)
     # every view has been shown: none of the window's plot axes may shrink its label space
     # (pyqtgraph's default, which can make linked plots repaint for ever)
     count, loose = growing_only_axes(window)
@@ -102,10 +144,16 @@ def test_every_view_exports_and_the_table_equals_the_summary(make_window, qtbot,
     pk = tmp_path / "pk.csv"
     assert window.export_csv("P(k)", pk)
     header = pk.read_text().splitlines()[0].split(",")
-    assert header[0] == "k" and "mean" in header
+    assert header[0] == "k [h/Mpc]" and "mean [(Mpc/h)^3]" in header and "mode_count" in header
 
     # an unwritable target: a message, no exception
     assert not window.export_png("Slices", tmp_path / "no-such-dir" / "x.png")
     assert window.last_message[0] == "Export failed"
     assert not window.export_csv("Diagnostics", tmp_path / "no-such-dir" / "x.csv")
+    assert not window.export_image("P(k)", tmp_path / "no-such-dir" / "x.pdf")
+    assert "folder does not exist" in window.last_message[1]
+    assert not window.export_image("P(k)", tmp_path / "pk.jpg")
+    assert ".png, .svg or .pdf" in window.last_message[1]
+    assert not window.export_image("P(k)", tmp_path / "pk.png", dpi=5000)
+    assert "50 to 1200" in window.last_message[1]
     assert window.isVisible()

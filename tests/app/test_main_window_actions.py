@@ -11,6 +11,8 @@ engine running and paused: tests/app/test_gui_run.py triggers every action then.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtGui import QDesktopServices
@@ -46,6 +48,7 @@ def case(tmp_path, monkeypatch):
         "choose_open_file": {"Open config": str(other), "New from data": str(data),
                              "Open data file": str(data)},
         "choose_save_file": save_as,
+        "choose_figure_file": lambda title, start, formats: str(out / (Path(start).stem + ".pdf")),
         "choose_directory": {"Open run directory": str(runs["finished"])},
     }
     asked = answer_questions(monkeypatch, answers)
@@ -120,7 +123,8 @@ def test_every_action_in_every_state(state, make_window, qtbot, case):
             for name in [name for name, _ in dynamic_actions(window)]:
                 run(name, lambda n=name: dict(dynamic_actions(window))[n])
             written = sorted(p.suffix for p in case["out"].iterdir())
-            assert written.count(".png") >= 5 and ".csv" in written, written
+            # every view with a plot as a figure (PDF here), the whole window as PNG, the tables as CSV
+            assert written.count(".pdf") >= 5 and ".png" in written and ".csv" in written, written
         run("quit", lambda: actions["quit"])
     assert not window.isVisible()                   # Quit (unsaved changes discarded) closed it
     assert [u.toLocalFile().endswith("README.md") for u in case["urls"]] == [True]

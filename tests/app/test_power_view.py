@@ -15,6 +15,7 @@ from pyqtgraph.Qt import QtGui
 from app.state.run_state import RunState
 from app.views import power as pview
 from app.views.power import PowerView, masked_data_field
+from app.views.style import cubed_unit, inverse_unit
 from core.field.grid import Grid
 from core.field.power_estimator import measure_power, relative_error
 from core.field.power_spectrum import PowerLaw
@@ -115,7 +116,10 @@ def test_curves_equal_core_estimator_and_prior(qtbot, tmp_path):
     assert not view.empty_hint.isVisible()
     # export: every curve as a column, the same numbers
     view.export_csv(tmp_path / "pk.csv")
-    rows = list(csv.DictReader((tmp_path / "pk.csv").open()))
+    table = list(csv.DictReader((tmp_path / "pk.csv").open()))
+    unit = view._unit()
+    assert unit and f"k [{inverse_unit(unit)}]" in table[0] and f"data [{cubed_unit(unit)}]" in table[0]
+    rows = [{name.split(" [")[0]: value for name, value in row.items()} for row in table]   # units in the header
     assert len(rows) == len(k)
     np.testing.assert_allclose([float(r["k"]) for r in rows], k, rtol=1e-15)
     np.testing.assert_allclose([float(r["latest_chain_1"]) for r in rows], data_of(view.curves["latest"][1])[1],

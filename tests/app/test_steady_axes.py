@@ -71,3 +71,12 @@ def test_linked_live_plots_stop_changing_their_axes(qtbot):
     # the case depends on the fonts' widths, so on another machine it may not trigger
     if _width_changes(qtbot, shrinking=True) < 30:
         pytest.skip("this machine's fonts do not make pyqtgraph's default oscillate on this case")
+
+
+def test_units_are_unambiguous():
+    from app.views.style import cubed_unit, inverse_unit
+
+    assert inverse_unit("Mpc/h") == "h/Mpc" and cubed_unit("Mpc/h") == "(Mpc/h)^3"
+    assert inverse_unit("Mpc") == "1/Mpc" and cubed_unit("Mpc") == "Mpc^3"
+    assert inverse_unit("km s") == "1/(km s)" and cubed_unit("arcmin deg") == "(arcmin deg)^3"
+    assert inverse_unit(" ") == "" and cubed_unit("") == ""

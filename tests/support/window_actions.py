@@ -21,7 +21,8 @@ from PySide6.QtWidgets import QApplication, QDialog, QFileDialog, QInputDialog, 
 from app.dialogs import questions
 from app.state.actions import ACTIONS
 
-QUESTIONS = ("ask_save_changes", "ask_integer", "choose_open_file", "choose_save_file", "choose_directory")
+QUESTIONS = ("ask_save_changes", "ask_integer", "choose_open_file", "choose_save_file", "choose_figure_file",
+             "choose_directory")
 
 
 def answer_questions(monkeypatch, answers: dict, asked: list | None = None) -> list:
