@@ -1,0 +1,223 @@
+"""The 3-D real FFTs of a field sharded over devices: slabs (x split over D devices) or pencils
+(x over a, y over b devices), with exact gradients to any order (issue #34, item 2).
+
+Why not DTensor: measured (``bench/dtensor_fft.py``, docs/benchmarks.md) it distributes the
+complex fft3d but refuses rfft3d and irfft3d on any sharded grid, and shards only evenly
+divisible axes. So the transforms here are written out: per-device transforms over the local
+axes (``core.engine.fft.rfftnd`` / ``irfftnd`` for the real ones, with the project's gradient
+conventions; ``tf.signal.fft`` / ``ifft`` for the complex 1-D ones) between all-to-all
+exchanges, each part placed on its device with ``tf.device`` (TensorFlow copies a part to the
+device that needs it: on one host's GPUs, device to device). Every step is differentiable, so
+the VJPs and Hessian-vector products are those of the composition, exactly the unsharded
+``core.engine.fft`` ones (tested to float64 round-off on logical CPU devices, even, odd and
+non-cubic grids, uneven splits included).
+
+Layouts (leading batch axes, e.g. chains, ride along unsplit; the grid is the last 3 axes):
+
+  slab    real field: part i on device i holds x rows ``mesh.x_parts[i]`` (n0_i, N1, N2);
+          spectrum:   part j holds all kx, the ky of ``mesh.y_parts[j]``, every stored kz
+                      (N0, m1_j, N2 // 2 + 1)
+          rfft3d: local 2-D rfft over (y, z), exchange (x rows -> ky columns), 1-D FFT over x.
+  pencil  real field: part (i, j) holds x rows i of a, y rows j of b (n0_i, n1_j, N2);
+          spectrum:   part (i, j) holds all kx, ky part i of a, kz part j of b
+                      (N0, p1_i, q2_j)
+          rfft3d: local 1-D rfft over z, exchange within each row of devices (y gathered, kz
+          split), FFT over y, exchange within each column (x gathered, ky split), FFT over x.
+
+The inverse transforms run the same steps backwards; their Hermitian convention is
+``core.engine.fft``'s (the anti-Hermitian part on the self-conjugate planes is ignored: the
+2-D / 1-D inverse real transforms at the end see exactly the 3-D Hermitian part).
+
+Splits are as even as possible (``split_sizes``); an axis shorter than its device count is
+refused (a part with no rows would reach an FFT kernel with a zero-length axis).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import tensorflow as tf
+
+from core.engine.fft import irfftnd, rfftnd
+
+__all__ = ["ShardMesh", "split_sizes", "shard", "gather", "rfft3d", "irfft3d"]
+
+
+def split_sizes(n: int, parts: int) -> list[int]:
+    """``n`` rows in ``parts`` contiguous parts, the first ``n % parts`` one row longer."""
+    base, extra = divmod(n, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+@dataclass(frozen=True)
+class ShardMesh:
+    """A grid ``shape`` (N0, N1, N2) over ``devices`` (TensorFlow device names) as slabs
+    (``rows`` = (D, 1)) or pencils (``rows`` = (a, b), a * b = D; device (i, j) is
+    ``devices[i * b + j]``)."""
+
+    devices: tuple[str, ...]
+    shape: tuple[int, int, int]
+    rows: tuple[int, int]
+
+    @classmethod
+    def slabs(cls, devices: Sequence[str], shape) -> "ShardMesh":
+        return cls._checked(tuple(devices), tuple(int(n) for n in shape), (len(devices), 1))
+
+    @classmethod
+    def pencils(cls, devices: Sequence[str], shape, a: int, b: int) -> "ShardMesh":
+        if a * b != len(devices):
+            raise ValueError(f"a pencil mesh of {a} x {b} needs {a * b} devices, not {len(devices)}")
+        return cls._checked(tuple(devices), tuple(int(n) for n in shape), (a, b))
+
+    @classmethod
+    def _checked(cls, devices, shape, rows) -> "ShardMesh":
+        if len(shape) != 3 or min(shape) < 1:
+            raise ValueError(f"grid {shape}: three positive sizes")
+        mesh = cls(devices, shape, rows)
+        a, b = rows
+        needs = [("x", shape[0], a), ("y", shape[1], b if b > 1 else a)]
+        if b > 1:
+            needs += [("ky", shape[1], a), ("kz", shape[2] // 2 + 1, b)]
+        for axis, n, parts in needs:
+            if n < parts:
+                raise ValueError(f"grid {shape}: its {axis} axis ({n}) is shorter than the {parts} devices "
+                                 "it is split over")
+        return mesh
+
+    @property
+    def is_slab(self) -> bool:
+        return self.rows[1] == 1
+
+    def device(self, i: int, j: int = 0) -> str:
+        return self.devices[i * self.rows[1] + j]
+
+
+def _fft_along(t: tf.Tensor, axis: int, inverse: bool) -> tf.Tensor:
+    """The 1-D complex (inverse) FFT of ``t`` along ``axis`` (negative, counted from the end)."""
+    rank = len(t.shape)
+    axis = axis % rank
+    if axis == rank - 1:
+        return tf.signal.ifft(t) if inverse else tf.signal.fft(t)
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    back = [perm.index(d) for d in range(rank)]
+    moved = tf.transpose(t, perm)
+    return tf.transpose(tf.signal.ifft(moved) if inverse else tf.signal.fft(moved), back)
+
+
+def shard(field: tf.Tensor, mesh: ShardMesh) -> list[tf.Tensor]:
+    """The parts of ``field`` (..., N0, N1, N2) on their devices (slab: D parts; pencil: a * b
+    parts, row-major)."""
+    a, b = mesh.rows
+    rows = tf.split(field, split_sizes(mesh.shape[0], a), axis=-3)
+    parts = []
+    for i, row in enumerate(rows):
+        cells = [row] if mesh.is_slab else tf.split(row, split_sizes(mesh.shape[1], b), axis=-2)
+        for j, cell in enumerate(cells):
+            with tf.device(mesh.device(i, j)):
+                parts.append(tf.identity(cell))
+    return parts
+
+
+def gather(parts: Sequence[tf.Tensor], mesh: ShardMesh, spectrum: bool = False) -> tf.Tensor:
+    """The whole array from its parts (a field's, or with ``spectrum`` a spectrum's), on the
+    current device: for checks and writes that need it whole."""
+    a, b = mesh.rows
+    if mesh.is_slab:
+        return tf.concat(list(parts), axis=-2 if spectrum else -3)
+    rows = [tf.concat(list(parts[i * b:(i + 1) * b]), axis=-1 if spectrum else -2) for i in range(a)]
+    return tf.concat(rows, axis=-2 if spectrum else -3)
+
+
+def _exchange(parts, gather_axis: int, split_axis: int, sizes, devices):
+    """All-to-all among ``parts`` (one per device of ``devices``): part k is split along
+    ``split_axis`` into ``sizes``; device m receives piece m of every part, concatenated along
+    ``gather_axis``."""
+    pieces = []
+    for part, device in zip(parts, devices):
+        with tf.device(device):
+            pieces.append(tf.split(part, sizes, axis=split_axis))
+    out = []
+    for m, device in enumerate(devices):
+        with tf.device(device):
+            out.append(tf.concat([p[m] for p in pieces], axis=gather_axis))
+    return out
+
+
+def rfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
+    """The half-spectrum (numpy's rfftn over the last 3 axes) of the field whose parts are
+    ``parts`` (``shard``'s layout), in the mesh's spectrum layout (module docstring)."""
+    n0, n1, n2 = mesh.shape
+    a, b = mesh.rows
+    if mesh.is_slab:
+        devices = list(mesh.devices)
+        local = []
+        for part, device in zip(parts, devices):
+            with tf.device(device):
+                local.append(rfftnd(part, fft_length=[n1, n2], axes=[-2, -1]))
+        columns = _exchange(local, -3, -2, split_sizes(n1, a), devices)
+        out = []
+        for column, device in zip(columns, devices):
+            with tf.device(device):
+                out.append(_fft_along(column, -3, inverse=False))
+        return out
+    # pencils: z, then y within each row of devices, then x within each column
+    z = []
+    for k, part in enumerate(parts):
+        with tf.device(mesh.devices[k]):
+            z.append(rfftnd(part, fft_length=[n2], axes=[-1]))
+    kz_sizes, ky_sizes = split_sizes(n2 // 2 + 1, b), split_sizes(n1, a)
+    y = [None] * (a * b)
+    for i in range(a):
+        devices = [mesh.device(i, j) for j in range(b)]
+        exchanged = _exchange(z[i * b:(i + 1) * b], -2, -1, kz_sizes, devices)
+        for j, (t, device) in enumerate(zip(exchanged, devices)):
+            with tf.device(device):
+                y[i * b + j] = _fft_along(t, -2, inverse=False)
+    out = [None] * (a * b)
+    for j in range(b):
+        devices = [mesh.device(i, j) for i in range(a)]
+        exchanged = _exchange([y[i * b + j] for i in range(a)], -3, -2, ky_sizes, devices)
+        for i, (t, device) in enumerate(zip(exchanged, devices)):
+            with tf.device(device):
+                out[i * b + j] = _fft_along(t, -3, inverse=False)
+    return out
+
+
+def irfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
+    """The real field (``shard``'s layout) whose half-spectrum has the parts ``parts`` (the
+    mesh's spectrum layout): ``core.engine.fft.irfft3d`` on the whole, computed in parts."""
+    n0, n1, n2 = mesh.shape
+    a, b = mesh.rows
+    if mesh.is_slab:
+        devices = list(mesh.devices)
+        columns = []
+        for part, device in zip(parts, devices):
+            with tf.device(device):
+                columns.append(_fft_along(part, -3, inverse=True))
+        rows = _exchange(columns, -2, -3, split_sizes(n0, a), devices)
+        out = []
+        for row, device in zip(rows, devices):
+            with tf.device(device):
+                out.append(irfftnd(row, fft_length=[n1, n2], axes=[-2, -1]))
+        return out
+    x = [None] * (a * b)
+    for j in range(b):
+        devices = [mesh.device(i, j) for i in range(a)]
+        inverse = []
+        for i, device in enumerate(devices):
+            with tf.device(device):
+                inverse.append(_fft_along(parts[i * b + j], -3, inverse=True))
+        for i, t in enumerate(_exchange(inverse, -2, -3, split_sizes(n0, a), devices)):
+            x[i * b + j] = t
+    out = [None] * (a * b)
+    for i in range(a):
+        devices = [mesh.device(i, j) for j in range(b)]
+        inverse = []
+        for j, device in enumerate(devices):
+            with tf.device(device):
+                inverse.append(_fft_along(x[i * b + j], -2, inverse=True))
+        for j, (t, device) in enumerate(zip(_exchange(inverse, -1, -2, split_sizes(n1, b), devices), devices)):
+            with tf.device(device):
+                out[i * b + j] = irfftnd(t, fft_length=[n2], axes=[-1])
+    return out
