@@ -10,12 +10,14 @@ themselves run in ``core.engine.calibrate_cluster``.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from dataclasses import dataclass
 
 from core.calibration.plan import PlanError
 
-__all__ = ["Scheduler", "parse_scheduler", "MAX_LOCAL_WORKERS"]
+__all__ = ["Scheduler", "parse_scheduler", "MAX_LOCAL_WORKERS", "local_worker_env", "visible_gpus"]
 
 MAX_LOCAL_WORKERS = 256         # a LocalCluster of more processes than this is a typo
 
@@ -54,3 +56,36 @@ def parse_scheduler(spec: str) -> Scheduler:
     if not 1 <= int(match.group(2)) <= 65535:
         raise PlanError(f"--scheduler {spec!r}: the port must be 1 to 65535")
     return Scheduler(address=text)
+
+
+def visible_gpus(environ=None) -> list[str]:
+    """The NVIDIA GPUs this process may use, as CUDA_VISIBLE_DEVICES names them: that variable's
+    list when it is set ("" or "-1": none), else one index per GPU ``nvidia-smi -L`` lists (none
+    where it is missing or fails). No TensorFlow: the submitting process must not claim a GPU."""
+    environ = os.environ if environ is None else environ
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        names = [name.strip() for name in listed.split(",") if name.strip()]
+        return [] if not names or names[0] == "-1" else names
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    return [str(i) for i, line in enumerate(line for line in out.stdout.splitlines() if line.startswith("GPU "))]
+
+
+def local_worker_env(worker: int, workers: int, gpus: list[str], cores: int) -> dict[str, str]:
+    """The environment of worker ``worker`` of a LocalCluster of ``workers`` processes: as
+    dask-cuda's LocalCUDACluster does, each worker sees one GPU (round robin over ``gpus``; with
+    more workers than GPUs they share, TensorFlow's memory then allocated as it grows instead of
+    all at once); without GPUs none, and cores / workers TensorFlow threads each."""
+    env = {"TF_NUM_INTRAOP_THREADS": str(max(1, cores // workers)), "TF_NUM_INTEROP_THREADS": "1"}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[worker % len(gpus)]
+        if workers > len(gpus):
+            env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = "-1"        # a CPU worker: no process claims a GPU by accident
+    return env

@@ -499,6 +499,10 @@ class Calibrator:
 
     def _models(self):
         """(the config's model, the model that simulates, the compiled program)."""
+        if self.scheduler is not None:       # the workers compute; this process only writes the store
+            from core.engine.devices import hide_gpus
+
+            hide_gpus()
         self.emit("loading")
         return calibration_models(self.config, self.simulate_config, self.plan)
 

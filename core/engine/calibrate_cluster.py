@@ -16,7 +16,9 @@ A stop (Ctrl-C, the window's Stop) cancels what is queued; the finished batches 
 the same command resumes at the first unfinished one.
 
 A LocalCluster's workers share the machine's cores: each gets cores / N TensorFlow threads
-(``TF_NUM_INTRAOP_THREADS``) and runs one batch at a time.
+(``TF_NUM_INTRAOP_THREADS``) and runs one batch at a time. On a machine with GPUs each worker sees
+one (``CUDA_VISIBLE_DEVICES``, round robin, as dask-cuda's LocalCUDACluster does), and the
+submitting process, which only writes the store, computes on none of them (``hide_gpus``).
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ import uuid
 from dataclasses import dataclass
 
 from core.calibration import CalibrationPlan
-from core.calibration.cluster import Scheduler
+from core.calibration.cluster import Scheduler, local_worker_env, visible_gpus
 from core.config import parse_config
 from core.run.input_files import input_digests
 from core.run.tensorflow_env import start_up_notices_filtered
 
-__all__ = ["BatchJob", "ClusterBatches", "run_batch"]
+__all__ = ["BatchJob", "ClusterBatches", "local_cluster", "run_batch"]
 
 _POLL_SECONDS = 0.5             # how often a wait for the next batch looks at the stop flag
 _CONNECT_TIMEOUT = "20s"
@@ -99,6 +101,20 @@ def run_batch(job: BatchJob, b: int):
     return result, time.perf_counter() - t0, socket.gethostname()
 
 
+def local_cluster(workers: int, gpus: list[str], cores: int):
+    """A Dask cluster of ``workers`` worker processes on this machine (one thread each, one batch
+    at a time), each with its own environment (``core.calibration.cluster.local_worker_env``:
+    its GPU, its TensorFlow threads): a LocalCluster whose workers differ, as dask-cuda's."""
+    from distributed import Nanny, SpecCluster
+    from distributed import Scheduler as DaskScheduler
+
+    specs = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": local_worker_env(i, workers, gpus, cores),
+                                           "silence_logs": logging.ERROR}}
+             for i in range(workers)}
+    return SpecCluster(workers=specs, scheduler={"cls": DaskScheduler, "options": {"dashboard_address": None}},
+                       silence_logs=logging.ERROR, name="fieldscope-calibrate")
+
+
 class ClusterBatches:
     """The cluster of ``scheduler`` for one calibration: ``with ClusterBatches(s, emit) as cluster:
     for b, result, seconds in cluster.results(job, batches, control): ...``."""
@@ -109,18 +125,16 @@ class ClusterBatches:
         self.client = self.cluster = None
 
     def __enter__(self):
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         from core.engine.engine import EngineError
 
         s = self.scheduler
         if s.is_local:
-            self.emit(f"starting {s.workers} Dask worker process{'es' if s.workers > 1 else ''}")
-            threads = max(1, (os.cpu_count() or 1) // s.workers)
-            self.cluster = LocalCluster(
-                n_workers=s.workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                silence_logs=logging.ERROR,
-                env={"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": "1"})
+            gpus = visible_gpus()
+            self.emit(f"starting {s.workers} Dask worker process{'es' if s.workers > 1 else ''}"
+                      + (f" on {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}" if gpus else ""))
+            self.cluster = local_cluster(s.workers, gpus, os.cpu_count() or 1)
             self.client = Client(self.cluster)
         else:
             self.emit(f"connecting to the Dask scheduler at {s.address}")

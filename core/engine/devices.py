@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-__all__ = ["compute_device", "memory_kind", "gpu_free_memory"]
+__all__ = ["compute_device", "memory_kind", "gpu_free_memory", "hide_gpus"]
 
 
 def _gpu_name(device) -> str:
@@ -56,3 +56,14 @@ def gpu_free_memory() -> int | None:
         return int(out.stdout.split()[0]) * 2**20 if out.returncode == 0 else None
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
+
+
+def hide_gpus() -> bool:
+    """Keep this process off the GPUs (a calibration's submitting process when Dask workers
+    compute: TensorFlow would otherwise reserve most of a GPU's memory at its first op). True
+    when done; False when TensorFlow had already started on its devices (then nothing changes)."""
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except (RuntimeError, ValueError):
+        return False
+    return True

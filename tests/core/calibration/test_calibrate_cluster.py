@@ -204,4 +204,32 @@ def test_a_batch_that_kills_every_worker_it_runs_on_fails_naming_it(tmp_path, cl
         calibrator.run()
     reader = CalibrationReader(tmp_path / "out")
     assert reader.status == "failed" and "batch 0" in reader.error
-    client.wait_for_workers(2, timeout=60)        # the cluster is whole again
+
+
+def test_each_local_worker_gets_its_gpu_and_its_threads():
+    from core.calibration.cluster import local_worker_env, visible_gpus
+
+    envs = [local_worker_env(i, 4, ["0", "1"], 16) for i in range(4)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "0", "1"]          # round robin
+    assert all(e["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and e["TF_NUM_INTRAOP_THREADS"] == "4" for e in envs)
+    one_each = [local_worker_env(i, 2, ["2", "5"], 8) for i in range(2)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in one_each] == ["2", "5"] and "TF_FORCE_GPU_ALLOW_GROWTH" not in one_each[0]
+    assert local_worker_env(0, 2, [], 2) == {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
+                                             "CUDA_VISIBLE_DEVICES": "-1"}
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3, 1"}) == ["3", "1"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == [] and visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+
+
+def test_the_local_cluster_workers_run_with_their_environments():
+    """The worker processes themselves see their GPU assignment (2 GPUs named, none used: the
+    check reads the environment only) and thread counts."""
+    from core.engine.calibrate_cluster import local_cluster
+
+    cluster = local_cluster(2, ["7", "9"], 4)
+    client = distributed.Client(cluster)
+    try:
+        seen = client.run(lambda: (os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("TF_NUM_INTRAOP_THREADS")))
+    finally:
+        client.close()
+        cluster.close()
+    assert sorted(seen.values()) == [("7", "2"), ("9", "2")]
