@@ -288,61 +288,53 @@ class MainWindow(ConfigFiles, QMainWindow):
         if path:
             (self.export_png if kind == "png" else self.export_csv)(name, path)
 
-    def export_image(self, name: str, path, dpi: int | None = None) -> bool:
-        """Save the plots of the view called ``name`` as a figure: PNG at ``dpi``, SVG or PDF by
-        the suffix (``app.views.figure``); the view is brought to the front and redrawn first."""
-        try:
-            if self.views is None:
-                raise ValueError("the live views are not available")
-            view = self.views.show_tab(name)
-            self.views.refresh(force=True)
-            from PySide6.QtWidgets import QApplication
+    def _front_view(self, name: str):
+        """The view called ``name``, brought to the front and redrawn (what is saved is what is seen)."""
+        if self.views is None:
+            raise ValueError("the live views are not available")
+        view = self.views.show_tab(name)
+        self.views.refresh(force=True)
+        from PySide6.QtWidgets import QApplication
 
-            QApplication.processEvents()
-            view.export_image(path, dpi)
+        QApplication.processEvents()
+        return view
+
+    def _exported(self, name: str, path, write) -> bool:
+        """Run ``write()``; say where ``name`` went, or why it did not (a message, never a raise)."""
+        try:
+            write()
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             self.show_message("Export failed", f"{name} was not saved: {exc}")
             return False
         self.message_label.setText(f"saved {name} to {path}")
         return True
 
+    def export_image(self, name: str, path, dpi: int | None = None) -> bool:
+        """Save the plots of the view called ``name`` as a figure: PNG at ``dpi``, SVG or PDF by
+        the suffix (``app.views.figure``)."""
+        return self._exported(name, path, lambda: self._front_view(name).export_image(path, dpi))
+
     def export_png(self, name: str, path) -> bool:
-        """Save the view called ``name`` (a tab name, or "Whole window") as a PNG image;
-        the view is brought to the front first, so what is saved is what is seen."""
-        try:
+        """Save the view called ``name`` (a tab name, or "Whole window") as a PNG image, as shown."""
+        def write():
             if name == "Whole window":
                 ok = self.grab().save(str(path), "PNG")
             else:
-                if self.views is None:
-                    raise ValueError("the live views are not available")
-                view = self.views.show_tab(name)
-                self.views.refresh(force=True)
-                from PySide6.QtWidgets import QApplication
-
-                QApplication.processEvents()
-                view.export_png(path)
+                self._front_view(name).export_png(path)
                 ok = Path(path).exists()
             if not ok:
                 raise OSError(f"the image could not be written to {path}")
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            self.show_message("Export failed", f"{name} was not saved: {exc}")
-            return False
-        self.message_label.setText(f"saved {name} to {path}")
-        return True
+        return self._exported(name, path, write)
 
     def export_csv(self, name: str, path) -> bool:
         """Save the table of the view called ``name`` as CSV: the diagnostics table
         ("Diagnostics", as ``fieldscope summary --csv`` writes it) or the P(k) curves
         ("P(k)"); a view without a table (``csv_contents`` None) refuses with a message."""
-        try:
+        def write():
             if self.views is None:
                 raise ValueError("the live views are not available")
             self.views.view(name).export_csv(path)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            self.show_message("Export failed", f"{name} was not saved: {exc}")
-            return False
-        self.message_label.setText(f"saved {name} to {path}")
-        return True
+        return self._exported(name, path, write)
 
     # -- the run controller's signals -------------------------------------------------------------
 

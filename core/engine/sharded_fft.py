@@ -144,44 +144,52 @@ def _exchange(parts, gather_axis: int, split_axis: int, sizes, devices):
     return out
 
 
+def _exchange_in_groups(parts, mesh: ShardMesh, groups, gather_axis: int, split_axis: int, sizes):
+    """``_exchange`` within each group of devices (lists of part indices: a pencil mesh's rows or
+    columns)."""
+    out = [None] * len(parts)
+    for group in groups:
+        exchanged = _exchange([parts[k] for k in group], gather_axis, split_axis, sizes,
+                              [mesh.devices[k] for k in group])
+        for k, t in zip(group, exchanged):
+            out[k] = t
+    return out
+
+
+def _on_each(fn, parts, devices) -> list[tf.Tensor]:
+    """``fn`` of each part, computed on its device."""
+    out = []
+    for part, device in zip(parts, devices):
+        with tf.device(device):
+            out.append(fn(part))
+    return out
+
+
+def _groups(mesh: ShardMesh):
+    """(rows, columns) of a pencil mesh as lists of part indices."""
+    a, b = mesh.rows
+    return [[i * b + j for j in range(b)] for i in range(a)], [[i * b + j for i in range(a)] for j in range(b)]
+
+
 def rfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
     """The half-spectrum (numpy's rfftn over the last 3 axes) of the field whose parts are
     ``parts`` (``shard``'s layout), in the mesh's spectrum layout (module docstring)."""
     n0, n1, n2 = mesh.shape
     a, b = mesh.rows
+    devices = list(mesh.devices)
+
+    def along_x(t):
+        return _fft_along(t, -3, inverse=False)
+
     if mesh.is_slab:
-        devices = list(mesh.devices)
-        local = []
-        for part, device in zip(parts, devices):
-            with tf.device(device):
-                local.append(rfftnd(part, fft_length=[n1, n2], axes=[-2, -1]))
-        columns = _exchange(local, -3, -2, split_sizes(n1, a), devices)
-        out = []
-        for column, device in zip(columns, devices):
-            with tf.device(device):
-                out.append(_fft_along(column, -3, inverse=False))
-        return out
+        local = _on_each(lambda t: rfftnd(t, fft_length=[n1, n2], axes=[-2, -1]), parts, devices)
+        return _on_each(along_x, _exchange(local, -3, -2, split_sizes(n1, a), devices), devices)
     # pencils: z, then y within each row of devices, then x within each column
-    z = []
-    for k, part in enumerate(parts):
-        with tf.device(mesh.devices[k]):
-            z.append(rfftnd(part, fft_length=[n2], axes=[-1]))
-    kz_sizes, ky_sizes = split_sizes(n2 // 2 + 1, b), split_sizes(n1, a)
-    y = [None] * (a * b)
-    for i in range(a):
-        devices = [mesh.device(i, j) for j in range(b)]
-        exchanged = _exchange(z[i * b:(i + 1) * b], -2, -1, kz_sizes, devices)
-        for j, (t, device) in enumerate(zip(exchanged, devices)):
-            with tf.device(device):
-                y[i * b + j] = _fft_along(t, -2, inverse=False)
-    out = [None] * (a * b)
-    for j in range(b):
-        devices = [mesh.device(i, j) for i in range(a)]
-        exchanged = _exchange([y[i * b + j] for i in range(a)], -3, -2, ky_sizes, devices)
-        for i, (t, device) in enumerate(zip(exchanged, devices)):
-            with tf.device(device):
-                out[i * b + j] = _fft_along(t, -3, inverse=False)
-    return out
+    rows, columns = _groups(mesh)
+    z = _on_each(lambda t: rfftnd(t, fft_length=[n2], axes=[-1]), parts, devices)
+    z = _exchange_in_groups(z, mesh, rows, -2, -1, split_sizes(n2 // 2 + 1, b))
+    y = _on_each(lambda t: _fft_along(t, -2, inverse=False), z, devices)
+    return _on_each(along_x, _exchange_in_groups(y, mesh, columns, -3, -2, split_sizes(n1, a)), devices)
 
 
 def irfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
@@ -189,35 +197,13 @@ def irfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
     mesh's spectrum layout): ``core.engine.fft.irfft3d`` on the whole, computed in parts."""
     n0, n1, n2 = mesh.shape
     a, b = mesh.rows
+    devices = list(mesh.devices)
+    x = _on_each(lambda t: _fft_along(t, -3, inverse=True), parts, devices)
     if mesh.is_slab:
-        devices = list(mesh.devices)
-        columns = []
-        for part, device in zip(parts, devices):
-            with tf.device(device):
-                columns.append(_fft_along(part, -3, inverse=True))
-        rows = _exchange(columns, -2, -3, split_sizes(n0, a), devices)
-        out = []
-        for row, device in zip(rows, devices):
-            with tf.device(device):
-                out.append(irfftnd(row, fft_length=[n1, n2], axes=[-2, -1]))
-        return out
-    x = [None] * (a * b)
-    for j in range(b):
-        devices = [mesh.device(i, j) for i in range(a)]
-        inverse = []
-        for i, device in enumerate(devices):
-            with tf.device(device):
-                inverse.append(_fft_along(parts[i * b + j], -3, inverse=True))
-        for i, t in enumerate(_exchange(inverse, -2, -3, split_sizes(n0, a), devices)):
-            x[i * b + j] = t
-    out = [None] * (a * b)
-    for i in range(a):
-        devices = [mesh.device(i, j) for j in range(b)]
-        inverse = []
-        for j, device in enumerate(devices):
-            with tf.device(device):
-                inverse.append(_fft_along(x[i * b + j], -2, inverse=True))
-        for j, (t, device) in enumerate(zip(_exchange(inverse, -1, -2, split_sizes(n1, b), devices), devices)):
-            with tf.device(device):
-                out[i * b + j] = irfftnd(t, fft_length=[n2], axes=[-1])
-    return out
+        rows = _exchange(x, -2, -3, split_sizes(n0, a), devices)
+        return _on_each(lambda t: irfftnd(t, fft_length=[n1, n2], axes=[-2, -1]), rows, devices)
+    rows, columns = _groups(mesh)
+    x = _exchange_in_groups(x, mesh, columns, -2, -3, split_sizes(n0, a))
+    y = _on_each(lambda t: _fft_along(t, -2, inverse=True), x, devices)
+    y = _exchange_in_groups(y, mesh, rows, -1, -2, split_sizes(n1, b))
+    return _on_each(lambda t: irfftnd(t, fft_length=[n2], axes=[-1]), y, devices)
