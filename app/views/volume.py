@@ -72,6 +72,7 @@ from app.state.run_state import VOLUME_KINDS, VOLUME_LABELS, RunState
 from app.views.base import FIELD, FIELD_VIEWS, RunView, save_png
 from app.views.jobs import LatestJob
 from app.views.slices import LEVEL_GROUPS, PLANES, SliceViewState, level_sample, robust_levels
+from app.views.style import steady_axes
 from core.store.run_store import RunStoreError
 
 __all__ = [
@@ -419,13 +420,27 @@ class VolumeView(RunView):
                 widget.setEnabled(False)
             self.hint_label.setText("")
         else:
-            layout.addWidget(self.display, 1)
+            row = QtWidgets.QHBoxLayout()
+            row.setSpacing(2)
+            row.addWidget(self.display, 1)
+            row.addWidget(self._build_colour_bar())
+            layout.addLayout(row, 1)
             self.prepare_job.finished.connect(self._on_prepared)
         if slices is not None:
             slices.cursor_moved.connect(self._cursor_moved)
             slices.settings_changed.connect(self._slices_changed)
 
     # -- building (once) ------------------------------------------------------------------
+
+    def _build_colour_bar(self) -> QtWidgets.QWidget:
+        """The volume's colour bar (the slices' levels and colour map), beside the display."""
+        self.colour_bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", orientation="vertical",
+                                          interactive=False, width=14)
+        steady_axes(self.colour_bar)
+        self.colour_bar_widget = pg.GraphicsLayoutWidget()
+        self.colour_bar_widget.setFixedWidth(72)
+        self.colour_bar_widget.addItem(self.colour_bar)
+        return self.colour_bar_widget
 
     def _build_controls(self) -> QtWidgets.QHBoxLayout:
         row = QtWidgets.QHBoxLayout()
@@ -673,16 +688,23 @@ class VolumeView(RunView):
             if volume is None:
                 volume = st.volume(kind, settings.chain)
             changed |= self._request_volume(key, volume, levels, mask)
-        cmap_name = settings.colour_maps.get(group, "viridis")
-        if cmap_name != self._cmap_shown or force:
-            self.volume.cmap = vispy_colormap(cmap_name)
-            self._cmap_shown = cmap_name
-            changed = True
+        changed |= self._show_colours(settings.colour_maps.get(group, "viridis"), levels, force)
         changed |= self._move_planes(force=force)
         self._describe(kind, levels)
         if changed:
             self._update_canvas()
         return changed
+
+    def _show_colours(self, cmap_name: str, levels, force: bool) -> bool:
+        """The volume's and the colour bar's colour map and levels; whether the scene changed."""
+        if tuple(self.colour_bar.levels()) != levels:
+            self.colour_bar.setLevels(levels)
+        if cmap_name == self._cmap_shown and not force:
+            return False
+        self.volume.cmap = vispy_colormap(cmap_name)
+        self.colour_bar.setColorMap(pg.colormap.get(cmap_name))
+        self._cmap_shown = cmap_name
+        return True
 
     def _apply_layout(self) -> None:
         st = self.state
@@ -855,12 +877,18 @@ class VolumeView(RunView):
         return self.canvas.render(size=size, alpha=False)
 
     def figure_parts(self) -> list:
-        """The rendered scene as one image, the display's size (a raster part of the figure)."""
+        """The rendered scene as an image where the display is (a raster part of the figure), and
+        the colour bar beside it (vector)."""
         image = np.ascontiguousarray(self.render_image())
         h, w = image.shape[:2]
         qimage = QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
         ratio = max(self.display.devicePixelRatioF(), 1.0)
-        return [(qimage, QtCore.QRect(0, 0, round(w / ratio), round(h / ratio)))]
+        top_left = self.display.mapTo(self, QtCore.QPoint(0, 0))
+        parts = [(qimage, QtCore.QRect(top_left, QtCore.QSize(round(w / ratio), round(h / ratio))))]
+        bar = self.colour_bar_widget
+        if bar.isVisibleTo(self):
+            parts.append((bar, QtCore.QRect(bar.mapTo(self, QtCore.QPoint(0, 0)), bar.size())))
+        return parts
 
     def export_png(self, path) -> str:
         """Write the view to ``path`` as PNG. Returns the path; raises RuntimeError / OSError

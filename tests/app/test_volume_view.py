@@ -228,6 +228,9 @@ def test_colours_follow_the_slices_colour_map(shown, qtbot):
     colours = view.volume.cmap.map(np.linspace(0, 1, 5))[:, :3] * 255
     expected = pg.colormap.get("magma").map(np.linspace(0, 1, 5), mode="byte")[:, :3]
     assert np.abs(colours - expected).max() <= 2
+    # the colour bar beside the volume shows the same map and the volume's levels
+    assert view.colour_bar.colorMap().name == "magma"
+    assert tuple(view.colour_bar.levels()) == tuple(view.volume.clim)
 
 
 def test_levels_kind_and_chain_changes_are_announced_and_followed(shown, qtbot):
@@ -489,6 +492,13 @@ def test_export_png(shown, tmp_path):
     assert (pixel.red(), pixel.green(), pixel.blue()) == tuple(rendered[5, 5, :3])
     with pytest.raises(OSError, match="could not write"):
         view.export_png(tmp_path / "no such folder" / "x.png")
+    # as a figure: the rendered scene where the display is, and the colour bar beside it
+    parts = view.figure_parts()
+    assert len(parts) == 2 and isinstance(parts[0][0], QtGui.QImage) and parts[1][0] is view.colour_bar_widget
+    assert parts[1][1].left() >= parts[0][1].right()
+    svg = tmp_path / "volume.svg"
+    view.export_image(svg)
+    assert "<image" in svg.read_text() and "<text" in svg.read_text()      # the scene, the bar's tick labels
 
 
 def test_export_before_shown_is_a_clear_error(qtbot):
