@@ -59,10 +59,12 @@ class _Preview(pg.PlotWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
 
     def show_slice(self, plane: np.ndarray | None) -> None:
+        """Draw ``plane`` (a slice of a volume: (first axis, second axis), as ``np.take`` gives
+        it) in the Slices view's orientation: its first axis across, its second up."""
         if plane is None:
             self.image.clear()
             return
-        plane = np.asarray(plane, dtype=np.float32)
+        plane = np.asarray(plane, dtype=np.float32).T
         finite = plane[np.isfinite(plane)]
         if finite.size:
             lo, hi = float(finite.min()), float(finite.max())

@@ -353,9 +353,14 @@ class MaskEditor(QDialog):
         return int(self.axis_combo.currentData())
 
     def _plane_axes(self) -> tuple[int, int]:
-        """The axes of the slice's rows (image y) and columns (image x)."""
-        a, b = (i for i in range(3) if i != self.axis)
-        return a, b
+        """The axes of the slice's rows (image y, up) and columns (image x, across): the Slices
+        view's orientation (xy: x across, y up; xz: x across, z up; yz: y across, z up)."""
+        across, up = (i for i in range(3) if i != self.axis)
+        return up, across
+
+    def _plane(self, volume: np.ndarray) -> np.ndarray:
+        """The current slice of ``volume`` as drawn: rows the up axis, columns the across axis."""
+        return np.take(volume, self.slice_index, axis=self.axis).T
 
     def _plane_changed(self) -> None:
         if self.inputs is None:
@@ -390,7 +395,7 @@ class MaskEditor(QDialog):
             return
         i = self.slice_index
         self.slice_label.setText(f"{'xyz'[self.axis]} = {i}")
-        plane = np.take(self.inputs.data, i, axis=self.axis)
+        plane = self._plane(self.inputs.data)
         self.image.setImage(np.asarray(plane, dtype=np.float32), autoLevels=False,
                             levels=self.inputs.levels)
         self._show_overlay()
@@ -401,11 +406,11 @@ class MaskEditor(QDialog):
         if self.mask is None:
             self.overlay.clear()
             return
-        masked = ~np.take(self.mask, self.slice_index, axis=self.axis)
+        masked = ~self._plane(self.mask)
         rgba = np.zeros(masked.shape + (4,), dtype=np.ubyte)
         rgba[masked] = MASKED_RGBA
         if self.threshold_mask is not None:
-            added = ~np.take(self.threshold_mask, self.slice_index, axis=self.axis) & ~masked
+            added = ~self._plane(self.threshold_mask) & ~masked
             rgba[added] = PREVIEW_RGBA
         self.overlay.setImage(rgba, autoLevels=False, levels=(0, 255))
 

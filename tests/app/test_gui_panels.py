@@ -132,7 +132,8 @@ def test_the_data_panel_reads_what_the_file_holds(make_window, qtbot, tmp_path):
     assert f"min {stats.min:.4g}" in info and f"max {stats.max:.4g}" in info
     image = data.preview.image.image
     z = data.slider.value()
-    np.testing.assert_allclose(image, loaded.array[:, :, z].astype(np.float32))
+    # drawn as the Slices view draws the xy plane: x across (columns), y up (rows)
+    np.testing.assert_allclose(image, loaded.array[:, :, z].T.astype(np.float32))
     # a file that is not what its name says: the loader's message, beside the widget
     bad = tmp_path / "broken.npz"
     bad.write_bytes(b"definitely not a zip archive")

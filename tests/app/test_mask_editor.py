@@ -72,20 +72,23 @@ def test_tools_give_the_hand_built_masks(qtbot, tmp_path):
     np.testing.assert_array_equal(editor.mask, noise <= 2.0)
 
     editor.clear()
-    editor.axis_combo.setCurrentIndex(0)               # slices ⟂ x: rows y, columns z
-    editor.set_box(2, 3, 4, 2, slices=(5, 7))          # columns z 2..5, rows y 3..4
+    editor.axis_combo.setCurrentIndex(0)               # slices ⟂ x: y across, z up (as Slices' yz)
+    editor.set_box(3, 2, 2, 4, slices=(5, 7))          # columns y 3..4, rows z 2..5
     qtbot.mouseClick(editor.box_button, Qt.MouseButton.LeftButton)
     expected = np.ones(SHAPE, dtype=bool)
     expected[5:8, 3:5, 2:6] = False
     np.testing.assert_array_equal(editor.mask, expected)
 
-    editor.axis_combo.setCurrentIndex(2)               # slices ⟂ z: rows x, columns y
+    editor.axis_combo.setCurrentIndex(2)               # slices ⟂ z: x across, y up (as Slices' xy)
     editor.slider.setValue(1)
-    editor.set_box(0, 10, 3, 5, slices="this")         # rows x 10..14 cut to 10..11
+    assert editor.plot.getPlotItem().getAxis("bottom").labelText == "x"
+    assert editor.plot.getPlotItem().getAxis("left").labelText == "y"
+    np.testing.assert_array_equal(editor.image.image, data[:, :, 1].T.astype(np.float32))   # rows y
+    editor.set_box(10, 0, 5, 3, slices="this")         # columns x 10..14 cut to 10..11, rows y 0..2
     editor.mask_box()
     expected[10:12, 0:3, 1] = False
     np.testing.assert_array_equal(editor.mask, expected)
-    editor.set_box(8, 0, 2, 1, slices="all")           # columns y 8..9, row x 0: a slab in z
+    editor.set_box(0, 8, 1, 2, slices="all")           # column x 0, rows y 8..9: a slab in z
     editor.mask_box()
     expected[0, 8:10, :] = False
     np.testing.assert_array_equal(editor.mask, expected)
