@@ -185,6 +185,10 @@ class ClusterBatches:
                         break
                     except TimeoutError:
                         continue
+                    except ImportError as err:       # a worker without Fieldscope (or another version)
+                        raise EngineError(
+                            f"batch {b}: a Dask worker cannot import what Fieldscope runs ({err}); install this "
+                            "Fieldscope in the workers' environment (the same version as here)") from None
                     except KilledWorker:
                         raise EngineError(
                             f"batch {b}: its worker process died each time it ran it (out of memory? see the "
