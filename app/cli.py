@@ -426,7 +426,10 @@ def _run_engine(run_dir, claim, config, text: str, action, after_claim=None) -> 
                 action)
         except _engine_errors() as err:
             raise UserError(str(err)) from None
-    return _report(status, run_dir)
+        # the engine is done: a late signal (a second Ctrl-C after the stop completed) finds
+        # nothing to stop and must not break the report with a traceback
+        session.done = True
+        return _report(status, run_dir)
 
 
 def _store_errors():
@@ -585,10 +588,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             status = session.run(make, lambda calibrator: calibrator.run())
         except (*_engine_errors(), PlanError, CalibrationStoreError, run_lock.LockHeld) as err:
             raise UserError(str(err)) from None
-    if status == "stopped":
-        _say(f"stopped; the finished batches are in {out}. Continue with: {command}", sys.stdout)
-        return 0
-    return _calibration_report(out)
+        session.done = True          # as for a run: a late signal does not break the report
+        if status == "stopped":
+            _say(f"stopped; the finished batches are in {out}. Continue with: {command}", sys.stdout)
+            return 0
+        return _calibration_report(out)
 
 
 def _calibration_report(out) -> int:

@@ -278,8 +278,10 @@ def test_stop_signals_leave_a_stopped_resumable_run_and_a_second_run_is_refused(
     """SIGTERM while compiling: the chunk ends, status "stopped", lock released, exit 0. A second
     ``run`` into the folder meanwhile is refused at once, naming the writer. Two Ctrl-C 20 ms
     apart during a resumed run: stopped at once, no traceback, still resumable. Then
-    ``resume`` finishes the run, its divergence count going on from the stored one."""
-    config = tiny_case(tmp_path, warmup=10, samples=100_000, chunk=5)
+    ``resume`` finishes the run, its divergence count going on from the stored one. Chunks of
+    1000 steps (about a second here): the second Ctrl-C lands inside a chunk (with chunks of 5
+    the first stop could complete before it came, under load)."""
+    config = tiny_case(tmp_path, warmup=10, samples=100_000, chunk=1000)
     run_dir = tmp_path / "run"
     first = CliProcess(["run", config, "--out", run_dir], xla_cache)
     try:

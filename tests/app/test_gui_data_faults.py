@@ -58,7 +58,7 @@ def test_a_fits_cube_is_read_off_the_gui_thread(make_window, qtbot, tmp_path, mo
     assert f"min {stats.min:.4g}, max {stats.max:.4g}" in data.info.text()
     assert "file's box (200, 250, 300) Mpc/h" in data.info.text()
     z = data.slider.value()
-    np.testing.assert_array_equal(data.preview.image.image, cube[:, :, z])
+    np.testing.assert_array_equal(data.preview.image.image, cube[:, :, z].T)      # x across, y up
     assert window.errors == {}
 
     # a slow read of one file, then another file chosen: the first result is dropped
@@ -79,7 +79,7 @@ def test_a_fits_cube_is_read_off_the_gui_thread(make_window, qtbot, tmp_path, mo
     qtbot.wait(800)                               # the slow read has ended by now
     assert "shape (6, 6, 6)" in data.info.text()
     np.testing.assert_array_equal(data.preview.image.image,
-                                  other[:, :, data.slider.value()].astype(np.float32))
+                                  other[:, :, data.slider.value()].T.astype(np.float32))
 
 
 def test_the_file_dialog_offers_fits(make_window, monkeypatch, tmp_path):
