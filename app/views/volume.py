@@ -879,9 +879,8 @@ class VolumeView(RunView):
     def figure_parts(self) -> list:
         """The rendered scene as an image where the display is (a raster part of the figure), and
         the colour bar beside it (vector)."""
-        image = np.ascontiguousarray(self.render_image())
-        h, w = image.shape[:2]
-        qimage = QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
+        qimage = self._rendered_qimage()
+        w, h = qimage.width(), qimage.height()
         ratio = max(self.display.devicePixelRatioF(), 1.0)
         top_left = self.display.mapTo(self, QtCore.QPoint(0, 0))
         parts = [(qimage, QtCore.QRect(top_left, QtCore.QSize(round(w / ratio), round(h / ratio))))]
@@ -893,7 +892,10 @@ class VolumeView(RunView):
     def export_png(self, path) -> str:
         """Write the view to ``path`` as PNG. Returns the path; raises RuntimeError / OSError
         with a message naming the reason or the file."""
+        return save_png(self._rendered_qimage(), path)
+
+    def _rendered_qimage(self) -> QtGui.QImage:
+        """``render_image`` as a QImage that owns its pixels."""
         image = np.ascontiguousarray(self.render_image())
         h, w = image.shape[:2]
-        qimage = QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888)
-        return save_png(qimage, path)
+        return QtGui.QImage(image.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()

@@ -81,6 +81,7 @@ __all__ = [
     "register_gradients",
     "half_spectrum_weights",
     "mirror_modes",
+    "complex_fft_axes",
 ]
 
 _REAL_TO_COMPLEX = {tf.float32: tf.complex64, tf.float64: tf.complex128}
@@ -207,8 +208,9 @@ def _static_int_vector(t: tf.Tensor) -> np.ndarray | None:
 # ---------------------------------------------------------------------------
 
 
-def _complex_fft_axes(t: tf.Tensor, axes: Sequence[int], inverse: bool) -> tf.Tensor:
-    """Complex (I)FFT of ``t`` over the listed axes (any order, any count)."""
+def complex_fft_axes(t: tf.Tensor, axes: Sequence[int], inverse: bool) -> tf.Tensor:
+    """Complex (I)FFT of ``t`` over the listed axes (any order, any count), unnormalised forward
+    and 1/N inverse as tf.signal's (differentiable: TensorFlow's own FFT gradients)."""
     rank = t.shape.rank
     axes = sorted(a % rank for a in axes)
     ops = ({1: tf.signal.ifft, 2: tf.signal.ifft2d, 3: tf.signal.ifft3d} if inverse else
@@ -234,7 +236,7 @@ def _rfft_kernel(x: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
     raw = {1: tf.raw_ops.RFFT, 2: tf.raw_ops.RFFT2D, 3: tf.raw_ops.RFFT3D}[trailing]
     out = raw(input=x, fft_length=fft_length, Tcomplex=cdtype)
     if rank > 3:
-        out = _complex_fft_axes(out, list(range(-rank, -3)), inverse=False)
+        out = complex_fft_axes(out, list(range(-rank, -3)), inverse=False)
     return out
 
 
@@ -248,7 +250,7 @@ def _irfft_kernel(spectrum: tf.Tensor, lengths: Sequence[int]) -> tf.Tensor:
     if _kernel_needs_projection():
         spectrum = _hermitian_part_on_planes(spectrum, lengths)
     if rank > 3:
-        spectrum = _complex_fft_axes(spectrum, list(range(-rank, -3)), inverse=True)
+        spectrum = complex_fft_axes(spectrum, list(range(-rank, -3)), inverse=True)
     trailing = min(rank, 3)
     fft_length = tf.constant(lengths[-trailing:], tf.int32)
     raw = {1: tf.raw_ops.IRFFT, 2: tf.raw_ops.IRFFT2D, 3: tf.raw_ops.IRFFT3D}[trailing]

@@ -5,7 +5,7 @@ Why not DTensor: measured (``bench/dtensor_fft.py``, docs/benchmarks.md) it dist
 complex fft3d but refuses rfft3d and irfft3d on any sharded grid, and shards only evenly
 divisible axes. So the transforms here are written out: per-device transforms over the local
 axes (``core.engine.fft.rfftnd`` / ``irfftnd`` for the real ones, with the project's gradient
-conventions; ``tf.signal.fft`` / ``ifft`` for the complex 1-D ones) between all-to-all
+conventions; ``core.engine.fft.complex_fft_axes`` for the complex 1-D ones) between all-to-all
 exchanges, each part placed on its device with ``tf.device`` (TensorFlow copies a part to the
 device that needs it: on one host's GPUs, device to device). Every step is differentiable, so
 the VJPs and Hessian-vector products are those of the composition, exactly the unsharded
@@ -39,7 +39,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from core.engine.fft import irfftnd, rfftnd
+from core.engine.fft import complex_fft_axes, irfftnd, rfftnd
 
 __all__ = ["ShardMesh", "split_sizes", "shard", "gather", "rfft3d", "irfft3d"]
 
@@ -91,18 +91,6 @@ class ShardMesh:
 
     def device(self, i: int, j: int = 0) -> str:
         return self.devices[i * self.rows[1] + j]
-
-
-def _fft_along(t: tf.Tensor, axis: int, inverse: bool) -> tf.Tensor:
-    """The 1-D complex (inverse) FFT of ``t`` along ``axis`` (negative, counted from the end)."""
-    rank = len(t.shape)
-    axis = axis % rank
-    if axis == rank - 1:
-        return tf.signal.ifft(t) if inverse else tf.signal.fft(t)
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    back = [perm.index(d) for d in range(rank)]
-    moved = tf.transpose(t, perm)
-    return tf.transpose(tf.signal.ifft(moved) if inverse else tf.signal.fft(moved), back)
 
 
 def shard(field: tf.Tensor, mesh: ShardMesh) -> list[tf.Tensor]:
@@ -179,7 +167,7 @@ def rfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
     devices = list(mesh.devices)
 
     def along_x(t):
-        return _fft_along(t, -3, inverse=False)
+        return complex_fft_axes(t, [-3], inverse=False)
 
     if mesh.is_slab:
         local = _on_each(lambda t: rfftnd(t, fft_length=[n1, n2], axes=[-2, -1]), parts, devices)
@@ -188,7 +176,7 @@ def rfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
     rows, columns = _groups(mesh)
     z = _on_each(lambda t: rfftnd(t, fft_length=[n2], axes=[-1]), parts, devices)
     z = _exchange_in_groups(z, mesh, rows, -2, -1, split_sizes(n2 // 2 + 1, b))
-    y = _on_each(lambda t: _fft_along(t, -2, inverse=False), z, devices)
+    y = _on_each(lambda t: complex_fft_axes(t, [-2], inverse=False), z, devices)
     return _on_each(along_x, _exchange_in_groups(y, mesh, columns, -3, -2, split_sizes(n1, a)), devices)
 
 
@@ -198,12 +186,12 @@ def irfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
     n0, n1, n2 = mesh.shape
     a, b = mesh.rows
     devices = list(mesh.devices)
-    x = _on_each(lambda t: _fft_along(t, -3, inverse=True), parts, devices)
+    x = _on_each(lambda t: complex_fft_axes(t, [-3], inverse=True), parts, devices)
     if mesh.is_slab:
         rows = _exchange(x, -2, -3, split_sizes(n0, a), devices)
         return _on_each(lambda t: irfftnd(t, fft_length=[n1, n2], axes=[-2, -1]), rows, devices)
     rows, columns = _groups(mesh)
     x = _exchange_in_groups(x, mesh, columns, -2, -3, split_sizes(n0, a))
-    y = _on_each(lambda t: _fft_along(t, -2, inverse=True), x, devices)
+    y = _on_each(lambda t: complex_fft_axes(t, [-2], inverse=True), x, devices)
     y = _exchange_in_groups(y, mesh, rows, -1, -2, split_sizes(n1, b))
     return _on_each(lambda t: irfftnd(t, fft_length=[n2], axes=[-1]), y, devices)
