@@ -87,6 +87,15 @@ def level_sample(volume, cursor) -> np.ndarray:
     return np.concatenate([slice_of(volume, p, cursor[PLANES[p][2]]).ravel() for p in range(3)])
 
 
+def box_axes(config, shape) -> tuple[tuple[float, ...], str] | None:
+    """The cell size along x, y, z and the length unit of a field run's grid (``[grid]``
+    box_size / shape), or None where no box is known (axes in voxels)."""
+    grid = getattr(config, "grid", None) if config is not None else None
+    if grid is None or not shape or len(shape) != 3:
+        return None
+    return tuple(float(b) / int(n) for b, n in zip(grid.box_size, shape)), grid.unit.strip()
+
+
 def mask_overlay(mask_slice: np.ndarray) -> np.ndarray:
     """(rows, columns, 4) uint8 RGBA of one slice of the mask (True = observed): ``MASK_TINT``
     where masked, transparent elsewhere."""
@@ -206,6 +215,7 @@ class SlicesView(RunView):
         self.plane_job.finished.connect(self._planes_read)
         self.destroyed.connect(self.plane_job.close)
         self._cmap_drawn = None
+        self._axes_drawn = ()          # box_axes of the axes as labelled (() before the first)
         self._pins_seen = -1
         self._settings_seen = None    # (shown kind, chain, levels, colour map) last announced
         self.plots: list[pg.PlotWidget] = []
@@ -387,6 +397,29 @@ class SlicesView(RunView):
         self._pins_seen = -1
         self.set_cursor(tuple(s // 2 for s in shape) if shape else (0, 0, 0))
 
+    def _apply_axes(self) -> None:
+        """Axes in the box's unit (ticks at positions i * cell; the view keeps voxel
+        coordinates), or in voxels where the run's config gives no box."""
+        axes = box_axes(self.state.config, self.state.grid_shape)
+        if axes == self._axes_drawn:
+            return
+        self._axes_drawn = axes
+        cells, unit = axes if axes is not None else ((1.0, 1.0, 1.0), "voxel")
+        for plot, (_, (h, v), _) in zip(self.plots, PLANES):
+            item = plot.getPlotItem()
+            for side, axis in (("bottom", h), ("left", v)):
+                item.getAxis(side).setScale(cells[axis])
+                item.setLabel(side, f"{AXIS_NAMES[axis]} [{unit}]" if unit else AXIS_NAMES[axis])
+
+    def cursor_text(self, voxel) -> str:
+        """The cursor's voxel indices and, with a box, its centre's position in the box's unit."""
+        text = f"voxel ({', '.join(str(int(i)) for i in voxel)})"
+        if self._axes_drawn:
+            cells, unit = self._axes_drawn
+            where = ", ".join(f"{(int(i) + 0.5) * c:.4g}" for i, c in zip(voxel, cells))
+            text += f"\nat ({where}){' ' + unit if unit else ''}"
+        return text
+
     # -- the cursor -----------------------------------------------------------------------
 
     def set_cursor(self, voxel) -> None:
@@ -543,6 +576,7 @@ class SlicesView(RunView):
         st = self.state
         if st.layout_version != self._layout_seen:
             self._apply_layout()
+        self._apply_axes()
         self._update_kind_items()
         self._draw_pin_markers()
         return self._draw_images(force=force)
@@ -674,7 +708,7 @@ class SlicesView(RunView):
         self._levels_drawn = levels
         self.colour_bar.setLevels(levels)
         self._show_settings(kind, group, levels, settings.colour_maps.get(group, "viridis"))
-        self.cursor_label.setText(f"{key[4]}  {VOLUME_LABELS[kind]} = {result['value']:.4g}")
+        self.cursor_label.setText(f"{self.cursor_text(key[4])}\n{VOLUME_LABELS[kind]} = {result['value']:.4g}")
         tinted = "; masked voxels tinted" if self._overlay_shown() else ""
         if st.is_preview and kind in ("data", "mask", "noise", "truth"):
             self.note_label.setText(f"no run yet: the data file's {VOLUME_LABELS[kind]}{tinted}")

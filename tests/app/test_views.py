@@ -346,3 +346,50 @@ def test_views_rebuild_when_the_run_is_learned_later(qtbot):
     assert len(views.traces.curves["index"][0].getOriginalDataset()[0]) == 80
     assert not views.traces.empty_hint.isVisibleTo(views.traces.plots["lp"])
     assert views.slices.shown_kind() == "mean"
+
+
+def test_slice_axes_are_in_the_box_unit_and_the_cursor_names_its_voxel(qtbot):
+    """Axes in the box's unit (pyqtgraph's axis scale: cell size per axis, the view in voxels),
+    labelled with the unit; the cursor read-out gives the voxel indices and the voxel centre's
+    position; without a box (no config) the axes say voxels."""
+    from app.views.slices import SlicesView
+    from support.configs import field_config_text
+
+    box = (60.0, 25.0, 8.0)           # cells 10, 5, 2 along x, y, z
+    config = field_config_text(box_size=list(box), unit="Mpc/h", prior={
+        "kind": "power_law", "k_pivot": 0.2, "amplitude": 3.0, "index": -1.5})
+    events, _ = fake_run(num_warmup=6, num_samples=8, chunk_size=7, thin=2, grid=GRID)
+    state = RunState()
+    state.reset(meta_for(num_warmup=6, num_samples=8, thin=2, grid=GRID, observed=observed(),
+                         config_text=config))
+    feed(state, events)
+    view = SlicesView(state)
+    qtbot.addWidget(view)
+    view.resize(800, 700)
+    view.show()
+    qtbot.waitExposed(view)
+    view.refresh()
+    cells = [b / n for b, n in zip(box, GRID)]
+    for plot, (_, (h, v), _) in zip(view.plots, PLANES):
+        item = plot.getPlotItem()
+        for side, axis in (("bottom", h), ("left", v)):
+            assert item.getAxis(side).scale == pytest.approx(cells[axis])
+            assert item.getAxis(side).labelText == f"{'xyz'[axis]} [Mpc/h]"
+        # the tick labels read positions in the box: the largest tick is within the box's length
+        item.getAxis("bottom").picture = None
+        ticks = item.getAxis("bottom").tickValues(0.0, GRID[h] * cells[h], 400)
+        values = [t for _, level in ticks for t in level]
+        assert max(values) <= box[h] + 1e-9 and max(values) > GRID[h]
+    view.set_cursor((4, 1, 3))
+    qtbot.waitUntil(lambda: "voxel (4, 1, 3)" in view.cursor_label.text(), timeout=5000)
+    assert "at (45, 7.5, 7) Mpc/h" in view.cursor_label.text()
+    # no config: voxel axes
+    bare = RunState()
+    bare.reset(meta_for(num_warmup=6, num_samples=8, thin=2, grid=GRID, observed=observed()))
+    feed(bare, events)
+    plain = SlicesView(bare)
+    qtbot.addWidget(plain)
+    plain.refresh()
+    assert plain.plots[0].getPlotItem().getAxis("bottom").labelText == "x [voxel]"
+    assert plain.plots[0].getPlotItem().getAxis("bottom").scale == 1.0
+    assert plain.cursor_text((1, 2, 3)) == "voxel (1, 2, 3)"
