@@ -15,6 +15,9 @@ thread in the order the engine sent it:
     done(str)                a run ended with this status
     engine_died(str)         the process is gone (killed, crashed); ``respawn`` starts
                              a new one
+    renewing(str)            after a run, an engine grown past its memory budget was let go
+                             and a fresh one is loading (``ready`` follows; the sentence
+                             says why: ``core.run.engine_process``'s renewal)
     closed()                 the reader thread ended (after ``shutdown`` or a death)
 
 Only this module's thread reads or writes the pipe. ``shutdown`` stops a run after its
@@ -53,6 +56,7 @@ class _Reader(QThread):
     error = Signal(str)
     done = Signal(str)
     died = Signal(str)
+    renewing = Signal(str)
 
     def __init__(self, spawn, stop_timeout: float, parent=None):
         super().__init__(parent)
@@ -98,12 +102,15 @@ class _Reader(QThread):
                 return
             if event is not None:
                 self._dispatch(event)
+                if self.ended:          # a renewal that could not spawn (``died`` said so)
+                    return
 
     def _dispatch(self, event: dict) -> None:
         kind = event["type"]
         if kind == msgs.READY:
             self.is_ready = True
             self.ready_seconds = event["seconds"]
+            self.proc.mark_ready()
             self.ready.emit()
         elif kind == msgs.STATUS:
             self.status.emit(event["status"], event)
@@ -114,6 +121,20 @@ class _Reader(QThread):
         elif kind == msgs.DONE:
             self.run_active = False
             self.done.emit(event["status"])
+            renew, why = self.proc.should_renew()
+            if renew and self._commands.empty():
+                self._renew(why)
+
+    def _renew(self, why: str) -> None:
+        """Let the idle engine exit and spawn a fresh one (its "ready" follows)."""
+        self.is_ready = False
+        self.renewing.emit(why)
+        self.proc.shutdown(timeout=5.0)
+        try:
+            self.proc = self._spawn()
+        except Exception as exc:   # e.g. no resources to start a process
+            self.ended = True
+            self.died.emit(f"the engine process could not start again: {exc}")
 
     def _shutdown(self) -> None:
         proc = self.proc
@@ -160,6 +181,7 @@ class EngineClient(QObject):
     error = Signal(str)
     done = Signal(str)
     engine_died = Signal(str)
+    renewing = Signal(str)
     closed = Signal()
 
     def __init__(self, parent=None, *, spawn=EngineProcess.spawn, stop_timeout: float = 120.0):
@@ -188,6 +210,7 @@ class EngineClient(QObject):
         reader.error.connect(self._on_error)
         reader.done.connect(self._on_done)
         reader.died.connect(self._on_died)
+        reader.renewing.connect(self.renewing)
         reader.finished.connect(self._on_finished)
         self._reader = reader
         reader.start()

@@ -20,6 +20,7 @@ no run state of its own. Never imports TensorFlow.
 Signals (all in the GUI thread):
 
     engine_ready()          the engine imported TensorFlow and waits for a run
+    engine_renewing(str)    after a run, a fresh engine is loading (why: the old one's growth)
     changed()               status, pause_pending, the run directory or the watch changed
     phase_text(str)         what the run is doing now, for the status bar
     message(str)            a status-bar line (a watched store, a views problem)
@@ -70,6 +71,7 @@ class RunController(QObject):
     views are not available: runs still start, stop and are stored)."""
 
     engine_ready = Signal()
+    engine_renewing = Signal(str)
     changed = Signal()
     phase_text = Signal(str)
     #: where the engine computes ("CPU (2 threads)", "GPU: NVIDIA H200 ..."): the
@@ -119,6 +121,7 @@ class RunController(QObject):
         client.error.connect(self.run_error)
         client.done.connect(self._on_done)
         client.engine_died.connect(self._on_engine_died)
+        client.renewing.connect(self._on_renewing)
         client.closed.connect(self.engine_closed)
         if not client.is_running:
             client.start()
@@ -388,6 +391,10 @@ class RunController(QObject):
     def _on_done(self, status: str) -> None:
         self._end(status)
         self.run_done.emit(status)
+
+    def _on_renewing(self, why: str) -> None:
+        self.engine_renewing.emit(why)
+        self.changed.emit()               # Start waits for the fresh engine's ready
 
     def _on_engine_died(self, message: str) -> None:
         running = self.status != "idle"

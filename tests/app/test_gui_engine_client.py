@@ -103,3 +103,37 @@ def test_shutting_down_before_ready_does_not_wait_for_tensorflow(client, qtbot):
     assert client.wait(10_000)
     assert time.perf_counter() - t0 < 5.0
     assert not client.proc.alive
+
+
+def test_an_engine_grown_past_its_budget_is_renewed_after_a_run(client, qtbot, tmp_path, monkeypatch):
+    """Each run compiles XLA programs the process keeps (core.run.engine_process: renewal). With
+    the budget at 0 MiB the idle engine is let go after each run and a fresh one loads: a new
+    process, ``renewing`` then ``ready``, and the next run on it finishes; within the default
+    budget (1 GiB; a tiny run grows far less) the same process serves the next run."""
+    from core.run.engine_process import RENEW_ENV
+
+    config = tiny_case(tmp_path)
+    events = record(client)
+    reasons = []
+    client.renewing.connect(reasons.append)
+    with qtbot.waitSignal(client.ready, timeout=90_000):
+        client.start()
+    first = client.engine_pid
+    with qtbot.waitSignal(client.done, timeout=120_000):     # the default budget: kept
+        assert client.start_run(config.read_text(), config.parent, tmp_path / "a")
+    qtbot.wait(300)
+    assert client.engine_pid == first and client.is_ready and reasons == []
+    monkeypatch.setenv(RENEW_ENV, "0")
+    with qtbot.waitSignal(client.ready, timeout=120_000):
+        with qtbot.waitSignal(client.done, timeout=120_000):
+            assert client.start_run(config.read_text(), config.parent, tmp_path / "b")
+    assert len(reasons) == 1 and "a fresh one is loading" in reasons[0] and "GiB" in reasons[0]
+    second = client.engine_pid
+    assert second not in (None, first)
+    assert events[-3:] == ["status:finished", "done:finished", "ready"]
+    monkeypatch.setenv(RENEW_ENV, "100000")
+    with qtbot.waitSignal(client.done, timeout=120_000) as blocker:
+        assert client.start_run(config.read_text(), config.parent, tmp_path / "c")
+    assert blocker.args == ["finished"] and client.engine_pid == second
+    assert RunReader(tmp_path / "c").progress["draws"] == 20
+    assert [e for e in events if e.startswith(("error", "died"))] == []

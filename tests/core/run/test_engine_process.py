@@ -99,3 +99,22 @@ def test_a_killed_engine_is_reported_and_its_run_can_be_resumed(tmp_path):
     finally:
         again.shutdown()
     assert RunReader(tmp_path / "run").progress["draws"] == before + 30
+
+
+def test_the_renewal_budget_and_the_memory_it_reads(monkeypatch):
+    """``FIELDSCOPE_ENGINE_RENEW_MIB`` sets the growth past which an idle engine is renewed
+    (a bad value: the default); the memory is read from /proc/PID/status (this process's own
+    here, against /proc/self/statm's resident pages)."""
+    import os
+
+    from core.run.engine_process import RENEW_ENV, process_rss, renew_growth_bytes
+
+    monkeypatch.delenv(RENEW_ENV, raising=False)
+    assert renew_growth_bytes() == 1024 * 2**20
+    for raw, expected in (("0", 0), ("2.5", int(2.5 * 2**20)), ("-3", 0), ("lots", 1024 * 2**20)):
+        monkeypatch.setenv(RENEW_ENV, raw)
+        assert renew_growth_bytes() == expected
+    rss = process_rss(os.getpid())
+    pages = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert rss > 10 * 2**20 and abs(rss - pages) < 0.05 * pages
+    assert process_rss(None) is None and process_rss(2**22 + 12345) is None
