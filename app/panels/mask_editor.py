@@ -118,6 +118,11 @@ def read_mask_inputs(document: dict, base_dir) -> MaskInputs:
             notes.append(f"The current mask is not used: {exc}")
     if data is None:
         data = load_field_inputs(config()).data
+    finite = np.isfinite(data)
+    if not finite.all():       # a run masks them whatever the mask says (core.field.observations)
+        mask = finite if mask is None else mask & finite
+        notes.append(f"{int(finite.size - np.count_nonzero(finite))} voxels whose data are NaN or "
+                     "infinite are masked, as a run masks them.")
     noise = None
     if table.get("noise_map"):
         try:

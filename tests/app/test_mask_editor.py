@@ -48,6 +48,12 @@ def test_tools_give_the_hand_built_masks(qtbot, tmp_path):
     count, loose = growing_only_axes(editor)
     assert count == 4 and loose == []
     assert "The current mask is not used: data.mask = 'mask'" in editor.note_label.text()
+    # the NaN voxels are masked from the start, as a run masks them (issue #32 item 7: the
+    # editor said "100 %" while a run left them out), and the count says so
+    np.testing.assert_array_equal(editor.mask, ~np.isnan(data))
+    assert (f"Observed: {data.size - 3} of {data.size} voxels" in editor.fraction_label.text()
+            and "3 voxels whose data are NaN or infinite are masked" in editor.note_label.text())
+    editor.clear()
     assert editor.mask.all() and "(100.0 %)" in editor.fraction_label.text()
 
     qtbot.mouseClick(editor.nan_button, Qt.MouseButton.LeftButton)
