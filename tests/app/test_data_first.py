@@ -200,3 +200,26 @@ def test_the_3d_view_shows_the_data_with_masked_voxels_see_through(chosen, qtbot
     np.testing.assert_array_equal(texture, expected)
     np.testing.assert_array_equal(texture.transpose(2, 1, 0)[mask], data[mask].astype(np.float32))
     assert (texture.transpose(2, 1, 0)[~mask] == np.float32(masked_value(levels, view.method))).all()
+
+
+def test_nan_voxels_of_a_file_without_a_mask_are_tinted_before_any_run(make_window, qtbot, tmp_path):
+    """Issue #32 item 7: a run masks the NaN voxels whatever the mask says, so the preview tints
+    exactly them before a run, as the run's stored mask does after it."""
+    rng = np.random.default_rng(11)
+    data = rng.normal(size=SHAPE)
+    nan = rng.random(SHAPE) < 0.1
+    data[nan] = np.nan
+    np.save(tmp_path / "plain.npy", data)
+    window = make_window(engine=None)
+    panel = window.panel["data"]
+    panel.async_bytes = 0
+    window.state["grid.box_size"] = 60.0
+    panel.open_file(tmp_path / "plain.npy")
+    st, slices = window.run_state, window.views.slices
+    qtbot.waitUntil(lambda: st.is_preview and "mask" in st.observed, timeout=10_000)
+    window.refresh_views()
+    assert not window.state.document().get("data", {}).get("mask")      # no mask in the config
+    np.testing.assert_array_equal(st.observed_mask, ~nan)
+    assert slices.mask_check.isEnabled() and slices.mask_check.isChecked()
+    for p, index in enumerate(planes(slices)):
+        np.testing.assert_array_equal(slices.overlays[p].image[..., 3] > 0, slice_of(nan, p, index))
