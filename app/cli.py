@@ -148,14 +148,9 @@ class ProgressLine:
             status = event["status"]
             estimate = event.get("estimate")
             if estimate:
-                from core.run.resources import format_bytes, format_seconds
+                from core.run.resources import estimate_line
 
-                free = estimate.get("available")
-                self._write(f"estimate: about {format_bytes(estimate['bytes'])} of "
-                            f"{estimate.get('memory', 'memory')}"
-                            + (f" ({format_bytes(free)} free)" if free else "")
-                            + f", at least {format_seconds(estimate['run_seconds'])} "
-                            "(FFT bound)", final=True)
+                self._write(estimate_line(estimate), final=True)
             if event.get("device"):
                 self._write(f"device: {event['device']}", final=True)
             if status in ("loading", "compiling"):

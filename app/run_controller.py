@@ -62,6 +62,8 @@ PHASE_TEXT = {"loading": "loading the data and building the model…",
               "warmup": "warmup", "sampling": "sampling", "paused": "paused",
               "running": "running", "finished": "finished", "stopped": "stopped",
               "failed": "failed"}
+#: engine statuses whose status-bar words count the seconds (compiling a large grid takes minutes)
+TIMED_STATUSES = ("loading", "compiling")
 #: controller statuses of a run handed to the engine and not yet stopping
 ACTIVE = ("starting", "running", "paused")
 
@@ -102,6 +104,11 @@ class RunController(QObject):
         self.watch_timer = QTimer(self)
         self.watch_timer.setInterval(WATCH_INTERVAL_MS)
         self.watch_timer.timeout.connect(self._watch_tick)
+        # the seconds spent loading or compiling, counted in the status bar
+        self._timed: tuple[str, float] | None = None     # (status, its start on time.monotonic)
+        self.phase_timer = QTimer(self)
+        self.phase_timer.setInterval(1000)
+        self.phase_timer.timeout.connect(self._tick_phase)
         self._watch_last_change = 0.0
         # each poll reads the store in a worker thread (the layout check lists the chunk
         # files, growing with the run, and zarr's reads queue behind the views' workers')
@@ -371,11 +378,34 @@ class RunController(QObject):
             self.pause_pending = False
         if event.get("device"):
             self.device.emit(str(event["device"]))
+        if event.get("estimate"):
+            from core.run.resources import estimate_line
+
+            self.message.emit(estimate_line(event["estimate"]))
+        self._time_phase(status)
         if self.status != "stopping" or status in FINAL_STATUSES:
             self.phase_text.emit(PHASE_TEXT.get(status, status))
         self.changed.emit()
 
+    def _time_phase(self, status: str) -> None:
+        """Count the seconds of a loading or compiling phase (``phase_text`` each second)."""
+        if status not in TIMED_STATUSES:
+            self._timed = None
+            self.phase_timer.stop()
+        elif self._timed is None or self._timed[0] != status:
+            self._timed = (status, time.monotonic())
+            self.phase_timer.start()
+
+    def _tick_phase(self) -> None:
+        if self._timed is None or self.status not in ACTIVE:
+            self._timed = None
+            self.phase_timer.stop()
+            return
+        status, since = self._timed
+        self.phase_text.emit(f"{PHASE_TEXT[status]} {time.monotonic() - since:.0f} s")
+
     def _on_chunk(self, event) -> None:
+        self._time_phase("")
         if self.run_state is not None:
             try:
                 self.run_state.on_chunk(event)
@@ -408,6 +438,7 @@ class RunController(QObject):
         self.engine_died.emit(message, running)
 
     def _end(self, status: str) -> None:
+        self._time_phase("")
         self.status = "idle"
         self.pause_pending = False
         self.last_status = status

@@ -135,7 +135,7 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "available_memory", "physical_memory", "memory_problem", "check_config",
            "grid_problem", "disk_problem", "run_problem", "free_disk", "MIN_AXIS",
            "STORE_BYTES_PER_DRAW",
-           "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds",
+           "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds", "estimate_line",
            "ENGINE_IMPORT_BYTES", "PROGRAM_BYTES", "UNROLLED_PROGRAM_BASE_BYTES", "XLA_BUFFERS_PER_CHAIN",
            "XLA_SHARED_BUFFERS",
            "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "MICROCANONICAL_BUFFERS_PER_CHAIN",
@@ -204,6 +204,15 @@ def gradient_seconds(shape, chains: int, parameterisation: str) -> float:
     if N < 2:
         return 0.0
     return chains * fft_pairs(parameterisation) * 5.0 * N * math.log2(N) / fft_rate()
+
+
+def estimate_line(estimate: dict) -> str:
+    """The words for a run's estimate as the engine's "loading" status event carries it
+    (``core.run.messages``: bytes, memory, available, run_seconds), for the CLI and the window."""
+    free = estimate.get("available")
+    return (f"estimate: about {format_bytes(estimate['bytes'])} of {estimate.get('memory', 'memory')}"
+            + (f" ({format_bytes(free)} free)" if free else "")
+            + f", at least {format_seconds(estimate['run_seconds'])} (FFT bound)")
 
 
 # --------------------------------------------------------------------------- memory

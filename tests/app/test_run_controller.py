@@ -20,6 +20,7 @@ class FakeClient(QObject):
     error = Signal(str)
     done = Signal(str)
     engine_died = Signal(str)
+    renewing = Signal(str)
     closed = Signal()
 
     def __init__(self):
@@ -141,3 +142,34 @@ def test_nothing_to_continue_without_a_checkpoint(qtbot, tmp_path):
     assert runs.resumable_run() is None and not runs.continue_run()
     runs.run_dir = tmp_path
     assert runs.resumable_run() is None
+
+
+def test_loading_and_compiling_count_their_seconds_and_the_estimate_is_said(qtbot, tmp_path, monkeypatch):
+    """Compiling a large grid takes minutes (#32 item 12): the status bar's words count the
+    seconds of the loading and compiling phases (each second), the estimate the engine sends
+    with "loading" is a status-bar message, and the count stops with the first chunk."""
+    import app.run_controller as rc
+
+    runs, client, state, phases, _ = make(qtbot)
+    messages = []
+    runs.message.connect(messages.append)
+    clock = [100.0]
+    monkeypatch.setattr(rc.time, "monotonic", lambda: clock[0])
+    runs.launch("text", tmp_path, tmp_path / "run", resume=False, meta=meta_for())
+    client.send_status("loading", estimate={"bytes": 3 * 2**30, "memory": "memory", "available": 8 * 2**30,
+                                            "gradient_seconds": 0.01, "run_seconds": 125.0, "text": ""})
+    assert messages == ["estimate: about 3.0 GiB of memory (8.0 GiB free), at least 2.1 min (FFT bound)"]
+    assert runs.phase_timer.isActive()
+    clock[0] = 103.4
+    runs.phase_timer.timeout.emit()
+    assert phases[-1] == f"{PHASE_TEXT['loading']} 3 s"
+    client.send_status("compiling")
+    clock[0] = 150.0
+    runs.phase_timer.timeout.emit()
+    assert phases[-1] == f"{PHASE_TEXT['compiling']} 47 s"
+    client.send_status("warmup")
+    assert not runs.phase_timer.isActive() and phases[-1] == "warmup"
+    client.send_status("compiling")                 # again (a later stage's programs), then a chunk
+    events, _ = fake_run()
+    client.chunk.emit(events[0])
+    assert not runs.phase_timer.isActive()
