@@ -341,6 +341,7 @@ class MainWindow(ConfigFiles, QMainWindow):
     def _connect_runs(self) -> None:
         runs = self.runs
         runs.engine_ready.connect(self._on_ready)
+        runs.engine_renewing.connect(self._on_renewing)
         runs.changed.connect(self._update_actions)
         runs.phase_text.connect(self.phase_label.setText)
         runs.device.connect(self._show_device)
@@ -365,6 +366,10 @@ class MainWindow(ConfigFiles, QMainWindow):
         if self.auto_start and self.start_action.isEnabled():
             self.auto_start = False
             self.start_run()
+
+    def _on_renewing(self, why: str) -> None:
+        self.engine_label.setText("engine getting ready…")
+        self.engine_label.setToolTip(why)
 
     def _show_device(self, device: str) -> None:
         """The engine's compute device next to its state ("engine ready · CPU (2 threads)")."""
@@ -506,6 +511,15 @@ class MainWindow(ConfigFiles, QMainWindow):
         path = questions.choose_directory(self, "Open run directory", str(self.state.base_dir / "runs"))
         if path:
             self.open_run_dir(path)
+
+    def _runs_dialog(self) -> None:
+        """File > Runs…: the run browser (``app.run_browser``), one per window, closed with it."""
+        from app.run_browser import show_run_browser
+
+        self._dialogs = [d for d in self._dialogs if _alive(d)]
+        browser = show_run_browser(self, self._dialogs)
+        if browser not in self._dialogs:
+            self._dialogs.append(browser)
 
     # -- engine events ----------------------------------------------------------------------------
 

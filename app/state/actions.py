@@ -8,7 +8,8 @@ makes with ``MainWindow.status()`` and applies to every action at once. ``None``
 enabled (the handler says why when it cannot act, e.g. "Stop the run before ...").
 
 Menus that change with the session (File > Open recent, File > Export, View) are filled by
-the window; File > Demos is one row per demo (``args``).
+the window; File > Demos is one row per demo (``args``). File > Runs… opens the run browser
+(``app.run_browser``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def _can_open_run(s: WindowStatus) -> bool:
     return not s.active and s.run != "stopping"
 
 
+def _can_browse_runs(s: WindowStatus) -> bool:
+    return not s.closing
+
+
 def _can_restart_engine(s: WindowStatus) -> bool:
     return s.engine != "none" and (s.engine == "stopped" or s.idle)
 
@@ -107,6 +112,9 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("open_data", "&File", "Open &data file…", "_open_data_dialog", separated=True),
     ActionSpec("open_run", "&File", "Open &run directory…", "_open_run_dialog",
                tip="show a stored run, or continue a stopped one", enabled=_can_open_run),
+    ActionSpec("runs", "&File", "R&uns…", "_runs_dialog",
+               tip="the runs found here and recently: their status and R-hat; open one, or compare several",
+               enabled=_can_browse_runs),
     *(ActionSpec(f"demo_{i}", "&File/De&mos", text, "_open_demo_action", args=(file,))
       for i, (text, file) in enumerate(DEMOS.items())),
     ActionSpec("calibrate", "&File", "&Calibrate…", "_calibrate_dialog",

@@ -2,7 +2,8 @@
 dock toggles, File > Open recent's and File > Export's entries) triggered in every state of a
 window without an engine: no config, an unsaved config, a saved one, a stopped run (one to
 continue), a finished run, a failed run, a run another process is writing (running) and one it
-paused. Each must raise nothing and leave no dialog open but the window's own messages; every
+paused. Each must raise nothing and leave no dialog open but the window's own messages and its
+run browser (File > Runs…, closed after each action like those); every
 question is answered through ``app.dialogs.questions`` (``support.window_actions``). The runs
 are real stores (``support.runs.stored_run``); the two written "by another process" are locked
 by this test's process, as a terminal's ``fieldscope run`` locks its run. The window's own
@@ -16,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QApplication
 
+from app.run_browser import RunBrowser
 from core.store import run_lock
 from support.gui import UrlCatcher, tiny_case
 from support.runs import stored_run
@@ -120,6 +123,14 @@ def test_every_action_in_every_state(state, make_window, qtbot, case):
             if name != "quit":
                 run(name, lambda a=action: a)
         if state == "finished run":           # File > Recent's and File > Export's entries
+            # File > Runs… lists the run directories the window knows (here the recent one, before
+            # Clear recent below), each read
+            window.action["runs"].trigger()
+            browser = next(d for d in window._dialogs if isinstance(d, RunBrowser) and d.isVisible())
+            qtbot.waitUntil(lambda: not browser.busy, timeout=30_000)
+            assert {r.path.name: (r.status, r.draws) for r in browser.records.values()} == {"finished": ("finished", 4)}
+            trigger(window, qtbot, "runs", window.action["runs"])      # shown again, then closed
+            assert not [w for w in QApplication.topLevelWidgets() if isinstance(w, RunBrowser) and w.isVisible()]
             for name in [name for name, _ in dynamic_actions(window)]:
                 run(name, lambda n=name: dict(dynamic_actions(window))[n])
             written = sorted(p.suffix for p in case["out"].iterdir())
