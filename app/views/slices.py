@@ -303,6 +303,7 @@ class SlicesView(RunView):
         outer = QtWidgets.QVBoxLayout(box)
         outer.setContentsMargins(6, 2, 2, 2)
         form = QtWidgets.QFormLayout()
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.WrapLongRows)   # a narrow panel: fields below their labels
         outer.addLayout(form)
         self.kind_combo = QtWidgets.QComboBox()
         for kind in VOLUME_KINDS:
@@ -330,12 +331,15 @@ class SlicesView(RunView):
             # pyqtgraph's SpinBox: 4 significant digits whatever the magnitude of the field
             spin = pg.SpinBox(value=0.0, dec=True, decimals=4, compactHeight=False)
             spin.setToolTip(tip)
+            # room for a level as it prints ("-1.608", "2.5e+04"): never cut to "..63"
+            spin.setMinimumWidth(spin.fontMetrics().horizontalAdvance("-8.888e+04") + 22)
             spin.sigValueChanged.connect(self._levels_typed)
             levels_row.addWidget(spin, 1)
             self.level_spins.append(spin)
         self.auto_button = QtWidgets.QPushButton("Auto")
         self.auto_button.setToolTip("set the levels once to the 1st-99th percentile of what is shown")
         self.auto_button.clicked.connect(self.auto_levels)
+        self.auto_button.setFixedWidth(self.auto_button.fontMetrics().horizontalAdvance("Auto") + 20)
         levels_row.addWidget(self.auto_button)
         form.addRow("Levels", levels_row)
         self.colour_bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", orientation="horizontal",
