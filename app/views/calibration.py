@@ -27,7 +27,7 @@ import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtWidgets
 from scipy import stats
 
-from app.views.style import steady_axes
+from app.views.style import add_legend_strip, steady_axes
 from core.calibration import CalibrationReader, CalibrationStoreError, simultaneous_band
 from core.calibration.bands import ecdf_counts, evaluation_points
 from core.calibration.ranks import LEVELS, expected_coverage
@@ -35,6 +35,9 @@ from core.calibration.ranks import LEVELS, expected_coverage
 __all__ = ["CalibrationView", "CalibrationWindow", "calibrate_command"]
 
 _BINS = 10
+#: the calibration window's size when it opens: room for its three plots' labels, within a
+#: 1280 x 800 screen (Qt's default for a new window is about 530 x 530)
+DEFAULT_WINDOW_SIZE = (960, 720)
 
 
 def calibrate_command(config, simulations: int, out_dir, draws: int | None = None) -> list[str]:
@@ -60,7 +63,8 @@ class CalibrationView(QtWidgets.QWidget):
         self.status_label = QtWidgets.QLabel("")
         self.quantity_box = QtWidgets.QComboBox()
         self.quantity_box.currentTextChanged.connect(self._choose)
-        self.histogram = pg.PlotWidget(title="rank histogram")
+        self.histogram = pg.PlotWidget()
+        self.histogram.setTitle("rank histogram", size="9pt")            # the other views' title size
         self.histogram.setLabel("bottom", "rank of the truth")
         self.histogram.setLabel("left", "simulations")
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush=(80, 130, 200))
@@ -68,18 +72,26 @@ class CalibrationView(QtWidgets.QWidget):
         self.expected_lines = [self.histogram.plot(pen=pg.mkPen((120, 120, 120), style=style))
                                for style in (QtCore.Qt.PenStyle.SolidLine, QtCore.Qt.PenStyle.DashLine,
                                              QtCore.Qt.PenStyle.DashLine)]
-        self.ecdf = pg.PlotWidget(title="ECDF difference, 95 % simultaneous band")
+        # short titles: a title's width is its plot's least width, and the two plots share the
+        # window's width (the band is the 95 % simultaneous one, core.calibration.bands)
+        self.ecdf = pg.PlotWidget()
+        self.ecdf.setTitle("ECDF difference, 95 % band", size="9pt")
         self.ecdf.setLabel("bottom", "fractional rank z")
         self.ecdf.setLabel("left", "F(z) - z")
         self.band_low = self.ecdf.plot(pen=pg.mkPen((200, 120, 60)))
         self.band_high = self.ecdf.plot(pen=pg.mkPen((200, 120, 60)))
         # the ECDF in the views' foreground blue, the band in orange (dark plot background)
         self.ecdf_curve = self.ecdf.plot(pen=pg.mkPen((110, 180, 255), width=2), stepMode=None)
-        self.coverage = pg.PlotWidget(title="coverage of the central intervals")
-        self.coverage.addLegend(offset=(5, 5))
+        # the coverage plot with its legend in a row of its own above it (in a short plot a
+        # legend covers the curves); the legend names the intervals, no title
+        self.coverage_widget = pg.GraphicsLayoutWidget()
+        self.coverage = self.coverage_widget.addPlot(row=1, col=0)
+        self.coverage.setLabel("left", "coverage")
+        add_legend_strip(self.coverage_widget, self.coverage, row=0)
         colours = ((60, 120, 200), (200, 80, 60))
         self.coverage_curves = [self.coverage.plot(pen=pg.mkPen(c, width=2), symbol="o", symbolBrush=c,
-                                                   name=f"{int(100 * lv)} %") for c, lv in zip(colours, LEVELS)]
+                                                   name=f"central {int(100 * lv)} % intervals")
+                               for c, lv in zip(colours, LEVELS)]
         self.nominal_curves = [self.coverage.plot(pen=pg.mkPen(c, style=QtCore.Qt.PenStyle.DashLine))
                                for c in colours]
         self.coverage.setYRange(0, 1.05)
@@ -98,7 +110,7 @@ class CalibrationView(QtWidgets.QWidget):
         layout.addWidget(self.verdict_label)
         layout.addLayout(top)
         layout.addLayout(plots, 2)
-        layout.addWidget(self.coverage, 1)
+        layout.addWidget(self.coverage_widget, 1)
         if out_dir is not None:
             self.set_store(out_dir)
 
@@ -194,6 +206,7 @@ class CalibrationWindow(QtWidgets.QWidget):
     def __init__(self, out_dir, command: list[str] | None = None, parent=None):
         super().__init__(parent, QtCore.Qt.WindowType.Window)
         self.setWindowTitle(f"Calibration: {out_dir}")
+        self.resize(*DEFAULT_WINDOW_SIZE)
         self.view = CalibrationView(out_dir)
         self.line = QtWidgets.QLabel("")
         self.line.setWordWrap(True)

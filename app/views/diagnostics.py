@@ -41,17 +41,21 @@ from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 from app.state.run_state import RunState
 from app.views.base import MODEL_KINDS, PLOTS, RunView
 from app.views.jobs import LatestJob
-from app.views.style import add_empty_hint, add_legend, sparse_log_ticks, steady_axes
+from app.views.style import add_legend_strip, sparse_log_ticks, steady_axes, wrapping_label
 from core.store import run_summary
 from core.store.run_store import STORE_NAME, RunStoreError
 from core.store.run_summary import TEXT_COLUMNS, format_cell, needs_attention
 
-__all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS", "COLUMN_PRIORITY"]
+__all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS", "COLUMN_PRIORITY", "SHELL_PLOTS_BESIDE_WIDTH"]
+
+#: the least width in pixels of the k-shell plots' area with the ESS and R-hat plots side by side
+SHELL_PLOTS_BESIDE_WIDTH = 420
 
 #: the order in which columns are kept when the panel is too narrow for all of them (the
-#: first ones are what decides whether a run can be trusted; the rest are hidden first, from
-#: the end); the header's context menu shows or hides any column by hand
-COLUMN_PRIORITY = ("scope", "quantity", "r_hat", "ess_bulk", "divergences", "mean", "sd", "ess_tail",
+#: estimate first, the first numbers a scientist reads (issue #32 item 11), then what decides
+#: whether it can be trusted; the rest are hidden first, from the end); the header's context
+#: menu shows or hides any column by hand
+COLUMN_PRIORITY = ("scope", "quantity", "mean", "sd", "r_hat", "ess_bulk", "divergences", "ess_tail",
                    "ess_bulk_per_gradient", "acceptance", "ess_bulk_per_second", "step_size",
                    "warmup_divergences")
 
@@ -120,34 +124,7 @@ class DiagnosticsView(RunView):
         #: columns the user showed or hid by hand (name -> shown); the others follow the width
         self.column_choice: dict[str, bool] = {}
         self.table.installEventFilter(self)
-        self.graphics = pg.GraphicsLayoutWidget()
-        self.ess_plot = self.graphics.addPlot(row=0, col=0)
-        self.rhat_plot = self.graphics.addPlot(row=0, col=1)
-        for plot, label in ((self.ess_plot, "ESS per k-shell"), (self.rhat_plot, "R-hat per k-shell")):
-            steady_axes(plot)
-            plot.setLogMode(x=True)
-            plot.showGrid(x=True, y=True, alpha=0.15)
-            plot.setLabel("left", label)
-            plot.setLabel("bottom", "k")
-            plot.getAxis("bottom").enableAutoSIPrefix(False)
-            sparse_log_ticks(plot.getAxis("bottom"))
-        add_legend(self.ess_plot)
-        self.shell_curves = {
-            "ess_bulk": self.ess_plot.plot(pen=pg.mkPen("#4fa3ff", width=1.5), symbol="o", symbolSize=4,
-                                           symbolPen=None, symbolBrush="#4fa3ff", name="bulk ESS",
-                                           connect="finite"),
-            "ess_tail": self.ess_plot.plot(pen=pg.mkPen("#ffa640", width=1.5), symbol="o", symbolSize=4,
-                                           symbolPen=None, symbolBrush="#ffa640", name="tail ESS",
-                                           connect="finite"),
-            "rhat": self.rhat_plot.plot(pen=pg.mkPen("#5fd35f", width=1.5), symbol="o", symbolSize=4,
-                                        symbolPen=None, symbolBrush="#5fd35f", connect="finite"),
-        }
-        dashed = QtCore.Qt.PenStyle.DashLine
-        self.ess_plot.addItem(pg.InfiniteLine(pos=run_summary.ESS_ATTENTION, angle=0, movable=False,
-                                              pen=pg.mkPen(ATTENTION_COLOURS["ess_bulk"], style=dashed)))
-        self.rhat_plot.addItem(pg.InfiniteLine(pos=run_summary.RHAT_ATTENTION, angle=0, movable=False,
-                                               pen=pg.mkPen(ATTENTION_COLOURS["r_hat"], style=dashed)))
-        self.shell_hint = add_empty_hint(self.ess_plot, "")
+        self._make_shell_plots()
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.addWidget(self.table)
         splitter.addWidget(self.graphics)
@@ -165,6 +142,42 @@ class DiagnosticsView(RunView):
         self._run_seen = None
         self._error = ""
         self._show_hint()
+
+    def _make_shell_plots(self) -> None:
+        """ESS and R-hat per k-shell (``shell_curves``) in ``graphics``, with the hint above them."""
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.installEventFilter(self)   # resized: the shell plots beside or below each other
+        self._shells_beside = True
+        # above the two plots: why they are empty (a line as wide as both), then the legend
+        self.shell_hint = wrapping_label(pg.LabelItem("", size="9pt", color=(170, 170, 170), justify="left"))
+        self.graphics.addItem(self.shell_hint, row=0, col=0, colspan=2)
+        self.ess_plot = self.graphics.addPlot(row=2, col=0)
+        self.rhat_plot = self.graphics.addPlot(row=2, col=1)
+        for plot, label in ((self.ess_plot, "ESS"), (self.rhat_plot, "R-hat")):
+            steady_axes(plot)
+            plot.setLogMode(x=True)
+            plot.showGrid(x=True, y=True, alpha=0.15)
+            plot.setLabel("left", label)
+            plot.setLabel("bottom", "k-shell centre")
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+            sparse_log_ticks(plot.getAxis("bottom"))
+        self.rhat_plot.setXLink(self.ess_plot)
+        add_legend_strip(self.graphics, self.ess_plot, row=1, colspan=2)
+        self.shell_curves = {
+            "ess_bulk": self.ess_plot.plot(pen=pg.mkPen("#4fa3ff", width=1.5), symbol="o", symbolSize=4,
+                                           symbolPen=None, symbolBrush="#4fa3ff", name="bulk ESS",
+                                           connect="finite"),
+            "ess_tail": self.ess_plot.plot(pen=pg.mkPen("#ffa640", width=1.5), symbol="o", symbolSize=4,
+                                           symbolPen=None, symbolBrush="#ffa640", name="tail ESS",
+                                           connect="finite"),
+            "rhat": self.rhat_plot.plot(pen=pg.mkPen("#5fd35f", width=1.5), symbol="o", symbolSize=4,
+                                        symbolPen=None, symbolBrush="#5fd35f", connect="finite"),
+        }
+        dashed = QtCore.Qt.PenStyle.DashLine
+        self.ess_plot.addItem(pg.InfiniteLine(pos=run_summary.ESS_ATTENTION, angle=0, movable=False,
+                                              pen=pg.mkPen(ATTENTION_COLOURS["ess_bulk"], style=dashed)))
+        self.rhat_plot.addItem(pg.InfiniteLine(pos=run_summary.RHAT_ATTENTION, angle=0, movable=False,
+                                               pen=pg.mkPen(ATTENTION_COLOURS["r_hat"], style=dashed)))
 
     # -- refreshing -----------------------------------------------------------------------
 
@@ -271,16 +284,7 @@ class DiagnosticsView(RunView):
         table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             for col, (name, _) in enumerate(TEXT_COLUMNS):
-                value = getattr(row, name)
-                item = QtWidgets.QTableWidgetItem(format_cell(name, value))
-                item.setData(QtCore.Qt.ItemDataRole.UserRole, value)
-                if name not in ("scope", "quantity"):
-                    item.setTextAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
-                if needs_attention(name, value):
-                    item.setBackground(QtGui.QBrush(QtGui.QColor(ATTENTION_COLOURS[name])))
-                    item.setForeground(QtGui.QBrush(QtGui.QColor("#ffffff")))
-                    item.setToolTip(ATTENTION_TIPS[name])
-                table.setItem(r, col, item)
+                self._set_cell(r, col, name, getattr(row, name))
         # one cell per scope for what describes the scope, not the quantity
         start = 0
         for r in range(1, len(rows) + 1):
@@ -292,12 +296,49 @@ class DiagnosticsView(RunView):
         table.setUpdatesEnabled(True)
         self.fit_columns()
 
+    def _set_cell(self, r: int, col: int, name: str, value) -> None:
+        """Cell (r, col) showing ``value`` of column ``name``. A cell's item is made once and
+        then updated in place: replacing items made the table delete the old ones, and that
+        crashed PySide6 6.11 now and then (a segmentation fault in Shiboken's releaseWrapper
+        under QTableWidget.setItem, 2 of 3 demo runs watched in this view, seen by gdb)."""
+        item = self.table.item(r, col)
+        if item is None:
+            item = QtWidgets.QTableWidgetItem()
+            if name not in ("scope", "quantity"):
+                item.setTextAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(r, col, item)
+        item.setText(format_cell(name, value))
+        item.setData(QtCore.Qt.ItemDataRole.UserRole, value.item() if isinstance(value, np.generic) else value)
+        attention = needs_attention(name, value)
+        item.setData(QtCore.Qt.ItemDataRole.BackgroundRole,
+                     QtGui.QBrush(QtGui.QColor(ATTENTION_COLOURS[name])) if attention else None)
+        item.setData(QtCore.Qt.ItemDataRole.ForegroundRole,
+                     QtGui.QBrush(QtGui.QColor("#ffffff")) if attention else None)
+        item.setToolTip(ATTENTION_TIPS[name] if attention else "")
+
     # -- columns that fit -----------------------------------------------------------------------
 
     def eventFilter(self, obj, event):
         if obj is self.table and event.type() == QtCore.QEvent.Type.Resize:
             self.fit_columns()
+        elif obj is self.graphics and event.type() == QtCore.QEvent.Type.Resize:
+            self._arrange_shell_plots(event.size().width())
         return super().eventFilter(obj, event)
+
+    def _arrange_shell_plots(self, width: int) -> None:
+        """The ESS and R-hat plots side by side in a graphics area at least
+        ``SHELL_PLOTS_BESIDE_WIDTH`` wide, else R-hat below ESS (beside each other in a
+        narrow panel, neither has room for its tick labels)."""
+        beside = width >= SHELL_PLOTS_BESIDE_WIDTH
+        if beside == self._shells_beside:
+            return
+        self._shells_beside = beside
+        grid = self.graphics.ci.layout          # moved within the layout: the plot stays in the scene
+        grid.removeItem(self.rhat_plot)
+        grid.addItem(self.rhat_plot, *((2, 1) if beside else (3, 0)))
+        axis = self.ess_plot.getAxis("bottom")        # stacked: one k axis, R-hat's (x-linked)
+        axis.setStyle(showValues=beside)
+        axis.showLabel(beside)
 
     def hidden_columns(self) -> list[str]:
         """The columns not shown now (too narrow a panel, or hidden by hand)."""
@@ -380,6 +421,8 @@ class DiagnosticsView(RunView):
                          else f"sampling time {s.sampling_seconds:.3g} s")
             text = "  |  ".join(parts)
         self.message.setText(text)
+        # the k-shell plots belong to field runs: elsewhere they go, and the table has the room
+        self.graphics.setVisible(st.has_field or st.chains is None)
         if s is None or s.shells is None:
             self.shell_hint.setText("P(k) shells: need at least 4 stored field draws"
                                     if st.has_field or st.chains is None else "no field in this run")

@@ -4,8 +4,11 @@ For a Gaussian field run (Gaussian likelihood, every P(k) hyperparameter fixed) 
 posterior is known exactly (``core.reference.field_posterior``). This view computes it once per run on a
 worker thread and shows, on one slice plane (xy, xz or yz, chosen with a slider):
 
-    Wiener mean | HMC running mean | z = (HMC mean - Wiener mean) / Wiener std
-    Wiener std  | HMC running std  | histogram of z over every voxel
+    Wiener mean | HMC mean (running) | z = (HMC mean - Wiener mean) / Wiener std
+    Wiener std  | HMC std (running)  | histogram of z over every voxel
+
+(the panes' titles say "Wiener mean", "HMC mean", "z", "Wiener std", "HMC std", "z, all
+voxels"; the summary line below them defines z)
 
 and the summary numbers RMS z, max |z| and the median of HMC std / Wiener std.
 
@@ -50,11 +53,13 @@ __all__ = [
 ]
 
 #: (key, title, level group, row, column) of the image panels
+#: (key, title, level group, row, column) of each image pane; the titles are short, as the
+#: panes are narrow in a small window (z is defined in the summary line below the panes)
 PANELS = (("wiener_mean", "Wiener mean", "mean", 0, 0),
-          ("hmc_mean", "HMC running mean", "mean", 0, 1),
-          ("z", "z = (HMC - Wiener mean) / Wiener std", "z", 0, 2),
+          ("hmc_mean", "HMC mean", "mean", 0, 1),
+          ("z", "z", "z", 0, 2),
           ("wiener_std", "Wiener std", "std", 1, 0),
-          ("hmc_std", "HMC running std", "std", 1, 1))
+          ("hmc_std", "HMC std", "std", 1, 1))
 COLOUR_MAPS = {"mean": "viridis", "std": "magma", "z": "CET-D1"}
 HIST_BINS = 60
 
@@ -255,7 +260,7 @@ class ExactComparisonView(RunView):
             self.images[key] = image
         hist = self.graphics.addPlot(row=1, col=2)
         steady_axes(hist)
-        hist.setTitle("histogram of z over every voxel", size="9pt")
+        hist.setTitle("z, all voxels", size="9pt")
         narrow_label(hist.titleLabel)
         hist.setLabel("bottom", "z")
         hist.getAxis("bottom").enableAutoSIPrefix(False)
@@ -626,7 +631,8 @@ class ExactComparisonView(RunView):
                 return "waiting for post-warmup draws (the HMC running moments)"
             return "waiting for the exact posterior"
         outside = int(c.z.size - self.hist_counts.sum())
-        parts = [f"RMS z = {c.rms_z:.3g} over {c.z.size} voxels (a converged chain: about "
+        parts = [f"z = (HMC mean - Wiener mean) / Wiener std: RMS z = {c.rms_z:.3g} over {c.z.size} "
+                 "voxels (a converged chain: about "
                  f"1/sqrt(ESS); as accurate as {c.equivalent_draws:.3g} independent draws, "
                  f"from {st.moment_count} draws)",
                  f"max |z| = {c.max_abs_z:.3g}" + (f" ({outside} outside the histogram)"

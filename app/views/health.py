@@ -17,11 +17,11 @@ from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
 from app.views.style import (
     DIVERGENCE_COLOUR,
     add_empty_hint,
-    add_legend,
+    add_legend_strip,
     add_warmup_marker,
     chain_pen,
     configure_live_plot,
-    narrow_label,
+    wrapping_label,
 )
 from core.store.run_summary import divergence_text
 
@@ -64,18 +64,18 @@ class HealthView(TracesFedView):
         self._divergences_seen = None
         chains = st.chains or 0
         first = None
-        # the divergence counts above the plots, clear of the legend and the curves
-        self.divergence_note = narrow_label(pg.LabelItem("", size="8pt", color=(170, 170, 170),
-                                                         justify="left"))
+        # the divergence counts and the legend above the plots, clear of the curves
+        self.divergence_note = wrapping_label(pg.LabelItem("", size="8pt", color=(170, 170, 170),
+                                                           justify="left"))
         self.graphics.addItem(self.divergence_note, row=0, col=0)
         for row, (name, label, log_y) in enumerate(HEALTH_PLOTS):
-            plot = self.graphics.addPlot(row=row + 1, col=0)
+            plot = self.graphics.addPlot(row=row + 2, col=0)
             configure_live_plot(plot, ylabel=label, log_y=log_y)
             add_warmup_marker(plot, st.num_warmup, label=row == 0)
             if first is None:
                 first = plot
                 self.empty_hint = add_empty_hint(plot, "waiting for the first chunk of draws")
-                add_legend(plot, min(chains + 1, 5))
+                add_legend_strip(self.graphics, plot, row=1)
             else:
                 plot.setXLink(first)
             self.curves[name] = [plot.plot(pen=chain_pen(c), name=f"chain {c}", connect="finite")

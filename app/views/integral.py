@@ -18,7 +18,12 @@ For a run with ``model.kind = "integral"`` (y_i = c + integral_0^t_i exp(A s) f(
     the discretisation report (``core.integral.discretisation_report``: the
         posterior of A at refine r, 2r and with the exact integral), computed once per
         run on a worker thread; the quadrature mean +- sd of A at refine r is drawn on
-        A's histogram.
+        A's histogram (named in the legend above the parameters).
+
+Layout: the data (legend above the plots, residuals below) over the report, beside the
+parameters' rows when the view is at least ``SIDE_BY_SIDE_WIDTH`` wide, above them when it
+is narrower (the main window's left half, mostly): squeezed beside the data, the traces get
+no width and their labels run off.
 
 The band is computed on a worker thread too (its cost grows with the series length);
 requests made while one is running are coalesced into one more computation with the
@@ -38,7 +43,15 @@ from scipy.special import ndtr
 from app.state.run_state import RunState
 from app.views.base import FIELD_VIEWS, INTEGRAL, RunView
 from app.views.jobs import CancellableJob, WorkerRelay
-from app.views.style import add_empty_hint, add_legend, add_warmup_marker, chain_pen, configure_live_plot, steady_axes
+from app.views.style import (
+    LegendStrip,
+    add_empty_hint,
+    add_legend_strip,
+    add_warmup_marker,
+    chain_pen,
+    configure_live_plot,
+    steady_axes,
+)
 from core.integral.spec import PARAMETERS
 from core.priors import SampledPrior
 
@@ -150,6 +163,42 @@ def _report(spec):
 # --------------------------------------------------------------------------- the view
 
 
+#: the quadrature posterior mean of A on its histogram (the +- sd region in the same orange)
+QUADRATURE_PEN = pg.mkPen("#ffa640", width=1.5)
+#: the least width in pixels of the view that shows the data and the parameters side by side
+#: (narrower: the parameters below the data)
+SIDE_BY_SIDE_WIDTH = 800
+
+
+class ProportionalSplitter(QtWidgets.QSplitter):
+    """A splitter that keeps its panes in proportion to ``weights`` as it is resized (each
+    at its minimum size at least), until the user moves a handle."""
+
+    def __init__(self, orientation, weights, parent=None):
+        super().__init__(orientation, parent)
+        self.weights = tuple(weights)
+        self.by_hand = False
+        self.setChildrenCollapsible(False)
+        self.splitterMoved.connect(self._moved)
+
+    def _moved(self, _pos: int, _index: int) -> None:
+        self.by_hand = True
+
+    def set_weights(self, weights) -> None:
+        self.weights, self.by_hand = tuple(weights), False
+        self._apply()
+
+    def _apply(self) -> None:
+        total = sum(self.sizes())
+        if total > 0 and len(self.weights) == self.count():
+            self.setSizes([round(total * w / sum(self.weights)) for w in self.weights])
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if not self.by_hand:
+            self._apply()
+
+
 class IntegralView(RunView):
     """Data and posterior predictive, parameter traces and histograms, discretisation report.
 
@@ -200,6 +249,8 @@ class IntegralView(RunView):
         self._band_relay = WorkerRelay(self)
         self._band_relay.finished.connect(self._band_finished)
         self._band_relay.failed.connect(self._band_failed)
+        self.params_legend = LegendStrip()     # in the parameters' layout once it is built
+        self._wide: bool | None = None         # data and parameters side by side (else stacked)
         self.trace_plots: dict[str, pg.PlotItem] = {}
         self.trace_curves: dict[str, list[pg.PlotDataItem]] = {}
         self.hist_plots: dict[str, pg.PlotItem] = {}
@@ -216,29 +267,30 @@ class IntegralView(RunView):
         self.status_label.setWordWrap(True)
         self.status_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status_label)
-        self.splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        self.splitter = ProportionalSplitter(QtCore.Qt.Orientation.Horizontal, (3, 2))
         layout.addWidget(self.splitter, 1)
 
-        left = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        left = self.left_splitter = ProportionalSplitter(QtCore.Qt.Orientation.Vertical, (3, 2))
         self.data_widget = pg.GraphicsLayoutWidget()
-        plot = self.data_widget.addPlot(row=0, col=0)
+        # the legend (what is drawn: the data and the posterior predictive) in a row of its
+        # own above the plot: over it, it would cover the series
+        plot = self.data_widget.addPlot(row=1, col=0)
         steady_axes(plot)
-        plot.setTitle("data and posterior predictive", size="9pt")
         plot.setLabel("left", "y")
         plot.showGrid(x=True, y=True, alpha=0.15)
-        add_legend(plot)
+        add_legend_strip(self.data_widget, plot, row=0)
         self.data_plot = plot
         # the same bands relative to the posterior mean curve: on the data's scale they are
         # often thinner than a line
-        resid = self.data_widget.addPlot(row=1, col=0)
+        resid = self.data_widget.addPlot(row=2, col=0)
         steady_axes(resid)
         resid.setLabel("left", "y - mean")
         resid.setLabel("bottom", "t")
         resid.showGrid(x=True, y=True, alpha=0.15)
         resid.setXLink(plot)
         plot.getAxis("bottom").setStyle(showValues=False)
-        self.data_widget.ci.layout.setRowStretchFactor(0, 3)
-        self.data_widget.ci.layout.setRowStretchFactor(1, 2)
+        self.data_widget.ci.layout.setRowStretchFactor(1, 3)
+        self.data_widget.ci.layout.setRowStretchFactor(2, 2)
         self.residual_plot = resid
         self.band_items: dict[str, dict[str, pg.PlotDataItem]] = {}
         for key, target in (("data", plot), ("residual", resid)):
@@ -250,7 +302,7 @@ class IntegralView(RunView):
                          band_fill):
                 target.addItem(item)
             items["mean"] = target.plot(pen=pg.mkPen("#4fa3ff", width=2),
-                                        name="posterior mean of c + I(t; A)" if key == "data" else None)
+                                        name="mean of c + I(t; A)" if key == "data" else None)
             items["points"] = target.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                                           symbolBrush=(230, 230, 230, 200),
                                           name="data" if key == "data" else None)
@@ -262,8 +314,7 @@ class IntegralView(RunView):
         self.data_points = self.band_items["data"]["points"]
         # legend entries through stand-ins: a FillBetweenItem in a legend crashes at teardown
         self._legend_proxies = []
-        for brush, label in ((BAND_BRUSH, "90% band of c + I(t; A)"),
-                             (PRED_BRUSH, "90% predictive band (with sigma)")):
+        for brush, label in ((BAND_BRUSH, "its 90% band"), (PRED_BRUSH, "90% predictive (with sigma)")):
             proxy = pg.PlotDataItem(pen=pg.mkPen(None), fillLevel=0, fillBrush=brush)
             plot.legend.addItem(proxy, label)
             self._legend_proxies.append(proxy)
@@ -275,8 +326,6 @@ class IntegralView(RunView):
         self.report_box.setFont(font)
         self.report_box.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
         left.addWidget(self.report_box)
-        lines = self.report_box.fontMetrics().lineSpacing()
-        self.report_box.setMinimumHeight(12 * lines)
         left.setStretchFactor(0, 3)
         left.setStretchFactor(1, 2)
         self.splitter.addWidget(left)
@@ -284,6 +333,21 @@ class IntegralView(RunView):
         self.splitter.addWidget(self.params_widget)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
+
+    def resizeEvent(self, event) -> None:
+        # side by side when there is room for both halves, else the parameters below the
+        # data: squeezed beside it, their traces get no width and their labels run off
+        super().resizeEvent(event)
+        wide = event.size().width() >= SIDE_BY_SIDE_WIDTH
+        if wide == self._wide:
+            return
+        self._wide = wide
+        self.splitter.setOrientation(QtCore.Qt.Orientation.Horizontal if wide else QtCore.Qt.Orientation.Vertical)
+        # beside the parameters, the whole report below the data, the data 3 : 2 to them;
+        # below them, a few lines of it (it scrolls) and the rest for the plots, as high as them
+        self.report_box.setMinimumHeight((12 if wide else 5) * self.report_box.fontMetrics().lineSpacing())
+        self.left_splitter.set_weights((3, 2) if wide else (1000, 1))
+        self.splitter.set_weights((3, 2) if wide else (1, 1))
 
     def _build_param_rows(self) -> None:
         """One row per sampled parameter: its trace (per chain) and its histogram."""
@@ -297,25 +361,29 @@ class IntegralView(RunView):
         names = self._sampled_names()
         chains = st.chains or 0
         first = None
-        for row, name in enumerate(names):
+        # row 0: the legend of what is drawn over the histograms (the quadrature's posterior)
+        self.params_legend = add_legend_strip(self.params_widget, None, row=0, colspan=2)
+        for row, name in enumerate(names, start=1):
             trace = self.params_widget.addPlot(row=row, col=0)
             configure_live_plot(trace, ylabel=name)
             trace.getAxis("left").enableAutoSIPrefix(False)
-            add_warmup_marker(trace, st.num_warmup, label=row == 0)
+            add_warmup_marker(trace, st.num_warmup, label=first is None)
             if first is None:
                 first = trace
             else:
                 trace.setXLink(first)
-            last = row == len(names) - 1
+            last = row == len(names)
             trace.setLabel("bottom", "step" if last else None)
+            trace.getAxis("bottom").setStyle(showValues=last)          # the steps are x-linked
             self.trace_curves[name] = [trace.plot(pen=chain_pen(c), connect="finite")
                                        for c in range(chains)]
             hist = self.params_widget.addPlot(row=row, col=1)
             steady_axes(hist)
             hist.showGrid(x=True, y=True, alpha=0.15)
             hist.getAxis("bottom").enableAutoSIPrefix(False)
+            hist.getAxis("left").setStyle(showValues=False)        # counts: the shape is what tells
             hist.setLabel("bottom", name if last else None)
-            hist.setTitle(f"posterior of {name}" if row == 0 else None, size="8pt")
+            hist.setTitle(f"posterior of {name}" if row == 1 else None, size="8pt")
             self.hist_curves[name] = hist.plot(stepMode="center", fillLevel=0,
                                                brush=(79, 163, 255, 120), pen=pg.mkPen("#4fa3ff"))
             self.trace_plots[name] = trace
@@ -509,16 +577,18 @@ class IntegralView(RunView):
             if plot is not None:
                 plot.removeItem(item)
         self._quadrature_items = []
+        self.params_legend.clear()
         if plot is None or self.report is None:
             return
         m, s = self.report.mean_r, self.report.sd_r
         region = pg.LinearRegionItem(values=(m - s, m + s), movable=False, brush=(255, 166, 64, 50),
                                      pen=pg.mkPen(None))
-        line = pg.InfiniteLine(pos=m, angle=90, pen=pg.mkPen("#ffa640", width=1.5),
-                               label="quadrature", labelOpts={"position": 0.9, "color": "#ffa640"})
+        line = pg.InfiniteLine(pos=m, angle=90, pen=QUADRATURE_PEN)
         for item in (region, line):
             plot.addItem(item)
         self._quadrature_items = [region, line]
+        # named in the legend above the parameters (a label on the line runs out of a narrow plot)
+        self.params_legend.addItem(pg.PlotDataItem(pen=QUADRATURE_PEN), "quadrature posterior of A: mean ± sd")
 
     # -- the band (worker) ---------------------------------------------------------------
 

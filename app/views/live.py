@@ -69,6 +69,11 @@ class LiveViews(QtWidgets.QWidget):
         self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
+        # half and half from the start: a splitter left to itself sizes its sides by their
+        # size hints, and the slices' controls then leave the plots a third of the width,
+        # where their tick labels, legends and titles do not fit (a remembered layout
+        # restores its own split later)
+        self.splitter.setSizes([1000, 1000])
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.summary)
@@ -94,8 +99,14 @@ class LiveViews(QtWidgets.QWidget):
             return
         self._kind_shown = kind
         for tabs in (self.left, self.right):
-            for index in range(tabs.count()):
-                tabs.setTabVisible(index, tabs.widget(index).applies_to(kind))
+            applies = [tabs.widget(index).applies_to(kind) for index in range(tabs.count())]
+            # an applicable tab to the front before any is hidden: hiding the tab on show
+            # shows its neighbour, which for the lazy 3D view means building it for nothing
+            # (and its page then widens the whole side)
+            if True in applies and not applies[tabs.currentIndex()]:
+                tabs.setCurrentIndex(applies.index(True))
+            for index, shown in enumerate(applies):
+                tabs.setTabVisible(index, shown)
         # the first field view that applies comes to the front (Slices, or Integral model); a
         # model file's scalar model has none: the left side is hidden
         first = next((view for view in self.views.values()

@@ -68,7 +68,7 @@ class PairPlotView(TracesFedView):
         if not self.names:
             plot = self.graphics.addPlot(row=0, col=0)
             steady_axes(plot)
-            self.hint = add_empty_hint(plot, "no sampled parameter in this run: every one is fixed")
+            self.hint = add_empty_hint(plot, "no sampled parameter: all are fixed")
             self.plots[("", "")] = plot
             return
         n = len(self.names)
@@ -77,8 +77,13 @@ class PairPlotView(TracesFedView):
                 plot = self.graphics.addPlot(row=i, col=j)
                 steady_axes(plot)
                 plot.showGrid(x=True, y=True, alpha=0.15)
+                for axis in ("left", "bottom"):          # "0.5", not "500" and "sigma (x0.001)"
+                    plot.getAxis(axis).enableAutoSIPrefix(False)
                 plot.setLabel("bottom", x_name if i == n - 1 else None)
                 plot.getAxis("bottom").setStyle(showValues=i == n - 1)
+                # y values in the first column only (as corner plots have them): a row's
+                # scatter plots share their y range, and the columns get the width
+                plot.getAxis("left").setStyle(showValues=j == 0)
                 if i == j:
                     plot.setLabel("left", "density" if i == 0 else None)
                     self.diagonal[x_name] = plot.plot(stepMode="center", fillLevel=0,
@@ -89,6 +94,8 @@ class PairPlotView(TracesFedView):
                     plot.addItem(item)
                     self.scatter[(x_name, y_name)] = item
                     plot.setXLink(self.plots[(x_name, x_name)])
+                    if j > 0:
+                        plot.setYLink(self.plots[(self.names[0], y_name)])
                 self.plots[(x_name, y_name)] = plot
         first = self.plots[(self.names[0], self.names[0])]
         text = "waiting for post-warmup draws"

@@ -61,7 +61,7 @@ from app.views.jobs import LatestJob
 from app.views.style import (
     DATA_COLOUR,
     add_empty_hint,
-    add_legend,
+    add_legend_strip,
     chain_colour,
     chain_pen,
     cubed_unit,
@@ -196,10 +196,12 @@ class PowerView(RunView):
         self.job = LatestJob(self)
         self.job.finished.connect(self._on_computed)
         self.destroyed.connect(self.job.close)
-        self.plot = self.graphics.addPlot(row=0, col=0)
-        self.ratio_plot = self.graphics.addPlot(row=1, col=0)
-        self.graphics.ci.layout.setRowStretchFactor(0, 3)
-        self.graphics.ci.layout.setRowStretchFactor(1, 1)
+        # the legend in a row of its own above the plots: spectra fill the plot from corner
+        # to corner, a legend in it would cover some of them
+        self.plot = self.graphics.addPlot(row=1, col=0)
+        self.ratio_plot = self.graphics.addPlot(row=2, col=0)
+        self.graphics.ci.layout.setRowStretchFactor(1, 3)
+        self.graphics.ci.layout.setRowStretchFactor(2, 1)
         for p in (self.plot, self.ratio_plot):
             steady_axes(p)
             p.setLogMode(x=True, y=True)
@@ -210,9 +212,7 @@ class PowerView(RunView):
         self.plot.getAxis("bottom").setStyle(showValues=False)    # the ratio plot's axis shows k
         self.ratio_plot.setLabel("left", "draw / prior")
         self.ratio_plot.setXLink(self.plot)
-        self.legend = add_legend(self.plot, 1)
-        # spectra fall from the upper left: the lower left corner is free for the legend
-        self.legend.anchor(itemPos=(0, 1), parentPos=(0, 1), offset=(10, -10))
+        self.legend = add_legend_strip(self.graphics, self.plot, row=0)
         self.empty_hint = add_empty_hint(self.plot, "")
         self.curves: dict = {}
         self.ratio_curves: list = []
@@ -254,14 +254,14 @@ class PowerView(RunView):
         plot.addItem(c["band"])
         c["prior"] = [plot.plot(pen=pg.mkPen(PRIOR_COLOUR, width=2) if ch == 0 else
                                 pg.mkPen(chain_colour(ch), width=1, style=QtCore.Qt.PenStyle.DashLine),
-                                name="prior, cosmic-variance band" if ch == 0 else None)
+                                name="prior ± cosmic variance" if ch == 0 else None)
                       for ch in range(max(chains, 1))]
         c["latest"] = [plot.plot(pen=chain_pen(ch, 1.5), symbol="o", symbolSize=4, symbolPen=None,
                                  symbolBrush=chain_colour(ch), name=f"latest draw, chain {ch}")
                        for ch in range(chains)]
         c["mean"] = plot.plot(pen=pg.mkPen(MEAN_COLOUR, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
                               name="posterior mean")
-        c["data"] = plot.plot(pen=pg.mkPen(DATA_COLOUR, width=1.5), name="data (masked: zero-filled, / f)")
+        c["data"] = plot.plot(pen=pg.mkPen(DATA_COLOUR, width=1.5), name="data (see below)")
         c["noise"] = plot.plot(pen=pg.mkPen(DATA_COLOUR, width=1, style=QtCore.Qt.PenStyle.DotLine),
                                name="noise level")
         c["truth"] = plot.plot(pen=pg.mkPen(TRUTH_COLOUR, width=1.5), name="truth")

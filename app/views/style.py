@@ -10,8 +10,9 @@ import pyqtgraph as pg
 
 __all__ = [
     "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "DATA_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
-    "chain_colour", "pin_colour", "chain_pen", "steady_axes", "configure_live_plot", "add_warmup_marker",
-    "add_legend", "add_empty_hint", "sparse_log_ticks", "narrow_label", "inverse_unit", "cubed_unit"
+    "LEGEND_TEXT_SIZE", "TICK_LABEL_GAP", "LegendStrip", "chain_colour", "pin_colour", "chain_pen", "steady_axes",
+    "spaced_tick_labels", "configure_live_plot", "add_warmup_marker", "add_legend", "add_legend_strip",
+    "add_empty_hint", "sparse_log_ticks", "narrow_label", "wrapping_label", "inverse_unit", "cubed_unit"
 ]
 
 CHAIN_COLOURS = ("#4fa3ff", "#ffa640", "#5fd35f", "#c58cff", "#e0c060", "#ff7fd0", "#40e0e0", "#b0b0b0")
@@ -23,6 +24,12 @@ WARMUP_BRUSH = (255, 255, 255, 22)
 #: line styles for the chains of one pinned voxel (its colour is the voxel's)
 CHAIN_STYLES = (pg.QtCore.Qt.PenStyle.SolidLine, pg.QtCore.Qt.PenStyle.DashLine,
                 pg.QtCore.Qt.PenStyle.DotLine, pg.QtCore.Qt.PenStyle.DashDotLine)
+#: the text size of every legend
+LEGEND_TEXT_SIZE = "8pt"
+#: the least room in pixels between two tick labels of a horizontal axis: closer, neighbours
+#: read as one number ("0.050.1"); a vertical axis keeps a third of it (its labels' boxes
+#: are 80 % of a line already)
+TICK_LABEL_GAP = 6.0
 
 
 def chain_colour(chain: int) -> str:
@@ -38,20 +45,79 @@ def chain_pen(chain: int, width: float = 1.0):
 
 
 def steady_axes(*plots) -> None:
-    """Axes whose tick-label space only grows (each plot a ``PlotItem``, a ``PlotWidget`` or a
-    ``ColorBarItem``).
+    """Axes whose tick-label space only grows and whose tick labels never run into each
+    other (each plot a ``PlotItem``, a ``PlotWidget`` or a ``ColorBarItem``).
 
     pyqtgraph's default lets an axis shrink again when its labels get narrower. Where the
     view range depends on the axis width (x-linked plots line up their data in pixels; y
     follows the visible data), that feedback can oscillate for ever: wider labels, another
     x range, other visible data, narrower labels, ... (pyqtgraph issue 3135). The window
     then repaints without end and stops answering. Space that never shrinks ends such a
-    loop after a few steps. Every plot the application makes goes through here.
+    loop after a few steps. Every plot the application makes goes through here, so every
+    axis also draws only labels with room between them (``spaced_tick_labels``).
     """
     for plot in plots:
         item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot   # a ColorBarItem is a PlotItem
         for name in ("left", "right", "top", "bottom"):
-            item.getAxis(name).setStyle(autoReduceTextSpace=False)
+            axis = item.getAxis(name)
+            axis.setStyle(autoReduceTextSpace=False)
+            spaced_tick_labels(axis)
+
+
+def _spaced(text_specs, horizontal: bool, gap: float) -> list:
+    """The text specs (rect, flags, text) of ``AxisItem.generateDrawSpecs`` that keep ``gap``
+    pixels from every label kept before them along the axis; empty texts dropped. Taken in
+    pyqtgraph's order (major values first); where that keeps a single label, from one end of
+    the axis to the other instead, if that keeps more (two labels give the scale)."""
+    def span(spec):
+        rect = spec[0]
+        return (rect.left(), rect.right()) if horizontal else (rect.top(), rect.bottom())
+
+    def greedy(specs):
+        kept, spans = [], []
+        for spec in specs:
+            low, high = span(spec)
+            if any(low < other_high + gap and high > other_low - gap for other_low, other_high in spans):
+                continue
+            kept.append(spec)
+            spans.append((low, high))
+        return kept
+
+    specs = [spec for spec in text_specs if str(spec[2]).strip()]
+    kept = greedy(specs)
+    if len(kept) < 2 <= len(specs):
+        along = greedy(sorted(specs, key=span))
+        if len(along) > len(kept):
+            kept = along
+    return kept
+
+
+def spaced_tick_labels(axis: pg.AxisItem) -> pg.AxisItem:
+    """Draw an axis's tick labels only where they keep ``TICK_LABEL_GAP`` from each other.
+
+    pyqtgraph decides how many levels of labels to draw from their total length, not from
+    where they fall: on a log axis spanning a decade or two it labels every minor tick
+    ("5·10¹6·10¹7·10¹" stacked on each other), and in a narrow plot neighbouring labels
+    touch ("0.050.10.20.5 1"). Here the labels it would draw are taken in its order (the
+    major level first, each level from low to high values) and one that would come closer
+    than the gap to a label already kept is left out; its tick stays.
+    """
+    if getattr(axis, "_spaced_tick_labels", False):
+        return axis
+    generate = axis.generateDrawSpecs
+    horizontal = axis.orientation in ("top", "bottom")
+    gap = TICK_LABEL_GAP if horizontal else TICK_LABEL_GAP / 3
+
+    def generate_draw_specs(painter):
+        specs = generate(painter)
+        if specs is None:
+            return None
+        axis_spec, tick_specs, text_specs = specs
+        return axis_spec, tick_specs, _spaced(text_specs, horizontal, gap)
+
+    axis.generateDrawSpecs = generate_draw_specs
+    axis._spaced_tick_labels = True
+    return axis
 
 
 def configure_live_plot(plot: pg.PlotItem, *, ylabel: str = "", log_y: bool = False) -> pg.PlotItem:
@@ -64,6 +130,7 @@ def configure_live_plot(plot: pg.PlotItem, *, ylabel: str = "", log_y: bool = Fa
         plot.setLabel("left", ylabel)
     if log_y:
         plot.setLogMode(y=True)
+        sparse_log_ticks(plot.getAxis("left"))
     # y follows what is visible, so zooming into late draws is not squashed by early warmup
     plot.getViewBox().setAutoVisible(y=True)
     return plot
@@ -84,25 +151,155 @@ def add_warmup_marker(plot: pg.PlotItem, num_warmup: int, *, label: bool = False
                                                            "anchors": [(0.5, 1), (0.5, 1)]})
     dashed = pg.mkPen((200, 200, 200, 150), style=pg.QtCore.Qt.PenStyle.DashLine)
     boundary = pg.InfiniteLine(pos=num_warmup, angle=90, movable=False, pen=dashed, **opts)
+    if label:
+        _fit_warmup_label(boundary.label)
     plot.addItem(region, ignoreBounds=True)
     plot.addItem(boundary, ignoreBounds=True)
     return [region, boundary]
 
 
+#: the warmup marker's label, from the first that fits in the plot: (text, where the line
+#: meets it, as a fraction of its width)
+WARMUP_LABELS = (("warmup | sampling", 0.5), ("sampling \u2192", 0.0), ("\u2190 warmup", 1.0))
+
+
+def _fit_warmup_label(label) -> None:
+    """Keep the warmup marker's label (an ``InfLineLabel``) inside its plot, which clips it:
+    "warmup | sampling" centred on the line where it fits, else "sampling ->" right of the
+    line, else "<- warmup" left of it."""
+    update = label.updatePosition
+
+    def update_position():
+        update()
+        box = label.parentItem()
+        while box is not None and not isinstance(box, pg.ViewBox):   # (getViewBox() caches too early)
+            box = box.parentItem()
+        if box is None:
+            return
+        room = box.mapRectToScene(box.boundingRect())
+        at = label.scenePos().x()
+        margin = 2 * label.textItem.document().documentMargin()
+        metrics = pg.QtGui.QFontMetricsF(label.textItem.font())
+        text, anchor = WARMUP_LABELS[-1]
+        for candidate, where in WARMUP_LABELS:
+            width = metrics.horizontalAdvance(candidate) + margin
+            if room.left() <= at - where * width and at + (1 - where) * width <= room.right():
+                text, anchor = candidate, where
+                break
+        if label.format != text:
+            label.format = text
+            label.setText(text)
+        if label.anchor.x() != anchor:
+            label.setAnchor((anchor, label.anchor.y()))
+
+    label.updatePosition = update_position
+
+
 def add_legend(plot: pg.PlotItem, columns: int = 1):
-    """A compact legend in the top right corner, on a dark translucent background."""
-    legend = plot.addLegend(offset=(-10, 5), labelTextSize="8pt", brush=(0, 0, 0, 170),
+    """A compact legend in the top right corner of the plot, on a dark translucent background
+    (over the data: where a plot sits in a layout of the view's own, ``add_legend_strip``
+    puts the legend beside it instead)."""
+    legend = plot.addLegend(offset=(-10, 5), labelTextSize=LEGEND_TEXT_SIZE, brush=(0, 0, 0, 170),
                             pen=pg.mkPen((120, 120, 120)))
     legend.setColumnCount(max(1, columns))
     return legend
 
 
+class LegendStrip(pg.LegendItem):
+    """A legend in a cell of its own in a graphics layout, above or beside its plot, never
+    over the data.
+
+    Its entries flow into as many columns as the cell is wide (one at the least: the cell
+    is never narrower than the widest entry) and it is as tall as its rows; without entries
+    it takes no room. It is the plot's legend (``plot.legend``): curves made with a
+    ``name`` add their entry, ``plot.clear()`` removes them. No frame, no dragging.
+    """
+
+    #: the room in pixels between one entry's text and the next entry's sample
+    ENTRY_GAP = 14.0
+
+    def __init__(self, plot: pg.PlotItem | None = None):
+        super().__init__(offset=None, labelTextSize=LEGEND_TEXT_SIZE, frame=False, verSpacing=-4)
+        self.layout.setContentsMargins(4, 0, 4, 0)
+        if plot is not None:
+            plot.legend = self
+
+    def addItem(self, item, name) -> None:
+        super().addItem(item, name)
+        # the entries at their own width, packed from the left (a grid would spread them over the strip)
+        _sample, label = self.items[-1]
+        label.setSizePolicy(pg.QtWidgets.QSizePolicy.Policy.Fixed, pg.QtWidgets.QSizePolicy.Policy.Preferred)
+
+    def _entry_widths(self) -> list[tuple[float, float]]:
+        hint = pg.QtCore.Qt.SizeHint.PreferredSize
+        return [(sample.effectiveSizeHint(hint).width(), label.effectiveSizeHint(hint).width())
+                for sample, label in self.items]
+
+    def _width(self, columns: int) -> float:
+        """The width the entries need in ``columns`` columns (filled row by row)."""
+        entries = self._entry_widths()
+        left, _, right, _ = self.layout.getContentsMargins()
+        widths = [max(s for s, _ in entries[c::columns]) + max(w for _, w in entries[c::columns])
+                  for c in range(min(columns, len(entries)))]
+        return (sum(widths) + len(widths) * self.layout.horizontalSpacing()
+                + (len(widths) - 1) * LegendStrip.ENTRY_GAP + left + right)
+
+    def columns_for(self, width: float) -> int:
+        """The most columns (at least one) whose entries fit in ``width`` pixels."""
+        fits = [c for c in range(1, len(self.items) + 1) if self._width(c) <= width]
+        return max(fits, default=1)
+
+    def _reflow(self, width: float) -> None:
+        columns = self.columns_for(width) if self.items else 1
+        if columns != self.columnCount:
+            self.setColumnCount(columns)        # lays the entries out again (and calls updateSize)
+        for column in range(2 * columns - 1):   # (sample, label) per entry, a gap between entries
+            self.layout.setColumnSpacing(column, self.ENTRY_GAP if column % 2 else self.layout.horizontalSpacing())
+        self.updateGeometry()
+
+    def updateSize(self) -> None:
+        # pyqtgraph's moves the legend to (0, 0) at its content's size: here the layout places it
+        self._reflow(self.rect().width())
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._reflow(event.newSize().width())
+
+    def sizeHint(self, which, constraint=pg.QtCore.QSizeF()):
+        height = self.layout.effectiveSizeHint(pg.QtCore.Qt.SizeHint.PreferredSize).height() if self.items else 0.0
+        if which == pg.QtCore.Qt.SizeHint.MaximumSize:
+            # as wide as the layout likes, even empty: a narrow maximum would narrow its columns
+            return pg.QtCore.QSizeF(1e6, height)
+        return pg.QtCore.QSizeF(self._width(1) if self.items else 0.0, height)
+
+    def mouseDragEvent(self, event) -> None:
+        event.ignore()
+
+
+def add_legend_strip(layout: pg.GraphicsLayout, plot: pg.PlotItem | None, row: int, col: int = 0,
+                     colspan: int = 1) -> LegendStrip:
+    """The legend of ``plot`` in the cell (``row``, ``col``) of ``layout`` (a
+    ``GraphicsLayout`` or ``GraphicsLayoutWidget``): a ``LegendStrip``, clear of the data.
+    Without a plot, entries are added with ``addItem(item, name)``."""
+    strip = LegendStrip(plot)
+    layout.addItem(strip, row=row, col=col, colspan=colspan)
+    return strip
+
+
 def add_empty_hint(plot: pg.PlotItem, text: str) -> pg.TextItem:
     """A grey note in the plot's top left corner (in the view box's own coordinates, so it
-    stays put whatever the data range); hide it once there is data."""
+    stays put whatever the data range); hide it once there is data. It wraps at the plot's
+    width (the view box clips what sticks out)."""
+    box = plot.getViewBox()
     hint = pg.TextItem(text, color=(170, 170, 170), anchor=(0, 0))
-    hint.setParentItem(plot.getViewBox())
+    hint.setParentItem(box)
     hint.setPos(8, 4)
+
+    def fit(_box=None):
+        hint.setTextWidth(max(box.width() - 16, 40.0))
+
+    box.sigResized.connect(fit)
+    fit()
     return hint
 
 
@@ -134,6 +331,23 @@ def narrow_label(label: pg.LabelItem) -> pg.LabelItem:
     update = label.updateMin
 
     def update_min():
+        update()
+        label.setMinimumWidth(0)
+
+    label.updateMin = update_min
+    label.setMinimumWidth(0)
+    return label
+
+
+def wrapping_label(label: pg.LabelItem) -> pg.LabelItem:
+    """Let a LabelItem (a note above the plots) be narrower than its text by wrapping it onto
+    more lines at its width (it grows taller), where ``narrow_label`` would cut it."""
+    update = label.updateMin
+
+    def update_min():
+        width = label.rect().width()
+        if width > 1 and abs(label.item.textWidth() - width) > 0.5:
+            label.item.setTextWidth(width)
         update()
         label.setMinimumWidth(0)
 

@@ -14,7 +14,7 @@ from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
 from app.views.style import (
     CHAIN_STYLES,
     add_empty_hint,
-    add_legend,
+    add_legend_strip,
     add_warmup_marker,
     chain_pen,
     configure_live_plot,
@@ -52,23 +52,30 @@ class TracesView(TracesFedView):
         if st.has_field:
             rows.append(("pins", "pinned voxels"))
         first = None
-        for row, (key, label) in enumerate(rows):
+        # legends sit in rows of their own, above their plot (clear of the curves): the
+        # chains' above the first plot, the pinned voxels' above theirs
+        row = 0
+        for key, label in rows:
+            legend_row = None
+            if key == "pins" or (first is None and chains > 1):
+                legend_row, row = row, row + 1
             plot = self.graphics.addPlot(row=row, col=0)
+            row += 1
             configure_live_plot(plot, ylabel=label)
-            add_warmup_marker(plot, st.num_warmup, label=row == 0)
+            add_warmup_marker(plot, st.num_warmup, label=first is None)
             if first is None:
                 first = plot
                 self.empty_hint = add_empty_hint(plot, "waiting for the first chunk of draws")
                 if chains > 1:
-                    add_legend(plot, min(chains, 4))
+                    add_legend_strip(self.graphics, plot, row=legend_row)
             else:
                 plot.setXLink(first)
             if key != "pins":
                 self.curves[key] = [plot.plot(pen=chain_pen(c), name=f"chain {c}", connect="finite")
                                     for c in range(chains)]
             else:
-                self.pins_legend = add_legend(plot)
-                self.pins_hint = add_empty_hint(plot, "click a voxel in a slice to follow its value here")
+                self.pins_legend = add_legend_strip(self.graphics, plot, row=legend_row)
+                self.pins_hint = add_empty_hint(plot, "click a voxel in a slice to follow it")
             self.plots[key] = plot
         for key, plot in self.plots.items():
             last = key == rows[-1][0]

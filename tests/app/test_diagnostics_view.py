@@ -331,7 +331,9 @@ def test_the_table_fits_its_panel_by_hiding_the_least_needed_columns(qtbot, fini
     hidden = view.hidden_columns()
     shown = [n for n in COLUMN_PRIORITY if n not in hidden]
     assert shown == list(COLUMN_PRIORITY[:len(shown)])      # hidden from the end of the priority
-    assert {"scope", "quantity", "r_hat", "ess_bulk"} <= set(shown)
+    # the estimate and R-hat first (issue #32 item 11: mean and sd were hidden), ESS from 600 px
+    assert {"scope", "quantity", "mean", "sd", "r_hat"} <= set(shown)
+    assert width < 600 or "ess_bulk" in shown
     if width >= 1600:
         assert hidden == []
     else:
