@@ -58,9 +58,10 @@ from core.store.zarr_files import (
     WRITE_EVERY_CHUNK,
     consolidate,
     damaged_chunk,
-    first_missing_chunk,
+    first_bad_chunk,
     open_group,
     read_store_json,
+    remove_leftover,
     utc_now,
 )
 
@@ -126,7 +127,7 @@ class CalibrationWriter:
         building = out_dir / (STORE_NAME + ".creating")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(building, ignore_errors=True)
+            remove_leftover(building)        # a killed build's folder, or a link planted there
             root = open_group(building, "w")
             with zarr.config.set(WRITE_EVERY_CHUNK):
                 root.attrs.update({
@@ -168,8 +169,13 @@ class CalibrationWriter:
 
     @classmethod
     def reopen(cls, out_dir) -> "CalibrationWriter":
-        """An existing store, checked, with the rows beyond ``progress`` cut away."""
+        """An existing store, checked, with the rows beyond ``progress`` cut away. The ranks
+        every ``append`` reads back (for the coverage) are read first: a damaged chunk of them
+        is a CalibrationStoreError naming it now, not a codec's traceback after a batch ran."""
         reader = CalibrationReader(out_dir)
+        reader.ranks()
+        if reader.has_field:
+            reader.voxel_ranks()
         writer = cls(out_dir, open_group(reader.path, "r+"))
         n = reader.progress["simulations"]
         try:
@@ -319,18 +325,24 @@ class CalibrationReader:
 
     def _check_chunks(self, name: str, rows: int | None) -> None:
         """Every chunk file of array ``name`` covering its first ``rows`` simulations (None: all
-        of a fixed array) exists: zarr would read a missing one as zeros (ranks 0, names '')."""
+        of a fixed array) exists and is a regular file: zarr would read a missing one as zeros
+        (ranks 0, names ''); a FIFO or a link is named here, before anything reads it."""
         arr = self.root[name]
         extent = list(arr.shape)
         if rows is not None:
             extent[0] = rows
         try:
-            key = first_missing_chunk(self.path / name, extent, arr.chunks)
+            found = first_bad_chunk(self.path / name, extent, arr.chunks)
         except OSError as err:
             raise self._error(f"array {name!r} is unreadable ({err.strerror or err})") from None
-        if key is not None:
-            raise CalibrationStoreError(f"{self.path / name / key}: missing chunk file of {name}: the "
-                                        "calibration store is damaged (zarr would read it as zeros)")
+        if found is None:
+            return
+        key, what = found
+        if what != "missing":
+            raise CalibrationStoreError(f"{self.path / name / key}: {what}, not a regular file (a chunk file of "
+                                        f"{name}); the calibration store is damaged")
+        raise CalibrationStoreError(f"{self.path / name / key}: missing chunk file of {name}: the "
+                                    "calibration store is damaged (zarr would read it as zeros)")
 
     def _read(self, name: str, selection) -> np.ndarray:
         arr = self.root[name]

@@ -86,18 +86,20 @@ from numcodecs import CRC32, Blosc
 from core import __version__
 from core.io.regular_file import NotRegularFile
 from core.store.checkpoint import CHECKPOINT_NAME
+from core.store.chunk_files import bad_chunk_error, check_appended_chunk, damaged_read_error
 from core.store.errors import RunStoreError, StoreWriteError, write_error
 from core.store.field_volume import FieldVolume
 from core.store.run_record import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 from core.store.zarr_files import (
     WRITE_EVERY_CHUNK,
     consolidate,
-    damaged_chunk,
-    first_missing_chunk,
+    first_bad_chunk,
     open_array,
     open_group,
     read_store_json,
+    remove_leftover,
     utc_now,
+    what_is,
 )
 
 #: statistics added to STAT_NAMES after stores were first written: a store without one (written
@@ -222,7 +224,7 @@ class RunStoreWriter:
         building = run_dir / (STORE_NAME + ".creating")
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(building, ignore_errors=True)
+            remove_leftover(building)        # a killed build's folder, or a link planted there
             root = open_group(building, "w")
         except OSError as err:
             raise RunStoreError(f"{run_dir}: cannot create the run store: {err}") from None
@@ -311,8 +313,9 @@ class RunStoreWriter:
         store_path = run_dir / STORE_NAME
         # the same check as the reader's, over the checkpoint's draws; .zmetadata is rewritten here
         layout = _Layout(store_path, progress=progress, consolidated=False)
-        for group, name in layout.arrays:
-            _open_array(store_path, group, name)
+        for group, name in layout.arrays:     # and read back the chunks appending rewrites
+            check_appended_chunk(store_path, group, name, _open_array(store_path, group, name),
+                                 layout.resume_progress)
         root = _open_root_checked(store_path, "r+")
         writer = cls(run_dir, root)
         try:
@@ -506,7 +509,7 @@ class _Layout:
             # arrays and groups are never removed from a store: each one listed must be there
             if isinstance(key, str) and key.endswith((".zarray", ".zgroup")) and \
                     not (self.path / key).is_file():
-                raise RunStoreError(f"{self.path / key}: missing (listed in {self.path / '.zmetadata'}); "
+                raise RunStoreError(f"{self.path / key}: {what_is(self.path / key)} (listed in {self.path / '.zmetadata'}); "
                                     "the run store is damaged")
         self.arrays: dict[tuple[str, str], dict] = {}
         self.grid = None
@@ -711,18 +714,16 @@ class _Layout:
         return meta
 
     def _check_chunks(self, rel: str, shape, chunks, spec: _ArraySpec) -> None:
-        """The chunk files covering the published draws (all of a fixed array) exist."""
+        """The chunk files covering the published draws (all of a fixed array) exist, as regular files."""
         extent = list(shape)
         if spec.axis is not None:
             extent[spec.axis] = spec.count
         try:
-            key = first_missing_chunk(self.path / rel, extent, chunks)
+            found = first_bad_chunk(self.path / rel, extent, chunks)
         except OSError as err:
             raise RunStoreError(f"{self.path / rel}: unreadable: {err.strerror or err}") from None
-        if key is not None:
-            raise RunStoreError(
-                f"{self.path / rel / key}: missing chunk file of {rel} (its draws are published: "
-                "the run store is damaged; zarr would read it as zeros)")
+        if found is not None:
+            raise bad_chunk_error(self.path / rel, rel, *found)
 
 
 #: float arrays of a store that may hold a chunk of zeros (a frozen chain's acceptance and
@@ -791,14 +792,7 @@ class RunReader:
             raise self._damaged(group, name, arr, selection, err) from None
 
     def _damaged(self, group: str, name: str, arr, selection: tuple, err: Exception) -> RunStoreError:
-        where = self.store_path / group / name
-        found = damaged_chunk(arr, selection)
-        if found is None:
-            return RunStoreError(f"{where}: cannot read {group}/{name} ({err})")
-        key, chunk_err = found
-        if isinstance(chunk_err, NotRegularFile):
-            return RunStoreError(f"{chunk_err.strerror} (a chunk file of {group}/{name}); the run store is damaged")
-        return RunStoreError(f"{where / key}: damaged chunk of {group}/{name} (truncated or corrupt: {chunk_err})")
+        return damaged_read_error(self.store_path, group, name, arr, selection, err)
 
     @property
     def status(self) -> str:

@@ -2,8 +2,9 @@
 
 numpy/zarr only. One place for: the UTC time stamp written into a store's attributes, opening a
 group or an array without its consolidated metadata, rewriting that metadata for xarray / ArviZ,
-the zarr setting that makes the writer write every chunk, reading a store's JSON file, and
-finding a missing chunk file.
+the zarr setting that makes the writer write every chunk, reading a store's JSON file,
+finding a chunk file that is missing or not a regular file, and clearing a store's temporary
+build name.
 
 Hostile folders. Every file zarr reads through ``open_group`` / ``open_array`` goes through
 ``RegularFileStore``: it opens only regular files inside the store, reached without following
@@ -21,6 +22,8 @@ import itertools
 import json
 import math
 import os
+import shutil
+import stat
 import warnings
 from pathlib import Path
 
@@ -28,10 +31,11 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from core.io.regular_file import read_inside
+from core.io.regular_file import describe_mode, read_inside
 
 __all__ = ["WRITE_EVERY_CHUNK", "METADATA_MAX_BYTES", "utc_now", "open_group", "open_array", "consolidate",
-           "RegularFileStore", "chunk_max_bytes", "read_store_json", "first_missing_chunk", "damaged_chunk"]
+           "RegularFileStore", "chunk_max_bytes", "read_store_json", "first_bad_chunk",
+           "what_is", "remove_leftover", "damaged_chunk"]
 
 #: the largest metadata file (.zattrs, .zarray, .zgroup, .zmetadata) a store may hold: its
 #: attributes are a config's text and a few numbers, a few KiB
@@ -145,27 +149,83 @@ def read_store_json(root: Path, rel: str) -> object:
     return json.loads(read_inside(root, rel, max_bytes=METADATA_MAX_BYTES).decode("utf-8"))
 
 
-def first_missing_chunk(folder: Path, extent, chunks) -> str | None:
-    """The key of the first chunk file absent from ``folder`` among those covering
-    ``extent`` (one length per axis) with ``chunks``, or None when all are there. Looks at no
-    more keys than the folder holds files (plus one): a hostile extent costs nothing.
-    OSError when the folder cannot be listed."""
+def first_bad_chunk(folder: Path, extent, chunks) -> tuple[str, str] | None:
+    """(key, what) of the first chunk file among those covering ``extent`` (one length per
+    axis) with ``chunks`` that is absent from ``folder`` (what: "missing") or is not a regular
+    file (what: "a FIFO", "a symlink", "a directory", ...: ``describe_mode``), or None when
+    every one is a regular file. Metadata only (the folder's listing, whose entries carry
+    their type): a symlink, FIFO or device among the chunks is found when a store is opened,
+    also where no reader reads that chunk. Looks at no more keys than the folder holds
+    regular files (plus one): a hostile extent costs nothing. OSError when the folder cannot
+    be listed."""
     ranges = [range(math.ceil(n / c)) for n, c in zip(extent, chunks)] if len(extent) else [range(1)]
     if math.prod(len(r) for r in ranges) == 0:
         return None
-    present = set(os.listdir(folder))
-    for index in itertools.islice(itertools.product(*ranges), len(present) + 1):
+    regular, other = set(), {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                is_regular = entry.is_file(follow_symlinks=False)
+            except OSError:
+                is_regular = False
+            if is_regular:
+                regular.add(entry.name)
+            else:
+                other[entry.name] = entry
+    for index in itertools.islice(itertools.product(*ranges), len(regular) + 1):
         key = ".".join(str(i) for i in index)
-        if key not in present:
-            return key
+        if key in regular:
+            continue
+        entry = other.get(key)
+        if entry is None:
+            return key, "missing"
+        try:
+            return key, describe_mode(entry.stat(follow_symlinks=False).st_mode)
+        except OSError:
+            return key, "unreadable"
     return None
 
 
+def what_is(path: Path) -> str:
+    """"missing", or what ``path`` is when it is not a regular file ("a FIFO, not a regular
+    file"; a symlink is not followed), for a message naming a store's file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
+    return f"{describe_mode(mode)}, not a regular file"
+
+
+def remove_leftover(path: Path) -> None:
+    """Remove what lies at a store's temporary build name (``run.zarr.creating``): a folder
+    left by a build that was killed, or anything planted there (a symlink is removed itself,
+    never followed: what it points to is not touched). Errors are left to the build."""
+    try:
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+        pass
+
+
 def consolidate(path: Path) -> None:
-    """Rewrite the store's consolidated metadata (``.zmetadata``)."""
+    """Rewrite the store's consolidated metadata (``.zmetadata``), reading the store through
+    ``RegularFileStore``. zarr reads the old ``.zmetadata`` first: one that is not a regular
+    file (a FIFO would hang it, a link to /dev/zero never end) is removed (a link itself, never
+    what it points to), as it is replaced anyway."""
+    old = Path(path) / ".zmetadata"
+    try:
+        mode = os.lstat(old).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            os.unlink(old)
+    except FileNotFoundError:
+        pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(str(path))
+        zarr.consolidate_metadata(RegularFileStore(Path(path)))
 
 
 def damaged_chunk(arr, selection: tuple) -> tuple[str, Exception] | None:

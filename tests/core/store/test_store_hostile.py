@@ -208,6 +208,28 @@ def test_a_fifo_or_dev_zero_is_refused_at_once_naming_the_file(pristine_run, tmp
             assert got[0] == "error" and Path(rel).name in got[1], (name, got)
 
 
+@pytest.mark.parametrize("how", ["fifo", "symlink to /dev/zero"])
+def test_reopening_rewrites_a_zmetadata_that_is_a_fifo_or_dev_zero_without_reading_it(pristine_run, tmp_path, how):
+    """The writer's reopen tolerates a damaged ``.zmetadata`` (it rewrites it), but zarr's
+    consolidation read the old one first: a FIFO hung it, /dev/zero read without end (found by
+    this module's full sweep, ``python -m tests.core.store.test_store_hostile``). The readers
+    refuse such a store naming the file; reopening replaces it, and the store reads as before."""
+    from core.store.checkpoint import read_checkpoint
+    from core.store.run_store import RunStoreWriter
+
+    work = tmp_path / "run"
+    shutil.copytree(pristine_run, work)
+    expected = read_everything(work)
+    damage(work / STORE_NAME / ".zmetadata", how, tmp_path / "outside", np.random.default_rng(7))
+    got = outcome(read_everything, work, (RunStoreError,))
+    assert got[0] == "error" and ".zmetadata" in got[1], got
+    _, meta = read_checkpoint(work)
+    with time_bound(CASE_SECONDS):
+        RunStoreWriter.reopen(work, meta["progress"])
+    assert (work / STORE_NAME / ".zmetadata").is_file() and not (work / STORE_NAME / ".zmetadata").is_symlink()
+    assert same(read_everything(work), expected)
+
+
 def test_a_store_whose_folder_is_a_symlink_out_of_the_run_is_refused(pristine_run, tmp_path):
     work = tmp_path / "run"
     shutil.copytree(pristine_run, work)
@@ -224,6 +246,124 @@ def test_a_store_whose_folder_is_a_symlink_out_of_the_run_is_refused(pristine_ru
     for read in RUN_PATHS.values():
         got = outcome(read, work, (RunStoreError,))
         assert got[0] == "error" and "posterior" in got[1], got
+
+
+def files_of(folder: Path) -> dict:
+    """rel -> bytes (or what it is) of everything under ``folder``, links not followed."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            out[rel] = "symlink to " + os.readlink(path)
+        elif path.is_file():
+            out[rel] = path.read_bytes()
+        elif path.is_dir():
+            out[rel] = "directory"
+        else:
+            out[rel] = "special"
+    return out
+
+
+@pytest.mark.parametrize("rel", [f"{STORE_NAME}/sample_stats", f"{STORE_NAME}/posterior_field",
+                                 f"{STORE_NAME}/posterior/index", f"{STORE_NAME}/observed_data/mask"])
+def test_a_group_or_array_folder_that_is_a_symlink_out_of_the_run_is_refused(pristine_run, tmp_path, rel):
+    """A folder of the store (a group or an array) moved out and replaced by a symlink to it:
+    summary, the window and resume refuse the store naming that folder, and write nothing
+    through the link (issue 33: reads open only files inside the store, no component a link)."""
+    work, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    shutil.copytree(pristine_run, work)
+    elsewhere.mkdir()
+    shutil.move(work / rel, elsewhere / Path(rel).name)
+    (work / rel).symlink_to(elsewhere / Path(rel).name)
+    before = files_of(elsewhere)
+    for name, read in RUN_PATHS.items():
+        got = outcome(read, work, (RunStoreError,))
+        assert got[0] == "error" and rel.removeprefix(f"{STORE_NAME}/") in got[1] and "symlink" in got[1], (name, got)
+    assert files_of(elsewhere) == before
+
+
+#: the tail chunk of a statistic: the store's 8 draws of it lie in its first chunk of 1024,
+#: which appending the next chunk's draws reads back and rewrites
+TAIL_CHUNK = f"{STORE_NAME}/sample_stats/step_size/0.0"
+
+
+@pytest.mark.parametrize("how", ["truncate to 0", "truncate to half", "flip bytes", "fifo", "symlink to /dev/zero",
+                                 "symlink out of the store", "directory"])
+def test_resume_refuses_a_damaged_chunk_it_would_append_to_before_writing_anything(pristine_run, tmp_path, how):
+    """``fieldscope resume`` of a store whose partly filled chunk was damaged ran the sampler,
+    then failed when appending read it back: a traceback (a truncated chunk: Blosc's
+    RuntimeError) or "writing chunk 6 failed ... (e.g. free disk space)" with the run marked
+    failed (a FIFO or a symlink). The writer's reopen reads back every chunk an append
+    rewrites: RunStoreError naming it, nothing in the store changed."""
+    from core.store.checkpoint import read_checkpoint
+    from core.store.run_store import RunStoreWriter
+
+    work = tmp_path / "run"
+    shutil.copytree(pristine_run, work)
+    if how == "truncate to 0":
+        (work / TAIL_CHUNK).write_bytes(b"")
+    else:
+        damage(work / TAIL_CHUNK, how, tmp_path / "outside", np.random.default_rng(3))
+    before = files_of(work)
+    _, meta = read_checkpoint(work)
+    with time_bound(CASE_SECONDS), pytest.raises(RunStoreError, match="sample_stats/step_size/0.0"):
+        RunStoreWriter.reopen(work, meta["progress"])
+    assert files_of(work) == before
+
+
+@pytest.mark.parametrize("rel", [f"{STORE_NAME}/observed_data/mask/0.0.0", f"{STORE_NAME}/posterior_field/k/0",
+                                 f"{STORE_NAME}/warmup_sample_stats/lp/0.0"])
+@pytest.mark.parametrize("how", ["fifo", "symlink to /dev/zero", "symlink out of the store", "directory"])
+def test_a_chunk_file_that_is_not_a_regular_file_is_refused_when_the_store_is_opened(pristine_run, tmp_path,
+                                                                                    rel, how):
+    """A chunk that no reader of a command reads (the mask: not summary's; a warmup statistic:
+    not resume's) but that is a FIFO, a device or a symlink: the store is refused when it is
+    opened (its layout check, before TensorFlow loads for resume), naming the file; resume
+    used to go on and report "finished" with the link left in the store."""
+    from core.store.run_store import RunReader
+
+    work = tmp_path / "run"
+    shutil.copytree(pristine_run, work)
+    damage(work / rel, how, tmp_path / "outside", np.random.default_rng(4))
+    with time_bound(CASE_SECONDS), pytest.raises(RunStoreError, match=rel.removeprefix(f"{STORE_NAME}/")) as err:
+        RunReader(work)
+    assert "not a regular file" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_metadata_file_listed_in_zmetadata_that_is_a_fifo_is_named_as_a_fifo_not_missing(pristine_run, tmp_path):
+    from core.store.run_store import RunReader
+
+    work = tmp_path / "run"
+    shutil.copytree(pristine_run, work)
+    damage(work / STORE_NAME / "sample_stats" / "lp" / ".zarray", "fifo", tmp_path / "outside", None)
+    with time_bound(CASE_SECONDS), pytest.raises(RunStoreError, match="sample_stats/lp/.zarray: a FIFO"):
+        RunReader(work)
+
+
+@pytest.mark.parametrize("how", ["symlink to a folder", "symlink to a file", "file"])
+def test_a_run_store_is_created_beside_a_planted_link_at_its_temporary_name(tmp_path, how):
+    """``run.zarr.creating`` (the name the store is built under) planted as a symlink to
+    someone's folder: ``fieldscope run`` failed with "cannot create the run store: Cannot call
+    rmtree on a symbolic link". The planted entry is removed (never followed): the run is
+    created, the folder it pointed to is untouched."""
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "a.txt").write_text("precious")
+    (victim / "sub" / "b.txt").write_text("precious too")
+    before = files_of(victim)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    planted = run_dir / f"{STORE_NAME}.creating"
+    if how == "symlink to a folder":
+        planted.symlink_to(victim)
+    elif how == "symlink to a file":
+        planted.symlink_to(victim / "a.txt")
+    else:
+        planted.write_text("left over")
+    write_run(run_dir)
+    assert (run_dir / STORE_NAME).is_dir() and not (run_dir / STORE_NAME).is_symlink()
+    assert not os.path.lexists(planted)
+    assert files_of(victim) == before
 
 
 def test_a_chunk_larger_than_its_metadata_allows_is_refused_before_it_is_read(pristine_run, tmp_path):
@@ -307,6 +447,74 @@ def test_hostile_and_lost_files_of_a_calibration_store_end_in_a_named_error_or_t
                     failures.append(f"{how} {rel} ({name}): {failure}")
     print(f"hostile calibration store: {cases} cases")
     assert not failures, f"{len(failures)} of {cases} cases:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("rel", [CALIBRATION_NAME, f"{CALIBRATION_NAME}/rank", f"{CALIBRATION_NAME}/voxel_rank"])
+def test_a_calibration_store_or_array_folder_that_is_a_symlink_out_of_it_is_refused(tmp_path, rel):
+    """The calibration store, or one of its array folders, moved out and replaced by a symlink
+    to it: the report and resume refuse it naming the folder, and write nothing through the
+    link (the sweep above damages files only)."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    write_calibration(work)
+    elsewhere.mkdir()
+    shutil.move(work / rel, elsewhere / Path(rel).name)
+    (work / rel).symlink_to(elsewhere / Path(rel).name)
+    before = files_of(elsewhere)
+    for read in (read_calibration, reopen_calibration):
+        got = outcome(read, work, (CalibrationStoreError,))
+        assert got[0] == "error" and f"{rel}:" in got[1] and "symlink" in got[1], (read.__name__, got)
+    assert files_of(elsewhere) == before
+
+
+@pytest.mark.parametrize("how", ["fifo", "symlink to /dev/zero", "symlink out of the store", "directory"])
+def test_a_calibration_chunk_that_is_not_a_regular_file_is_refused_when_opened(tmp_path, how):
+    """A chunk of a fixed array no report reads first (the field's k): named when the store
+    is opened, before anything reads or writes it."""
+    work = tmp_path / "work"
+    write_calibration(work)
+    damage(work / CALIBRATION_NAME / "k" / "0", how, tmp_path / "outside", np.random.default_rng(5))
+    with time_bound(CASE_SECONDS), pytest.raises(CalibrationStoreError, match="k/0: .*not a regular file"):
+        CalibrationReader(work)
+
+
+@pytest.mark.parametrize("how", ["symlink to a folder", "file"])
+def test_a_calibration_store_is_created_beside_a_planted_link_at_its_temporary_name(tmp_path, how):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "a.txt").write_text("precious")
+    before = files_of(victim)
+    out = tmp_path / "out"
+    out.mkdir()
+    planted = out / f"{CALIBRATION_NAME}.creating"
+    if how == "file":
+        planted.write_text("left over")
+    else:
+        planted.symlink_to(victim)
+    write_calibration(out)
+    assert (out / CALIBRATION_NAME).is_dir() and not (out / CALIBRATION_NAME).is_symlink()
+    assert not os.path.lexists(planted)
+    assert files_of(victim) == before
+
+
+@pytest.mark.parametrize("rel", ["voxel_rank/0.0.0.0", "rank/0.0"])
+@pytest.mark.parametrize("how", ["flip bytes", "truncate to half"])
+def test_resuming_a_calibration_refuses_a_damaged_rank_chunk_before_writing(tmp_path, rel, how):
+    """``fieldscope calibrate`` resuming a stopped store whose voxel_rank chunk was garbled ran
+    the next batch, then ended in Blosc's RuntimeError traceback when appending read the
+    ranks back for the coverage. Reopening reads them first: one error naming the chunk."""
+    import json
+
+    work = tmp_path / "work"
+    write_calibration(work)
+    attrs_path = work / CALIBRATION_NAME / ".zattrs"
+    attrs = json.loads(attrs_path.read_text())
+    attrs.update(progress={"batches": 1, "simulations": 4}, status="stopped")
+    attrs_path.write_text(json.dumps(attrs))
+    damage(work / CALIBRATION_NAME / rel, how, tmp_path / "outside", np.random.default_rng(6))
+    before = files_of(work)
+    with time_bound(CASE_SECONDS), pytest.raises(CalibrationStoreError, match=rel):
+        CalibrationWriter.reopen(work)
+    assert files_of(work) == before
 
 
 def test_a_deleted_chunk_or_edited_progress_of_a_calibration_is_an_error_not_pass(tmp_path):
