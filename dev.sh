@@ -101,7 +101,7 @@ run_tests() {
   local workers=${FIELDSCOPE_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); echo $(( n < 4 ? n : 4 )))}
   say "tests: numerical core (TensorFlow) and the benchmarks' measures ($workers worker processes)"
   "$py" -m pytest tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-  "$py" -m pytest tests/core tests/bench --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  "$py" -m pytest tests/core tests/bench tests/test_file_budget.py --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
   "$py" -m pytest tests/app -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   return "$status"
