@@ -377,12 +377,13 @@ def _refuse_early(config) -> None:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from core.run import input_files, run_folder
+    from core.store.checkpoint import check_checkpoint
     from core.store.run_store import stored_run_config
 
     try:
         config, text = stored_run_config(args.rundir)
-        if args.num_samples is not None:
-            run_folder.check_num_samples(args.rundir, args.num_samples)
+        run_folder.check_num_samples(args.rundir, args.num_samples)
+        check_checkpoint(args.rundir)          # a damaged one is named before TensorFlow loads
         # the data, mask, noise and P(k) files are those the run began with (or accepted)
         note = input_files.verify_inputs(args.rundir, config, accept=args.accept_changed_data)
     except _store_errors() as err:

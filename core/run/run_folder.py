@@ -150,14 +150,23 @@ def claim_resume(run_dir) -> Claim:
         raise
 
 
-def check_num_samples(run_dir, num_samples: int) -> None:
+def check_num_samples(run_dir, num_samples: int | None) -> None:
     """Refuse at once (before anything loads or is written) a new total of post-warmup draws
     that cannot extend the run in ``run_dir``: below 1, above the config limit
     (``core.config.limits.MAX_DRAWS``), or not more than it holds when it is finished
-    (fewer than it holds: they would be lost). RunStoreError naming ``--num-samples``."""
+    (fewer than it holds: they would be lost); None (the run's own total) for a finished
+    run. RunStoreError naming ``--num-samples``."""
     from core.config.limits import MAX_DRAWS
 
     n = num_samples
+    if n is None:
+        reader = RunReader(run_dir)
+        if reader.status == "finished":
+            held = reader.progress["draws"]
+            raise RunStoreError(f"{run_dir} is finished with {held} post-warmup draws per chain: nothing to "
+                                f"continue; to extend it give a larger total, e.g. fieldscope resume {run_dir} "
+                                f"--num-samples {2 * held}")
+        return
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_DRAWS:
         raise RunStoreError(f"--num-samples {n}: a run takes 1 to {MAX_DRAWS:,} post-warmup draws per chain "
                             "(the limit of sampler.num_samples)")

@@ -17,7 +17,7 @@ import numpy as np
 from core.io.regular_file import NotRegularFile, open_regular
 from core.store.errors import RunStoreError, write_error
 
-__all__ = ["CHECKPOINT_NAME", "write_checkpoint", "read_checkpoint"]
+__all__ = ["CHECKPOINT_NAME", "write_checkpoint", "read_checkpoint", "check_checkpoint"]
 
 CHECKPOINT_NAME = "checkpoint.npz"
 
@@ -60,6 +60,38 @@ def _write_npz(fh, arrays: dict) -> None:
         for name, value in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+
+
+def check_checkpoint(run_dir) -> None:
+    """Whether RUNDIR/checkpoint.npz, when there is one, can be read: a regular file, a zip
+    whose members' CRC-32 match, a record that parses (streamed: no array is held). Raises
+    RunStoreError naming the file, the fault and what to do; for ``resume``'s checks before
+    TensorFlow loads."""
+    import zipfile
+
+    path = Path(run_dir) / CHECKPOINT_NAME
+    if not os.path.lexists(path):
+        return
+    advice = (f"; the run cannot continue from it. Nothing was changed: the stored draws stay readable "
+              f"(fieldscope summary {run_dir}); start a new run in another folder (fieldscope run CONFIG "
+              "--out NEWDIR)")
+    try:
+        fh = os.fdopen(open_regular(path, follow_symlinks=False), "rb")
+    except NotRegularFile as err:
+        raise RunStoreError(f"{err.strerror} (the checkpoint Fieldscope writes is a regular file){advice}") from None
+    except OSError as err:
+        raise RunStoreError(f"{path}: unreadable checkpoint ({err.strerror or err}){advice}") from None
+    try:
+        with fh, zipfile.ZipFile(fh) as zf:
+            bad = zf.testzip()
+            if bad is not None:
+                raise RunStoreError(f"{path}: damaged checkpoint (member {bad} fails its CRC-32){advice}")
+            with zf.open("__meta__.npy") as member:
+                json.loads(str(np.lib.format.read_array(member, allow_pickle=False)))
+    except RunStoreError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as err:
+        raise RunStoreError(f"{path}: unreadable checkpoint ({err}){advice}") from None
 
 
 def read_checkpoint(run_dir) -> tuple[dict[str, np.ndarray], dict]:

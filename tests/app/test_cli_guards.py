@@ -228,3 +228,50 @@ def test_a_run_whose_chains_do_not_sample_ends_with_a_warning_and_exit_1(tmp_pat
         assert f"warning: chains 0, 1 {'of 2 ' if 'accepted' in needle else ''}{needle}" in out
         assert text.splitlines()[1].startswith("warning: chains 0, 1") and needle in text
     assert RunReader(run_dir).progress["draws"] == 40          # the draws are kept
+
+
+def test_resume_of_a_finished_run_without_num_samples_names_the_option_at_once(tmp_path, capsys):
+    """Nothing to continue: the refusal comes before TensorFlow loads and says how to extend it."""
+    from core.store.run_store import RunStoreWriter
+
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config)
+    write_checkpoint(run_dir, {"state": np.zeros(2)}, {"progress": RunReader(run_dir).progress})
+    writer = RunStoreWriter.reopen(run_dir, RunReader(run_dir).progress)
+    writer.set_status("finished")
+    before = snapshot(run_dir)
+    line = refused(capsys, ["resume", str(run_dir)])
+    assert "is finished with" in line and f"fieldscope resume {run_dir} --num-samples" in line
+    assert snapshot(run_dir) == before
+    assert _no_tensorflow()
+
+
+@pytest.mark.parametrize("damage", ["fifo", "directory", "truncated", "flipped", "link"])
+def test_a_damaged_checkpoint_is_named_before_tensorflow_loads(tmp_path, capsys, damage):
+    """A checkpoint that cannot be read (issue #33: named only after TensorFlow loaded, with no
+    advice): refused at once, naming the file, the store untouched and what to do said."""
+    import os
+
+    config = tiny_case(tmp_path)
+    run_dir = tmp_path / "run"
+    _store_with_draws(run_dir, config)
+    write_checkpoint(run_dir, {"state": np.arange(4096.0)}, {"progress": RunReader(run_dir).progress})
+    path = run_dir / CHECKPOINT_NAME
+    raw = path.read_bytes()
+    if damage in ("fifo", "directory", "link"):
+        path.unlink()
+        {"fifo": os.mkfifo, "directory": os.mkdir,
+         "link": lambda p: os.symlink(tmp_path / "elsewhere.npz", p)}[damage](path)
+        (tmp_path / "elsewhere.npz").write_bytes(raw)
+    elif damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    else:
+        flipped = bytearray(raw)
+        flipped[len(raw) // 2] ^= 0x10                 # inside the array's bytes: its CRC-32 differs
+        path.write_bytes(bytes(flipped))
+    store_before = snapshot(run_dir / STORE_NAME)
+    line = refused(capsys, ["resume", str(run_dir), "--num-samples", "10"])
+    assert str(path) in line and "fieldscope run CONFIG --out NEWDIR" in line
+    assert snapshot(run_dir / STORE_NAME) == store_before
+    assert _no_tensorflow()
