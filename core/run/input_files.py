@@ -13,7 +13,8 @@ store keeps the old observed data (or, for a stored config with an absolute path
 another person's folder, copy that person's file into a shared store). ``accept=True``
 (``fieldscope resume --accept-changed-data``) accepts the change: ``record_accepted``
 stores the new fingerprints and appends the change to the attribute ``input_changes``.
-A store written before fingerprints were kept has none: resume goes on as before.
+A store written before fingerprints were kept has none: its kept observed data are compared
+with what the data file gives now instead (``core.run.stored_data``).
 Files are read through ``core.io.regular_file`` (never a FIFO or a device).
 """
 
@@ -141,7 +142,11 @@ def verify_inputs(run_dir, config, accept: bool = False) -> str | None:
     ``InputsChanged`` naming each changed file (unless ``accept``); returns a note for the
     user (the changes accepted) or None. Reads only."""
     reader = RunReader(run_dir)
-    changes, _ = changed_inputs(reader, config)
+    changes, now = changed_inputs(reader, config)
+    if now is None:       # a store older than the fingerprints: its kept data against the file's now
+        from core.run.stored_data import stored_data_changes
+
+        changes = stored_data_changes(run_dir, config)
     if not changes:
         return None
     if accept:
@@ -156,7 +161,11 @@ def record_accepted(run_dir, config) -> None:
     attribute ``input_changes`` (the caller holds the run's writer lock)."""
     reader = RunReader(run_dir)
     changes, now = changed_inputs(reader, config)
-    if not changes or now is None:
+    if now is None:       # a store older than the fingerprints: record them from now on
+        from core.run.stored_data import stored_data_changes
+
+        changes, now = stored_data_changes(run_dir, config), input_digests(config)
+    if not changes:
         return
     root = open_group(Path(run_dir) / STORE_NAME, "r+")
     history = list(root.attrs.get("input_changes") or [])

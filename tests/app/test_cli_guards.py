@@ -275,3 +275,41 @@ def test_a_damaged_checkpoint_is_named_before_tensorflow_loads(tmp_path, capsys,
     assert str(path) in line and "fieldscope run CONFIG --out NEWDIR" in line
     assert snapshot(run_dir / STORE_NAME) == store_before
     assert _no_tensorflow()
+
+
+def test_a_store_older_than_the_fingerprints_compares_its_kept_data(tmp_path, capsys):
+    """A store without input fingerprints (written before them) keeps its observed data: resume
+    compares it with what the data file gives now (issue #33: a replaced file was sampled, exit
+    0); the same data passes, other data is refused at once, and accepting it records the
+    fingerprints from then on."""
+    from core.config import parse_config
+    from core.io import load_field_inputs
+    from core.run import input_files
+    from core.store.run_store import RunStoreWriter
+
+    config_path = tiny_case(tmp_path)
+    config = parse_config(config_path.read_text(), base_dir=config_path.parent, source=str(config_path))
+    inputs = load_field_inputs(config)
+    mask = np.asarray(inputs.mask, bool) & np.isfinite(inputs.data)
+    run_dir = tmp_path / "run"
+    writer = RunStoreWriter.create(run_dir, config_text=config_path.read_text(), config_dir=config_path.parent,
+                                   model_kind="field", chains=2, num_warmup=3, num_samples=4, thin=1,
+                                   param_names=["index"], grid_shape=inputs.data.shape,
+                                   observed={"data": (["x", "y", "z"], np.where(mask, inputs.data, np.nan)),
+                                             "mask": (["x", "y", "z"], mask)},
+                                   k_centres=np.array([1.0, 2.0]), k_counts=np.array([6, 20]))
+    writer.set_status("stopped")
+    write_checkpoint(run_dir, {"state": np.zeros(2)}, {"progress": RunReader(run_dir).progress})
+    assert "inputs" not in RunReader(run_dir).attrs
+    assert input_files.verify_inputs(run_dir, config) is None            # the same data
+    data = dict(np.load(tmp_path / "tiny_field.npz"))
+    data["data"] = data["data"] * 1.001
+    np.savez(tmp_path / "tiny_field.npz", **data)
+    before = snapshot(run_dir)
+    line = refused(capsys, ["resume", str(run_dir), "--num-samples", "10"])
+    assert "tiny_field.npz: its data differ from the data the run's store kept" in line
+    assert snapshot(run_dir) == before and _no_tensorflow()
+    input_files.record_accepted(run_dir, config)
+    attrs = RunReader(run_dir).attrs
+    assert attrs["inputs"]["data.path"]["sha256"] == input_files.file_digest(tmp_path / "tiny_field.npz")["sha256"]
+    assert input_files.verify_inputs(run_dir, config) is None
