@@ -526,6 +526,7 @@ def _read_config(path: str):
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from core.calibration import CalibrationReader, CalibrationStoreError, PlanError, plan_for_config
+    from core.calibration.plan import check_simulate_with
     from core.calibration.store import STORE_NAME, plan_differences
     from core.run.input_files import model_file_sha256
     from core.store import run_lock
@@ -548,6 +549,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         scheduler = parse_scheduler(args.scheduler) if args.scheduler else None
         # the command's own settings first (they need no file), then the data's
         plan = plan_for_config(config, simulations=args.simulations, draws=args.draws, batch_size=args.batch)
+        check_simulate_with(config, simulate, args.simulate_with)
         shape, problem = resources.data_shape_problem(config)
         if problem is not None:
             raise UserError(problem)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["PlanError", "CalibrationPlan", "make_plan", "plan_for_config", "quantity_names", "fixed_voxels",
-           "MAX_SIMULATIONS", "MAX_DRAWS", "BATCH_ELEMENTS"]
+           "check_simulate_with", "MAX_SIMULATIONS", "MAX_DRAWS", "BATCH_ELEMENTS"]
 
 MAX_SIMULATIONS = 100_000
 MAX_DRAWS = 10_000
@@ -138,3 +138,33 @@ def plan_for_config(config, *, simulations: int, draws: int | None = None,
     s = config.sampler
     return make_plan(simulations=simulations, draws=draws, chains=s.chains, num_samples=s.num_samples,
                      seed=s.seed, n_cells=n_cells, batch_size=batch_size)
+
+
+def _sampled_hyperparameters(config) -> list[str] | None:
+    """The P(k) hyperparameters a field config samples, in the model's order; None where that
+    is not known without building the model (another kind, a model file)."""
+    if config.model.kind != "field" or config.model.file or getattr(config.likelihood, "kind", "") == "python":
+        return None
+    from core.field.power_spectrum import hyperparameter_priors
+
+    return [name for name, prior in hyperparameter_priors(config.prior).items() if not prior.is_fixed]
+
+
+def check_simulate_with(config, simulate, path: str) -> None:
+    """Refuse (PlanError naming ``path``, the --simulate-with config) a simulating config that
+    cannot calibrate ``config`` as far as the configs tell, before TensorFlow loads: another
+    model kind, or other sampled P(k) hyperparameters (the engine checks the rest once the
+    models are built). Nothing to check without one (``simulate`` None)."""
+    if simulate is None:
+        return
+    where = f"{path} (--simulate-with)"
+    if simulate.model.kind != config.model.kind:
+        raise PlanError(f"{where}: simulates the {simulate.model.kind} model, the config samples the "
+                        f"{config.model.kind} model")
+    mine, theirs = _sampled_hyperparameters(config), _sampled_hyperparameters(simulate)
+    if mine is not None and theirs is not None and mine != theirs:
+        def sampled(names):
+            return ", ".join(names) if names else "no parameter (every one is fixed)"
+        raise PlanError(f"{where}: its prior samples {sampled(theirs)}, but the calibrated config's samples "
+                        f"{sampled(mine)}; both must sample the same parameters (each simulation's true "
+                        "values are compared with their posterior)")

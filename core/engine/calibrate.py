@@ -114,7 +114,7 @@ def _simulation_seed(seed: int, index: int) -> tf.Tensor:
 
 
 def _check_same_model(model, sim_model, simulate_config: RunConfig):
-    where = f"{simulate_config.data_path} (--simulate-with)"
+    where = f"the --simulate-with config (its data {simulate_config.data_path})"
     if model.kind != sim_model.kind:
         raise PlanError(f"{where}: simulates the {sim_model.kind} model, the config samples the {model.kind} model")
     if list(sim_model.param_names) != list(model.param_names):

@@ -313,3 +313,29 @@ def test_a_store_older_than_the_fingerprints_compares_its_kept_data(tmp_path, ca
     attrs = RunReader(run_dir).attrs
     assert attrs["inputs"]["data.path"]["sha256"] == input_files.file_digest(tmp_path / "tiny_field.npz")["sha256"]
     assert input_files.verify_inputs(run_dir, config) is None
+
+
+def test_a_simulate_with_config_that_samples_other_parameters_is_named_at_once(tmp_path, capsys):
+    """--simulate-with a config that samples other P(k) hyperparameters (issue #33 item 10: the
+    refusal came after TensorFlow loaded, named the data file and left an empty --out folder)."""
+    import tomllib
+
+    from core.config import config_from_dict, dump_config
+
+    config_path = tiny_case(tmp_path)
+    document = tomllib.loads(config_path.read_text())
+    document["prior"]["index"] = -1.5                       # fixed: samples nothing
+    other = tmp_path / "fixed.toml"
+    other.write_text(dump_config(config_from_dict(document, tmp_path)))
+    out = tmp_path / "cal"
+    line = refused(capsys, ["calibrate", str(config_path), "--simulations", "6", "--simulate-with", str(other),
+                            "--out", str(out)])
+    assert line.startswith(f"fieldscope: {other} (--simulate-with): its prior samples no parameter")
+    assert "the calibrated config's samples index" in line
+    assert not out.exists() and _no_tensorflow()
+    # the same parameters: no refusal from this check
+    from core.calibration.plan import check_simulate_with
+    from core.config import parse_config
+
+    config = parse_config(config_path.read_text(), base_dir=tmp_path)
+    check_simulate_with(config, config, str(config_path))
