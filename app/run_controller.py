@@ -265,17 +265,18 @@ class RunController(QObject):
         """Show the stored run ``reader`` reads; follow it while its writer appends."""
         path = reader.run_dir
         self.run_dir = Path(path)
+        problem = ""
         if self.run_state is not None:
             try:
                 self.run_state.load_from_store(path)
                 self.store_changed.emit()
-            except Exception as exc:
-                self.message.emit(f"live views: {exc}")
+            except Exception as exc:     # a damaged store: said, never hidden behind empty views
+                problem = f"run {path} ({reader.status}) cannot be shown: {exc}"
         progress = reader.progress
         self.last_status = reader.status
-        self.message.emit(
+        self.message.emit(problem or (
             f"run {path}: {reader.status}, {progress.get('warmup_draws', 0)} warmup and "
-            f"{progress.get('draws', 0)} draws per chain recorded")
+            f"{progress.get('draws', 0)} draws per chain recorded"))
         self.stop_watching()
         if reader.status in LIVE_STATUSES and self.run_state is not None:
             if self.writer_gone(path):

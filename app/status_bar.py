@@ -34,12 +34,21 @@ def clock(seconds: float) -> str:
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60:02d}:{rest % 60:02d}"
 
 
+class _Line(QLabel):
+    """The message line: a long message is cut at the bar's width, so its whole text is the
+    tooltip too (a damaged store's message names a chunk file at its end)."""
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        super().setText(text)
+        self.setToolTip(text)
+
+
 class RunStatusBar:
     """See the module docstring; its labels are ``message``, ``phase``, ``progress``, ``rate``,
     ``eta``, ``divergences`` and ``engine``."""
 
     def __init__(self, bar: QStatusBar):
-        self.message = QLabel()
+        self.message = _Line()
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         bar.addWidget(self.message, 1)
         self.phase = QLabel()

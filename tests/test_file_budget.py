@@ -21,7 +21,7 @@ PACKAGES = ("core", "app", "bench")
 BUDGET = 800
 #: today's longer files and their size when the budget was set: ceilings that may only go down
 CEILINGS = {
-    "app/state/run_state.py": 852,
+    "app/state/run_state.py": 851,
     "app/views/volume.py": 811,
     "bench/sampler_efficiency.py": 1024,
     "core/store/run_store.py": 990,

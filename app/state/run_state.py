@@ -359,6 +359,7 @@ class RunState:
         self.pins: dict[tuple, PinnedTrace] = {}
         self._pin_serial = 0
         self._reader: RunReader | None = None
+        self._attach_error = ""             # why the store could not be opened (``_try_attach_store``)
         self._store_seen = {"warmup_draws": 0, "draws": 0, "field_draws": 0, "moment_count": 0}
         self._steps = GrowingBuffer((), np.int64)
         self._stats: dict[str, GrowingBuffer] = {}
@@ -406,8 +407,10 @@ class RunState:
             reader = RunReader(self.run_dir)
             observed = reader.observed_data()
             meta = self.meta_from_reader(reader)
-        except (RunStoreError, KeyError, OSError, ValueError):
-            return False   # being created right now; the next chunk tries again
+        except (RunStoreError, KeyError, OSError, ValueError) as err:   # being created (the next chunk
+            self._attach_error = str(err) or type(err).__name__        # tries again) or damaged
+            return False
+        self._attach_error = ""
         self._reader = reader
         for name in self._provisional:       # the run's own arrays replace the preview's
             self.observed.pop(name, None)
@@ -763,24 +766,20 @@ class RunState:
     # -- stores --------------------------------------------------------------------------
 
     def load_from_store(self, run_dir) -> None:
-        """Show a stored run (finished, stopped, or being written by another process).
-
-        Raises ``core.store.run_store.RunStoreError`` when ``run_dir`` holds no readable store.
-        """
+        """Show a stored run (finished, stopped, or being written by another process). Raises
+        ``RunStoreError`` when ``run_dir`` holds no readable store (or its observed data is damaged)."""
         reader = RunReader(run_dir)
         self.reset(self.meta_from_reader(reader))
         self.source = "store"
         self.refresh_from_store()
+        if self._reader is None and self._attach_error:
+            raise RunStoreError(self._attach_error)
 
     def refresh_from_store(self) -> bool:
-        """Append what the store gained since the last look. Returns whether anything changed.
-
-        The three steps below in one call, in this thread; a window that watches a store
-        runs the read off its GUI thread instead (``app.run_controller``)."""
+        """Append what the store gained since the last look; whether anything changed. In this
+        thread; a window that watches a store reads off its GUI thread (``app.run_controller``)."""
         look = self.store_look()
-        if look is None:
-            return False
-        return self.take_store_update(read_store_update(look))
+        return False if look is None else self.take_store_update(read_store_update(look))
 
     def store_look(self) -> "StoreLook | None":
         """What a look at the store needs to know of this state (a copy: the look may run in

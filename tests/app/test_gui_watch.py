@@ -141,3 +141,26 @@ def test_a_run_written_on_another_machine_is_followed_and_not_taken_over(make_wi
     assert f"delete {lock}" in text
     lock.unlink()                                  # the user knows it ended: Continue is offered
     assert window.runs.resumable_run() == run_dir
+
+
+def test_opening_a_run_whose_observed_data_is_damaged_says_so(make_window, qtbot, tmp_path):
+    """Issue #33: the window showed empty views and "no data yet" for a run whose observed-data
+    chunk was truncated; it now says the run cannot be shown, naming the file (whole in the
+    message line's tooltip)."""
+    import numpy as np
+
+    from core.store.run_store import STORE_NAME, RunStoreWriter
+
+    grid = (6, 5, 4)
+    writer = RunStoreWriter.create(
+        tmp_path / "run", config_text="", model_kind="field", chains=2, num_warmup=2, num_samples=4,
+        thin=1, param_names=["index"], grid_shape=grid, k_centres=[0.1, 0.2], k_counts=[6, 12],
+        observed={"data": (["x", "y", "z"], np.random.default_rng(0).normal(size=grid)),
+                  "mask": (["x", "y", "z"], np.ones(grid, bool))})
+    writer.set_status("finished")
+    chunk = tmp_path / "run" / STORE_NAME / "observed_data" / "data" / "0.0.0"
+    chunk.write_bytes(chunk.read_bytes()[:20])
+    window = make_window(engine=None)
+    window.open_run_dir(tmp_path / "run")
+    text = window.message_label.toolTip()
+    assert "cannot be shown" in text and "observed_data/data/0.0.0" in text

@@ -20,7 +20,7 @@ from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import make_dataset, save_dataset
 from core.run.messages import STAT_NAMES
-from core.store.run_store import ChunkRecord, RunReader, RunStoreError, RunStoreWriter
+from core.store.run_store import STORE_NAME, ChunkRecord, RunReader, RunStoreError, RunStoreWriter
 from support.configs import field_config_text
 from support.runs import fake_run
 
@@ -247,3 +247,22 @@ def test_a_live_state_with_a_store_backfills_a_new_pin(tmp_path):
     np.testing.assert_array_equal(trace.steps, info["kept_steps"][:n])
     expected = np.stack([f[:, 0, 1, 2] for f in info["kept_fields"][:n]], axis=1)
     np.testing.assert_array_equal(trace.values, expected)
+
+
+def test_a_damaged_observed_data_chunk_is_named_when_the_run_is_opened(tmp_path):
+    """Issue #33: the window opened such a run with empty views and said nothing (the state
+    waited for a store "being created"); opening it now names the chunk file."""
+    grid = (6, 5, 4)
+    data = np.random.default_rng(0).normal(size=grid)
+    writer = RunStoreWriter.create(
+        tmp_path / "run", config_text="", model_kind="field", chains=2, num_warmup=20, num_samples=45,
+        thin=3, param_names=["index"], observed={"data": (["x", "y", "z"], data),
+                                                 "mask": (["x", "y", "z"], np.ones(grid, bool))},
+        grid_shape=grid, k_centres=[0.1, 0.2, 0.3], k_counts=[6, 12, 20])
+    writer.set_status("finished")
+    RunState().load_from_store(tmp_path / "run")                 # whole: opens
+    chunk = tmp_path / "run" / STORE_NAME / "observed_data" / "data" / "0.0.0"
+    raw = chunk.read_bytes()
+    chunk.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(RunStoreError, match="observed_data/data"):
+        RunState().load_from_store(tmp_path / "run")
