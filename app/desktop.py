@@ -164,7 +164,12 @@ def install(home: Path | None = None, command: list[str] | None = None) -> Deskt
             # whole or not at all, a link at the target replaced and never written through
             write_atomic(target, data)
         except OSError as exc:
-            raise DesktopError(f"{target}: cannot write: {exc.strerror or exc}") from None
+            parent = next((p for p in target.parents if p.exists() or p.is_symlink()), None)
+            why = (f"{parent} is not a folder" if parent is not None and not parent.is_dir()
+                   else exc.strerror or str(exc))
+            raise DesktopError(f"{target}: cannot write: {why}; {len(done.files)} of {len(files)} files were "
+                               f"written. Fix that (or set XDG_DATA_HOME), then run fieldscope install-desktop "
+                               "again, or fieldscope install-desktop --uninstall to remove them") from None
         done.files.append(target)
     _refresh_caches(home, done)
     return done

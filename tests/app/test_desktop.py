@@ -180,6 +180,9 @@ def test_install_desktop_into_an_unusable_folder_is_one_line(tmp_path, monkeypat
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"fieldscope: {blocker / 'applications'}") and "cannot write" in err
     assert "\n" not in err
+    # what is wrong and what to do (issue #33: the reason was a bare "Not a directory")
+    assert f"{blocker} is not a folder" in err and "0 of 8 files were written" in err
+    assert "run fieldscope install-desktop again" in err
 
 
 def test_exec_falls_back_to_python_dash_m_app(tmp_path):
