@@ -482,15 +482,6 @@ def _read_array(path: str, name):
         return None, None, str(exc)
 
 
-def _with_nonfinite_masked(arr, mask):
-    """``mask`` (None: all observed) less the voxels whose data are NaN or infinite, which a
-    run masks whatever the mask says (``core.field.observations``); None when all are observed."""
-    finite = np.isfinite(arr) if arr.dtype.kind == "f" else None
-    if finite is None or finite.all():
-        return mask
-    return finite if mask is None else np.asarray(mask, bool) & finite
-
-
 def _read_inputs(path: str, name, config, before=None):
     """(LoadedArray, ArrayStats, "", DataPreview or None) or (None, None, message, None):
     the data array (``before``: (LoadedArray, ArrayStats) already read, not read again)
@@ -498,6 +489,7 @@ def _read_inputs(path: str, name, config, before=None):
     as a run would read them. A mask or noise map that cannot be read is a note of the
     preview, which then shows the data alone. Runs in either thread."""
     from core import io as loaders
+    from core.field.observations import with_nonfinite_masked
 
     if before is None:
         loaded, stats, error = _read_array(path, name)
@@ -518,7 +510,7 @@ def _read_inputs(path: str, name, config, before=None):
         except loaders.LoadError as exc:
             notes.append(f"mask and noise not shown: {exc}")
         else:
-            mask, truth = _with_nonfinite_masked(arr, inputs.mask), inputs.truth
+            mask, truth = with_nonfinite_masked(arr, inputs.mask), inputs.truth
             if config.likelihood is None or config.likelihood.kind == "gaussian":
                 if inputs.noise_map is not None:
                     noise = inputs.noise_map

@@ -67,6 +67,7 @@ from core.field.mask_tools import (
     mask_path_for,
     save_mask,
 )
+from core.field.observations import with_nonfinite_masked
 from core.io.field_inputs import load_field_inputs, load_reference
 
 __all__ = ["MaskEditor", "MaskInputs", "read_mask_inputs"]
@@ -118,11 +119,10 @@ def read_mask_inputs(document: dict, base_dir) -> MaskInputs:
             notes.append(f"The current mask is not used: {exc}")
     if data is None:
         data = load_field_inputs(config()).data
-    finite = np.isfinite(data)
-    if not finite.all():       # a run masks them whatever the mask says (core.field.observations)
-        mask = finite if mask is None else mask & finite
-        notes.append(f"{int(finite.size - np.count_nonzero(finite))} voxels whose data are NaN or "
-                     "infinite are masked, as a run masks them.")
+    n_nonfinite = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+    if n_nonfinite:            # a run masks them whatever the mask says
+        mask = with_nonfinite_masked(data, mask)
+        notes.append(f"{n_nonfinite} voxels whose data are NaN or infinite are masked, as a run masks them.")
     noise = None
     if table.get("noise_map"):
         try:

@@ -24,10 +24,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Observations", "LIKELIHOOD_KINDS"]
+__all__ = ["Observations", "LIKELIHOOD_KINDS", "with_nonfinite_masked"]
 
 LIKELIHOOD_KINDS = ("gaussian", "poisson_lognormal", "python")
 
+
+def with_nonfinite_masked(data, mask):
+    """``mask`` (bool, True = observed; None: all observed) less the voxels whose ``data`` are
+    NaN or infinite, which a run masks whatever the mask says (``Observations``); None when
+    ``mask`` is None and every voxel is finite. For what a window or a check shows before a run."""
+    arr = np.asarray(data)
+    finite = np.isfinite(arr) if arr.dtype.kind in "fc" else None
+    if finite is None or finite.all():
+        return mask
+    return finite if mask is None else np.asarray(mask, bool) & finite
 
 @dataclass(frozen=True)
 class Observations:

@@ -29,11 +29,13 @@ def _same(kept: np.ndarray, now: np.ndarray) -> bool:
 
 
 def _field_now(config) -> dict[str, np.ndarray]:
+    from core.field.observations import with_nonfinite_masked
     from core.io import load_field_inputs
 
     inputs = load_field_inputs(config)
     data = np.asarray(inputs.data, float)
-    mask = np.isfinite(data) if inputs.mask is None else np.asarray(inputs.mask, bool) & np.isfinite(data)
+    mask = with_nonfinite_masked(data, inputs.mask)
+    mask = np.ones(data.shape, bool) if mask is None else np.asarray(mask, bool)
     return {"data": np.where(mask, data, np.nan), "mask": mask}
 
 

@@ -184,17 +184,25 @@ def records_of(events, info):
     return out
 
 
+def _field_store(run_dir, grid, status, data=None):
+    """A field run's store (20 warmup, 45 draws, 2 chains) with observed ``data`` (default: a
+    seeded normal field) and no chunk yet."""
+    data = np.random.default_rng(0).normal(size=grid) if data is None else data
+    writer = RunStoreWriter.create(
+        run_dir, config_text="", model_kind="field", chains=2, num_warmup=20, num_samples=45,
+        thin=3, param_names=["index"], observed={"data": (["x", "y", "z"], data),
+                                                 "mask": (["x", "y", "z"], np.ones(grid, bool))},
+        grid_shape=grid, k_centres=[0.1, 0.2, 0.3], k_counts=[6, 12, 20])
+    writer.set_status(status)
+    return writer
+
+
 def test_refresh_from_store_follows_chunk_by_chunk(tmp_path):
     grid = (6, 5, 4)
     events, info = fake_run(num_warmup=20, num_samples=45, chunk_size=8, thin=3, grid=grid,
                             param_names=("index",))
     data = np.random.default_rng(0).normal(size=grid)
-    writer = RunStoreWriter.create(
-        tmp_path / "run", config_text="", model_kind="field", chains=2, num_warmup=20, num_samples=45,
-        thin=3, param_names=["index"], observed={"data": (["x", "y", "z"], data),
-                                                 "mask": (["x", "y", "z"], np.ones(grid, bool))},
-        grid_shape=grid, k_centres=[0.1, 0.2, 0.3], k_counts=[6, 12, 20])
-    writer.set_status("running")
+    writer = _field_store(tmp_path / "run", grid, "running", data)
     state = RunState()
     state.load_from_store(tmp_path / "run")
     assert state.n_steps == 0 and state.status == "running"
@@ -252,14 +260,7 @@ def test_a_live_state_with_a_store_backfills_a_new_pin(tmp_path):
 def test_a_damaged_observed_data_chunk_is_named_when_the_run_is_opened(tmp_path):
     """Issue #33: the window opened such a run with empty views and said nothing (the state
     waited for a store "being created"); opening it now names the chunk file."""
-    grid = (6, 5, 4)
-    data = np.random.default_rng(0).normal(size=grid)
-    writer = RunStoreWriter.create(
-        tmp_path / "run", config_text="", model_kind="field", chains=2, num_warmup=20, num_samples=45,
-        thin=3, param_names=["index"], observed={"data": (["x", "y", "z"], data),
-                                                 "mask": (["x", "y", "z"], np.ones(grid, bool))},
-        grid_shape=grid, k_centres=[0.1, 0.2, 0.3], k_counts=[6, 12, 20])
-    writer.set_status("finished")
+    _field_store(tmp_path / "run", (6, 5, 4), "finished")
     RunState().load_from_store(tmp_path / "run")                 # whole: opens
     chunk = tmp_path / "run" / STORE_NAME / "observed_data" / "data" / "0.0.0"
     raw = chunk.read_bytes()
