@@ -104,6 +104,17 @@ def round_to_error(value: float, error: float) -> float:
     return float(round(value, digits))
 
 
+def fitted_text(fit, name: str) -> str:
+    """``name = x ± sd``, or for a positive hyperparameter known to worse than 10 %
+    ``x +up −down`` (``FitResult.interval``: its error is symmetric in log x)."""
+    x, sd = fit.values[name], fit.errors[name]
+    low, high = fit.interval(name)
+    label = HYPER_LABELS.get(name, name)
+    if math.isfinite(sd) and high - x > 1.1 * (x - low):
+        return f"{label} = {_g(x)} +{_g(high - x, 2)} −{_g(x - low, 2)}"
+    return f"{label} = {_g(x)} ± {_g(sd, 2)}"
+
+
 class _HyperEditor(QGroupBox):
     """One hyperparameter: fixed value, or sampled from dist(loc, scale | low, high)."""
 
@@ -353,8 +364,7 @@ class PriorPanel(SetupPanel):
             self.fit_curve.setData([], [])
             self._update_fit_button()
             return
-        parts = [f"{HYPER_LABELS.get(n, n)} = {_g(fit.values[n])} ± {_g(fit.errors[n], 2)}"
-                 for n in fit.names]
+        parts = [fitted_text(fit, n) for n in fit.names]
         noise = (f"noise sd fitted: {fit.noise_sigma:.6g} ± {_g(fit.noise_sigma_error, 2)} "
                  f"(rms over the observed voxels)" if fit.noise_fitted
                  else f"noise sd held at {fit.noise_sigma:.6g} (rms over the observed voxels)")

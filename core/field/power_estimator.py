@@ -41,6 +41,21 @@ Cross power: P_ab = (1 / c) sum w (V / N^2) Re(X_a conj X_b), with the correlati
 coefficient r = P_ab / sqrt(P_aa P_bb).
 
 Empty shells (c = 0) give NaN for k and power and inf for the relative error.
+
+Under a mask
+------------
+The data's shell power is that of the zero-filled field m (d - dbar) divided by f = mean(m)
+(``masked_data_field``). Its mean for a Gaussian field of per-mode power P (``power`` on the
+half grid) is exact on the periodic grid (``masked_mean_power``):
+
+    E |DFT(m s)(q)|^2 = (1 / N^2) sum_k E |DFT(s)(k)|^2 |DFT(m)(q - k)|^2,
+
+one FFT pair (the mask's autocorrelation times the correlation function of P). Its spread is
+not 2 P^2 / (f c) per shell alone: the window couples modes, so shells share fluctuations (a
+slab's or a hole's hard edges move the high-power low-k modes' fluctuations into every shell
+above), and no formula short of sums over pairs of modes gives it. ``mock_shell_powers`` draws
+it: Gaussian fields of the given P plus white noise of the given per-voxel sd, masked and
+mean-subtracted as the data are, measured with this estimator.
 """
 
 from __future__ import annotations
@@ -61,6 +76,8 @@ __all__ = [
     "relative_error",
     "ExpectedShellPower",
     "expected_shell_power",
+    "masked_mean_power",
+    "mock_shell_powers",
 ]
 
 
@@ -255,3 +272,72 @@ def masked_data_field(data, mask=None) -> tuple[np.ndarray, float]:
         return np.zeros(data.shape), 0.0
     filled = np.where(observed, data - data[observed].mean(), 0.0)
     return filled, fraction
+
+
+def masked_mean_power(power, mask, grid: Grid, edges=None) -> np.ndarray:
+    """The exact mean of ``measure_power(m delta).power / f`` (m the 0/1 ``mask``, f its
+    mean) for a Gaussian field delta of per-mode power ``power`` (half grid, ``grid.half_shape``;
+    k = 0 ignored) on the periodic grid (module docstring): per shell,
+    (1 / c) sum_q w_q FFT(IFFT(P) A)_q / (N f), A = IFFT(|DFT(m)|^2) the mask's
+    autocorrelation. The field's mean is not subtracted (that changes the lowest shells by
+    terms of order |W(q)|^2, ignored). NaN for an empty shell."""
+    m = np.asarray(mask, dtype=np.float64)
+    fraction = float(m.mean())
+    if fraction <= 0.0:
+        raise ValueError("mask: no observed voxel")
+    shells = _Shells(grid, edges)
+    p = np.array(power, dtype=np.float64).reshape(grid.half_shape)
+    p[0, 0, 0] = 0.0
+    axes = (0, 1, 2)
+    autocorrelation = np.fft.irfftn(np.abs(np.fft.rfftn(m)) ** 2, s=grid.shape, axes=axes)
+    xi = np.fft.irfftn(p, s=grid.shape, axes=axes)
+    per_mode = np.fft.rfftn(xi * autocorrelation, axes=axes).real / (grid.n_cells * fraction)
+    return shells.average(per_mode.reshape(1, -1))[0]
+
+
+def mock_shell_powers(power, noise_sd, mask, grid: Grid, n: int, rng, edges=None,
+                      batch: int = 16) -> np.ndarray:
+    """``n`` draws of the shell power the data's P(k) shows, ``measure_power(
+    masked_data_field(d, mask)).power / f``, for d = s + e: s a Gaussian field of per-mode
+    power ``power`` (half grid; the beam included, if any), e white noise of per-voxel sd
+    ``noise_sd`` (a number or a grid-shaped map). ``rng`` a numpy Generator. Returns
+    (n, n_bins), NaN for an empty shell. In single precision (a spread, not a mean, is wanted
+    from them) unless the power is too large for it; a noise sd that is the same on every
+    observed voxel is drawn with the signal (one white field per draw)."""
+    import scipy.fft as sfft
+    from scipy.sparse import csr_matrix
+
+    m = np.asarray(mask, dtype=bool)
+    observed = int(m.sum())
+    if observed == 0:
+        raise ValueError("mask: no observed voxel")
+    shells = _Shells(grid, edges)
+    sd = np.broadcast_to(np.asarray(noise_sd, np.float64), grid.shape)
+    uniform = bool(np.all(sd[m] == sd[m].flat[0]))
+    p = np.maximum(np.asarray(power, np.float64).reshape(grid.half_shape), 0.0)
+    if uniform:
+        p = p + float(sd[m].flat[0]) ** 2 * grid.cell_volume      # white noise's power
+    amplitude = np.sqrt(p * (grid.n_cells / grid.volume))
+    amplitude[0, 0, 0] = 0.0
+    dtype = np.float32 if amplitude.max(initial=0.0) < 1e15 else np.float64
+    amplitude, weight = amplitude.astype(dtype), m.astype(dtype)
+    sd = None if uniform else sd.astype(dtype)
+    # shell sums as one sparse product: (H, n_bins), w / c of each half-grid mode's shell
+    norm = grid.volume / grid.n_cells ** 2 / (observed / m.size)
+    rows = np.flatnonzero(shells.in_shell)
+    values = norm * shells.weight / np.maximum(shells.counts, 1)[shells.index]
+    summing = csr_matrix((values, (rows, shells.index)), shape=(grid.n_half_modes, shells.n_bins))
+    axes = (1, 2, 3)
+    out = []
+    for start in range(0, int(n), batch):
+        b = min(batch, int(n) - start)
+        d = sfft.irfftn(sfft.rfftn(rng.standard_normal((b,) + grid.shape, dtype=dtype),
+                                   axes=axes) * amplitude, s=grid.shape, axes=axes)
+        if sd is not None:
+            d += sd * rng.standard_normal((b,) + grid.shape, dtype=dtype)
+        mean = d.reshape(b, -1) @ weight.ravel() / observed
+        d = (d - mean.astype(dtype)[:, None, None, None]) * weight
+        spectra = sfft.rfftn(d, axes=axes).reshape(b, -1)
+        out.append(np.asarray(summing.T @ (spectra.real ** 2 + spectra.imag ** 2).T).T)
+    powers = np.concatenate(out) if out else np.zeros((0, shells.n_bins))
+    return np.where(shells.counts > 0, powers, np.nan)

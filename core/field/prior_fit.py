@@ -3,93 +3,68 @@
 numpy / scipy only. Conventions: those of ``core.field.grid`` and ``core.field.power_spectrum``
 (angular k, P in unit^3, <|DFT(delta)_k|^2> = P(k) N^2 / V); the data's shell power is
 measured with ``core.field.power_estimator.measure_power``, the estimator every view uses.
+``fit_power_spectrum`` fits one family, ``fit_families`` every one and chooses by the BIC;
+``noise="fit"`` fits the white-noise power jointly, ``noise="given"`` holds it.
 
-Use: ``fit_power_spectrum(observations, grid, kind, k_pivot)`` fits one family;
-``fit_families(observations, grid, k_pivot)`` fits every parametric family and chooses one
-by the Bayesian information criterion. ``noise="fit"`` fits the white-noise power jointly
-(the noise level the observations carry is then only a start); ``noise="given"`` holds it.
+The data: d = B s + n on the observed voxels (mask m, f = mean(m)), B the optional beam
+exp(-(k R_b)^2 / 2), n white noise of sd sigma_i. The field measured is m (d - dbar); its
+shell power over f is x_i for shell i of c_i full-grid modes. Its mean:
 
-What is measured
-----------------
-Gaussian likelihood, d = B s + n on the observed voxels (mask m, observed fraction
-f = mean(m)), B the optional beam exp(-(k R_b)^2 / 2), n white noise of sd sigma_i. The
-field measured is m (d - dbar) (observed voxels minus their mean, masked voxels 0); its shell
-power divided by f is x_i for shell i of c_i full-grid modes.
+    mu_i = <B^2 P(k; theta)>_i + sum_j (M - 1)_ij <B^2 P(k; theta)>_j + delta_i + N
 
-The mean of x_i
----------------
-    mu_i = <B^2 P(k; theta)>_shell i + sum_j (M - 1)_ij <B^2 P(k; theta)>_shell j + N
+<.>_i the exact average over the shell's modes; N = <sigma_i^2>_observed V / N_cells (white
+noise on the observed voxels stays white). M is the mask's mixing of shells (``mask_mixing``,
+exact on the periodic grid for P constant within each shell): the power a slab's or a hole's
+hard edges move from the high-power low-k shells into every other one, and the flat floor of
+scattered voxels. Where P falls steeply across a shell (a cutoff) its near side leaks more:
+delta_i, the exact mean (``masked_mean_power``) less the mixing model's, is computed at the
+fit and held while refitting (``LEAK_ITERATIONS`` times): the mean is exact at the fit.
+Without a mask M = 1, delta = 0. Grids above ``MIXING_MAX_CELLS`` use a flat floor instead, (1 - w) <B^2 P>_i
++ w <B^2 P>, w = ``mask_floor``: right for scattered voxels, blind to the leak.
 
-<.>_shell the exact mode average over the shell's modes. N = <sigma_i^2>_observed V / N_cells
-is the white noise's power (exact under any mask: a white field restricted to the observed
-voxels stays white). M is the mask's mixing of shells (``mask_mixing``): M_ij is the mean of
-x_i for a field whose P is 1 on shell j and 0 elsewhere, computed exactly on the periodic
-grid as E|DFT(m s)(q)|^2 = (1 / N_cells^2) sum_k E|DFT(s)(k)|^2 |DFT(m)(q - k)|^2, by FFTs
-(a pair per shell; cached per mask). It carries everything a mask does to the mean: the
-power a slab or a hole's hard edges move from the high-power low-k shells into every other
-one (the leak that, unmodelled, reads as extra noise or signal at high k), and the flat floor
-of scattered voxels. The approximation: P constant within each shell j for the leak (the own
-shell is exact). Without a mask M = 1. Grids above ``MIXING_MAX_CELLS`` use a flat-floor
-model instead, (1 - w) <B^2 P>_i + w <B^2 P> with w = ``mask_floor`` (the flat share of
-the window, from its median at high k): right for scattered voxels, blind to the leak.
+The fit: a shell of c Gaussian modes has a power mu chi^2_c / c; a mask leaves about
+n_i = f c_i independent modes (the FKP factor). Each x_i is taken as Gamma(shape n_i / 2,
+mean mu_i), so -log L(theta, N) = sum_i (n_i / 2) (log mu_i + x_i / mu_i) + const over every
+non-empty shell (the noise-dominated ones pin N; none is dropped by a threshold). theta is
+log x for a positive hyperparameter, x for a finite one, x >= 0 (a bound) for a non-negative
+one (the family's rules in ``SPECTRA``), and log N when the noise is fitted. Several starts
+(indices and cutoff scales spanning the data's k range, and the caller's; the amplitude
+matched to the data at each), the best kept; each a trust-region least-squares fit of the
+deviance residuals r_i = sign(x_i - mu_i) sqrt(n_i (x_i / mu_i - 1 - log(x_i / mu_i))).
 
-The spread of x_i: a gamma likelihood
--------------------------------------
-A shell of c Gaussian modes has a power that is mu chi^2_c / c (``power_estimator``); the
-mask leaves about n_i = f c_i independent modes (the zero-filled field's modes are
-correlated over the window's width; for a 0/1 mask <m^4> / <m^2>^2 = 1 / f, the FKP factor).
-So each x_i is modelled as Gamma(shape n_i / 2, mean mu_i), variance 2 mu_i^2 / n_i, and
+The errors: without a mask the shells are independent and the gamma likelihood exact:
+cov = F^-1, F_ab = sum_i (n_i / 2) d_a log mu_i d_b log mu_i the Fisher information. Under a
+mask the shells are not independent: the window couples neighbours, and the fluctuations of
+the few high-power low-k modes leak into every shell above (under a slab or a hole, shells
+where the leak is a good part of the power scatter up to 1.5 times more than n_i says, and
+together), so F^-1 is too small. The errors are then the sandwich F^-1 Cov(g) F^-1, g =
+sum_i (n_i / 2) (x_i - mu_i) / mu_i^2 d mu_i / dtheta the score, its covariance over ``MOCKS``
+mock data sets at the fit (``mock_shell_powers``; seeded by the data, so a fit repeats), good
+to 1 / sqrt(2 (MOCKS - 1)) = 7 %; above ``MOCK_MAX_CELLS`` cells F^-1, and the message says so.
+N is marginalised; an error is inf in a null direction of F (a cutoff scale fitted at 0). A
+positive x's error is x sd(log x), its likelihood near Gaussian in log x: ``FitResult.interval``
+gives x ×/÷ exp(sd(log x)) (a symmetric ± understates the low side).
 
-    -log L(theta, N) = sum_i (n_i / 2) (log mu_i + x_i / mu_i)  + const
+The flag: chi^2 is the deviance sum r_i^2 (the likelihood-ratio chi^2; Pearson's for many
+modes, without the few-mode shells' long tails), dof = shells - fitted parameters. A fit is
+FLAGGED when chi^2 / dof > 1.5 and its chance is below 1e-3: the family does not describe the
+data's P(k) within the modes' scatter (a wrong shape, the noise level wrong so that leftover
+or missing noise at high k reads as signal, or a mask / beam not described). A flagged fit's
+numbers are not estimates of anything; the Prior panel does not use one as prior centres
+without the user's word. With the noise given, a flagged fit is refitted with the noise free;
+when that one is not flagged, the message says the noise level is the likely cause. A fit
+that improves -2 log L over the noise alone by less than the 1e-3 quantile of chi^2 (as many
+dof as hyperparameters) is refused (``PriorFitError``): no signal above the noise.
 
-summed over every non-empty shell: the noise-dominated shells are kept (they pin N, and a
-family that puts power there pays for it), none is dropped by an ad hoc threshold. The
-weights are no choice: they are the number of modes.
-
-The fit and its errors
-----------------------
-The fit moves in theta: log x for a hyperparameter the family declares positive, x for a
-finite one, x >= 0 (a bound) for a non-negative one (read from the family's rules in
-``SPECTRA``, so every family is handled alike), and log N when the noise is fitted. It starts
-from several points (a grid of indices and cutoff scales spanning the data's k range, and the
-caller's start; the amplitude matched to the data at each) and keeps the best. Each start is
-a trust-region least-squares fit of the deviance residuals
-r_i = sign(x_i - mu_i) sqrt(n_i (x_i / mu_i - 1 - log(x_i / mu_i))), whose sum of squares is
--2 log L up to a constant: the maximum-likelihood fit, with the bounds. cov = F^-1, F the Fisher information (the
-expected Hessian of -log L at the optimum): F_ab = sum_i (n_i / 2) d_a log mu_i d_b log mu_i;
-the hyperparameters' covariance is D cov D, D = diag(dx / dtheta), with N marginalised. An
-error is inf where the data do not constrain a hyperparameter (a null direction of F, e.g. a
-cutoff scale fitted at 0).
-
-Goodness of fit, and the flag
------------------------------
-chi^2 is the deviance, 2 sum_i (n_i / 2) (x_i / mu_i - 1 - log(x_i / mu_i)) over the shells
-used (the likelihood-ratio chi^2 against a saturated model; for many modes it is Pearson's
-sum (x_i - mu_i)^2 / (2 mu_i^2 / n_i), and unlike Pearson's it is not thrown by the few-mode
-shells' long tails), dof = shells - fitted parameters (the noise included when fitted). A fit is FLAGGED when chi^2 / dof > 1.5 and its
-chance under the model is below 1e-3: the family does not describe the data's P(k) within
-the errors of the modes (wrong shape, the noise level wrong, so that leftover or missing noise
-at high k is read as signal, or a mask / beam not described). A flagged fit's numbers are not
-estimates of anything; the Prior panel does not use one as prior centres without the user's
-word. With the noise given, a flagged fit is refitted with the noise free; when that one is
-not flagged, the message says the noise level is the likely cause and what the data prefer.
-
-A signal must be detected: when the fit improves -2 log L over the noise alone by less than
-the 1e-3 quantile of chi^2 with as many degrees of freedom as hyperparameters, the fit is
-refused (``PriorFitError``): there is nothing in the data's P(k) above the noise to fit.
-
-The data's P(k) as shown: P_data,i = (x_i - N - leak_i) / (d_i <B^2>_shell i), d_i the share
-of its own power shell i keeps under the mask (1 + M_ii; 1 - w with the flat-floor model),
-leak_i what the fit says it receives from the other shells; its sd
-mu_i sqrt(2 / n_i) / (d_i <B^2>_shell i). Where the leak or the noise dominates, P_data is
-noise around 0 (a shell below 2 sd is drawn hollow in the Prior panel).
-
-Poisson counts are refused: their power is that of exp(s) - 1 plus shot noise, not P(k)
-of the field s, and undoing the log-normal transform is not attempted here.
+The data's P(k) as shown: P_data,i = (x_i - N - leak_i) / (d_i <B^2>_i), d_i the share of its
+own power shell i keeps (1 + M_ii; 1 - w), leak_i what it receives from the others by the fit;
+its sd that of x_i over the mocks (else mu_i sqrt(2 / n_i)) over d_i <B^2>_i. Poisson counts
+are refused: their power is that of exp(s) - 1 plus shot noise.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -102,7 +77,7 @@ from scipy.stats import chi2 as chi2_distribution
 from core.field.grid import Grid
 from core.field.mask_mixing import MIXING_MAX_CELLS, mask_floor, mask_mixing
 from core.field.observations import Observations
-from core.field.power_estimator import masked_data_field, measure_power
+from core.field.power_estimator import masked_data_field, masked_mean_power, measure_power, mock_shell_powers
 from core.field.power_spectrum import SPECTRA, PowerSpectrum, spectrum_from_config
 
 __all__ = ["FitResult", "FamilyChoice", "PriorFitError", "fit_power_spectrum", "fit_families",
@@ -116,6 +91,12 @@ FLAG_RATIO = 1.5
 FLAG_P_VALUE = 1e-3
 #: a signal is detected when -2 log L improves over the noise alone beyond this chance
 DETECTION_P_VALUE = 1e-3
+#: mock data sets drawn for the errors under a mask (module docstring) ...
+MOCKS = 100
+#: ... on grids up to this many cells (beyond, the Fisher errors, and the message says so)
+MOCK_MAX_CELLS = 64 ** 3
+#: refits with the within-shell leak correction (module docstring)
+LEAK_ITERATIONS = 2
 
 
 class PriorFitError(ValueError):
@@ -136,7 +117,7 @@ class FitResult:
     k, counts           every shell's mode-averaged k and full-grid mode count
     power               the data's P(k) per shell, noise, mask floor and beam removed
                         (P_data of the module docstring); NaN where empty
-    power_error         its sd (from the fitted mean)
+    power_error         its sd (over the mocks; else from the fitted mean)
     used                bool per shell: the shells in the likelihood (every non-empty one)
     noise_power         N (unit^3): fitted or given; noise_power_error its sd (0 when given)
     noise_sigma         sqrt(N / cell volume): the noise sd N stands for (the rms sd of the
@@ -151,7 +132,9 @@ class FitResult:
     flagged             chi^2 / dof far above 1 (module docstring): not to be used unasked
     warning             "" or what the flag means for this fit, in one paragraph
     starts              (starting points tried, how many reached the best -log L within 0.5)
-    message             one line: shells used, mask floor, what is not constrained
+    message             one line: shells used, mask floor, what is not constrained, the errors
+    mocks               mock data sets the errors (and power_error) are from; 0: the Fisher
+                        information (exact without a mask)
     """
 
     kind: str
@@ -185,10 +168,18 @@ class FitResult:
     warning: str
     starts: tuple[int, int]
     message: str
+    mocks: int = 0
 
     @property
     def chi2_per_dof(self) -> float:
         return self.chi2 / self.dof if self.dof > 0 else math.nan
+
+    def interval(self, name: str) -> tuple[float, float]:
+        """One sd: x ×/÷ exp(sd(log x)) for a positive x (module docstring), else x ± sd."""
+        x, sd = self.values[name], self.errors[name]
+        if self.coordinates[self.names.index(name)] == "log" and math.isfinite(sd) and x > 0:
+            return x * math.exp(-sd / x), x * math.exp(sd / x)
+        return x - sd, x + sd
 
 
 @dataclass(frozen=True)
@@ -290,6 +281,10 @@ class _Shells:
     floor: float
     mixing: np.ndarray | None    # M - 1, or None (the flat-floor model)
     noise_power: float       # from the observations (the start when fitted)
+    observed: np.ndarray     # the mask the field was measured with
+    noise_sd: np.ndarray     # the observations' per-voxel noise sd
+    edges: np.ndarray
+    beam_scale: float | None
 
 
 def _measure(observations: Observations, grid: Grid, edges) -> _Shells:
@@ -312,37 +307,42 @@ def _measure(observations: Observations, grid: Grid, edges) -> _Shells:
     masked = fraction < 1.0
     mixing = (mask_mixing(observations.mask, grid, edges)
               if masked and grid.n_cells <= MIXING_MAX_CELLS else None)
+    observed = np.isfinite(observations.data) & observations.mask
     return _Shells(grid, _ShellModel(grid, edges, observations.smoothing_scale), measured.k,
                    counts, np.where(used, x, np.nan), half_modes, used, fraction,
-                   mask_floor(observations.mask, grid) if masked else 0.0, mixing, noise_power)
+                   mask_floor(observations.mask, grid) if masked else 0.0, mixing, noise_power,
+                   observed, observations.noise, edges, observations.smoothing_scale)
 
 
 def fit_power_spectrum(observations: Observations, grid: Grid, kind: str, k_pivot: float, *,
                        start: Mapping[str, float] | None = None,
                        fixed: Mapping[str, float] | None = None, edges=None,
-                       noise: str = "given") -> FitResult:
+                       noise: str = "given", mocks: int | None = None) -> FitResult:
     """Fit family ``kind``'s hyperparameters to the data's P(k) (module docstring).
 
     ``k_pivot`` is the family's fixed pivot; ``start`` optional starting values ({name: x},
     e.g. the config's current centres; tried besides the fit's own starts); ``fixed``
     hyperparameters held at the given values (the others are fitted); ``edges`` the shells
     (default ``grid.shell_edges()``); ``noise`` "given" (N from the observations' noise) or
-    "fit" (N fitted jointly). Raises ``PriorFitError`` for a likelihood or family this fit
-    cannot handle, for too few shells and for data with no signal above the noise.
+    "fit" (N fitted jointly); ``mocks`` the mock data sets for the errors under a mask
+    (default ``MOCKS`` on grids up to ``MOCK_MAX_CELLS``, else 0: the Fisher errors). Raises
+    ``PriorFitError`` for a likelihood or family this fit cannot handle, for too few shells and
+    for data with no signal above the noise.
     """
     if noise not in NOISE_MODES:
         raise PriorFitError(f"noise = {noise!r}: must be one of {', '.join(NOISE_MODES)}")
     _check_family(kind, fixed)
     shells = _measure(observations, grid, edges)
-    return _fit(shells, kind, k_pivot, start, fixed, noise)
+    return _fit(shells, kind, k_pivot, start, fixed, noise, mocks)
 
 
 def fit_families(observations: Observations, grid: Grid, k_pivot: float, *,
                  kinds=None, start: Mapping[str, Mapping[str, float]] | None = None,
-                 edges=None, noise: str = "given") -> FamilyChoice:
+                 edges=None, noise: str = "given", mocks: int | None = None) -> FamilyChoice:
     """Fit every family in ``kinds`` (default ``fittable_families()``) and choose the one of
-    lowest BIC. ``start`` {kind: {name: x}} optional starts per family. A family that cannot
-    be fitted is listed in ``failures``; ``PriorFitError`` when none can (its message)."""
+    lowest BIC. ``start`` {kind: {name: x}} optional starts per family; the other arguments
+    as ``fit_power_spectrum``'s. A family that cannot be fitted is listed in ``failures``;
+    ``PriorFitError`` when none can (its message)."""
     if noise not in NOISE_MODES:
         raise PriorFitError(f"noise = {noise!r}: must be one of {', '.join(NOISE_MODES)}")
     kinds = tuple(fittable_families() if kinds is None else kinds)
@@ -352,7 +352,7 @@ def fit_families(observations: Observations, grid: Grid, k_pivot: float, *,
     fits, failures = {}, {}
     for kind in kinds:
         try:
-            fits[kind] = _fit(shells, kind, k_pivot, (start or {}).get(kind), None, noise)
+            fits[kind] = _fit(shells, kind, k_pivot, (start or {}).get(kind), None, noise, mocks)
         except PriorFitError as exc:
             failures[kind] = str(exc)
     if not fits:
@@ -398,6 +398,16 @@ class _Likelihood:
         self.used = shells.used
         self.a = shells.half_modes[self.used]
         self.x = shells.x[self.used]
+        self.correction = 0.0             # the within-shell leak correction (module docstring)
+
+    def power_half(self, theta) -> np.ndarray:
+        """B^2 P(|k|) of the signal at ``theta`` on the half grid (every mode)."""
+        k = self.shells.grid.k_magnitude_half()
+        with np.errstate(over="ignore", under="ignore"):
+            p = np.exp(np.minimum(self.template.log_power(k, **self.values(theta),
+                                                          **self.fixed_values), 700.0))
+        scale = self.shells.beam_scale
+        return p * np.exp(-(k * scale) ** 2) if scale else p
 
     def values(self, theta) -> dict:
         """The hyperparameters at ``theta`` ({name: x})."""
@@ -441,7 +451,7 @@ class _Likelihood:
             logp = np.minimum(logp, 700.0)
             p0 = np.exp(logp[0])
         model, w, mixing = self.shells.model, self.shells.floor, self.shells.mixing
-        signal = model.signal(p0, mixing, w)[self.used]
+        signal = model.signal(p0, mixing, w)[self.used] + self.correction
         if not derivatives:
             return signal, None
         grads = []
@@ -505,7 +515,8 @@ class _Likelihood:
         return np.sqrt(self.a)[:, None] * dmu / mu[:, None]
 
 
-def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -> FitResult:
+def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str,
+         mocks: int | None = None) -> FitResult:
     names_all = free_parameters(kind)
     fixed = {n: float(v) for n, v in (fixed or {}).items()}
     names = tuple(name for name in names_all if name not in fixed)
@@ -527,27 +538,17 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
     like = _Likelihood(shells, template, names, coordinates, fixed, fit_noise, scales)
 
     starts = _starts(like, kind, names, coordinates, start, length, k_lo, k_hi)
+    # log N floored at 1e-6 of the least shell power (unmeasurable below; kept from underflow)
     lower = np.array([0.0 if c == "nonnegative" else -np.inf for c in coordinates]
-                     + ([-np.inf] if fit_noise else []))
-    results = []
-    for theta0 in starts:
-        try:
-            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-                result = least_squares(like.deviance_residuals, np.maximum(theta0, lower),
-                                       jac=like.deviance_jacobian, bounds=(lower, np.inf),
-                                       method="trf", x_scale="jac", max_nfev=300)
-        except (ValueError, FloatingPointError, OverflowError, np.linalg.LinAlgError):
-            continue
-        value = like(result.x)
-        if np.isfinite(value) and value < 1e299:
-            results.append((value, result.x))
+                     + ([math.log(1e-6 * max(float(np.min(like.x)), 1e-300))] if fit_noise else []))
+    results = [r for r in (_solve(like, theta0, lower) for theta0 in starts) if r is not None]
     if not results:
         raise PriorFitError(f"{kind}: the fit failed from every start ({len(starts)} tried)")
     best_value, theta = min(results, key=lambda r: r[0])
     agree = sum(value <= best_value + 0.5 for value, _ in results)
+    best_value, theta = _correct_leak(like, best_value, theta, lower)
 
     mu, _ = like.mean(theta, derivatives=False)
-    a, x = like.a, like.x
     chi2 = float(np.sum(like._residuals(mu) ** 2))
     dof = n_used - n_par
     p_value = float(chi2_distribution.sf(chi2, dof))
@@ -555,48 +556,118 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
 
     _check_detection(like, best_value, kind, names, fit_noise, n_used)
 
-    jac = like.fisher(theta)
-    fit_cov_all, unconstrained_all = _covariance(jac)
+    err = _uncertainty(like, theta, mocks)
     values = like.values(theta)
-    slope = np.array([values[n] if c == "log" else s if c == "nonnegative" else 1.0
-                      for n, c, s in zip(names, coordinates, scales)])
-    p = len(names)
-    unscale = np.array(scales)                   # a non-negative x's coordinate was x / scale
-    fit_cov = fit_cov_all[:p, :p] * np.outer(unscale, unscale)
-    cov = fit_cov_all[:p, :p] * np.outer(slope, slope)
-    unconstrained = unconstrained_all[:p]
-    errors = {n: (math.inf if bad else float(math.sqrt(max(cov[i, i], 0.0))))
-              for i, (n, bad) in enumerate(zip(names, unconstrained))}
     noise_power = like.noise_power(theta)
-    cell_volume = shells.grid.cell_volume
-    if fit_noise:
-        sd_log = (math.inf if unconstrained_all[-1]
-                  else math.sqrt(max(fit_cov_all[-1, -1], 0.0)))
-        noise_power_error = noise_power * sd_log
-    else:
-        sd_log, noise_power_error = 0.0, 0.0
-    noise_sigma = math.sqrt(noise_power / cell_volume)
-
-    message = f"{n_used} P(k) shells" + (", noise fitted" if fit_noise else ", noise given")
-    loose = [n for n, bad in zip(names, unconstrained) if bad]
-    if loose:
-        message += f"; not constrained by the data: {', '.join(loose)}"
-    if fit_noise and unconstrained_all[-1]:
-        message += "; not constrained by the data: the noise"
-    if shells.floor > 0.01:
-        message += (f"; the mask's scattered voxels put a flat {shells.floor:.0%} of the power "
-                    "into every shell (modelled)")
-    if agree < len(results):
-        message += (f"; {agree} of {len(results)} starts reached the best fit")
-
+    noise_sigma = math.sqrt(noise_power / shells.grid.cell_volume)
+    message = _message(shells, names, fit_noise, err, agree, len(results))
     spectrum = spectrum_from_config(kind, _complete(kind, k_pivot, names_all,
                                                     {**fixed, **values}, None))
+    power, power_error = _data_power(like, theta, err["sd_x"])
+    flagged = bool(dof > 0 and chi2 / dof > FLAG_RATIO and p_value < FLAG_P_VALUE)
+    warning = ""
+    if flagged:
+        warning = _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value,
+                             k_used, like.a, like.x, mu, mocks)
+    return FitResult(kind=kind, names=names, values=values, errors=err["errors"],
+                     covariance=err["cov"], fit_covariance=err["fit_cov"],
+                     coordinates=coordinates, spectrum=spectrum, k=shells.k,
+                     counts=shells.counts, power=power, power_error=power_error,
+                     used=shells.used.copy(), noise_power=noise_power,
+                     noise_power_error=noise_power * err["sd_log_noise"], noise_sigma=noise_sigma,
+                     noise_sigma_error=0.5 * noise_sigma * err["sd_log_noise"],
+                     noise_fitted=fit_noise, observed_fraction=shells.fraction,
+                     mask_floor=shells.floor, chi2=chi2, dof=dof, p_value=p_value,
+                     log_likelihood=loglike, n_parameters=n_par,
+                     aic=-2.0 * loglike + 2.0 * n_par,
+                     bic=-2.0 * loglike + n_par * math.log(n_used), flagged=flagged,
+                     warning=warning, starts=(len(starts), agree), message=message,
+                     mocks=err["mocks"])
+
+
+def _solve(like: _Likelihood, theta0, lower):
+    """(-log L, theta) of the trust-region fit from ``theta0``; None where it fails."""
+    try:
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            result = least_squares(like.deviance_residuals, np.maximum(theta0, lower),
+                                   jac=like.deviance_jacobian, bounds=(lower, np.inf),
+                                   method="trf", x_scale="jac", max_nfev=300)
+    except (ValueError, FloatingPointError, OverflowError, np.linalg.LinAlgError):
+        return None
+    value = like(result.x)
+    return (value, result.x) if np.isfinite(value) and value < 1e299 else None
+
+
+def _correct_leak(like: _Likelihood, best_value, theta, lower):
+    """The fit refitted with the mean's within-shell leak correction (module docstring):
+    the exact masked mean at the fit less the mixing model's, held while refitting."""
+    shells = like.shells
+    for _ in range(LEAK_ITERATIONS if shells.mixing is not None else 0):
+        like.correction = 0.0
+        model, _ = like.signal(theta, derivatives=False)
+        exact = masked_mean_power(like.power_half(theta), shells.observed, shells.grid, shells.edges)
+        like.correction = np.where(np.isfinite(exact[like.used] - model), exact[like.used] - model, 0.0)
+        best_value, theta = _solve(like, theta, lower) or (best_value, theta)
+    return like(theta), theta
+
+
+def _uncertainty(like: _Likelihood, theta, mocks: int | None) -> dict:
+    """The errors (module docstring): the inverse Fisher information, or under a mask the
+    sandwich F^-1 Cov(score) F^-1 with the score's covariance from mock data sets."""
+    shells = like.shells
+    mocks = MOCKS if mocks is None and shells.grid.n_cells <= MOCK_MAX_CELLS else int(mocks or 0)
+    mocks = mocks if shells.fraction < 1.0 and mocks >= 3 else 0
+    cov_all, unconstrained_all = _covariance(like.fisher(theta))
+    sd_x = None
+    if mocks:
+        mu, dmu = like.mean(theta)
+        score = (like.a / mu ** 2)[:, None] * dmu          # d(-log L) / dtheta = -score^T (x - mu)
+        seed = int.from_bytes(hashlib.sha1(like.x.tobytes()).digest()[:8], "little")
+        noise_sd = shells.noise_sd * math.sqrt(like.noise_power(theta) / shells.noise_power)  # the map, at N
+        x = mock_shell_powers(like.power_half(theta), noise_sd, shells.observed, shells.grid, mocks,
+                              np.random.default_rng(seed), shells.edges)
+        u = (x[:, like.used] - x[:, like.used].mean(axis=0)) @ score
+        inverse = np.nan_to_num(cov_all)
+        cov_all = np.where(np.isnan(cov_all), np.nan, inverse @ (u.T @ u / (mocks - 1)) @ inverse)
+        sd_x = np.std(x, axis=0, ddof=1)
+    p, values, unscale = len(like.names), like.values(theta), np.asarray(like.scales)
+    slope = np.array([values[n] if c == "log" else s if c == "nonnegative" else 1.0
+                      for n, c, s in zip(like.names, like.coordinates, like.scales)])
+    cov = cov_all[:p, :p] * np.outer(slope, slope)
+    sd = [math.inf if bad else math.sqrt(max(cov_all[i, i], 0.0)) for i, bad in enumerate(unconstrained_all)]
+    return {"errors": {n: float(sd[i] * abs(slope[i])) if math.isfinite(sd[i]) else math.inf
+                       for i, n in enumerate(like.names)},
+            "cov": cov, "fit_cov": cov_all[:p, :p] * np.outer(unscale, unscale),   # x = scale theta
+            "unconstrained": unconstrained_all, "sd_log_noise": sd[-1] if like.fit_noise else 0.0,
+            "mocks": mocks, "sd_x": sd_x}
+
+
+def _message(shells: _Shells, names, fit_noise, err: dict, agree: int, n_results: int) -> str:
+    loose = [n for n, bad in zip(list(names) + ["the noise"] * fit_noise, err["unconstrained"]) if bad]
+    notes = [f"{int(shells.used.sum())} P(k) shells, noise {'fitted' if fit_noise else 'given'}",
+             loose and f"not constrained by the data: {', '.join(loose)}",
+             shells.floor > 0.01 and f"the mask's scattered voxels put a flat {shells.floor:.0%} of "
+             "the power into every shell (modelled)",
+             agree < n_results and f"{agree} of {n_results} starts reached the best fit",
+             err["mocks"] and f"errors from {err['mocks']} mock data sets under the mask (good to "
+             f"~{1 / math.sqrt(2 * err['mocks'] - 2):.0%})",
+             shells.fraction < 1 and not err["mocks"] and "errors from the Fisher information (no "
+             "mocks on a grid this large): they leave out how the mask couples the shells, so they "
+             "can be too small"]
+    return "; ".join(note for note in notes if note)
+
+
+def _data_power(like: _Likelihood, theta, sd_x):
+    """P_data and its sd (module docstring): the data's own-shell power, the fitted noise
+    and leak removed; the sd from the mocks where there are some, else from the modes."""
+    shells = like.shells
     model, w = shells.model, shells.floor
-    with np.errstate(under="ignore"):
-        p_fit = np.exp(np.minimum(spectrum.log_power(model.k_unique), 700.0))
-    own = model.average(p_fit)
-    signal = model.signal(p_fit, shells.mixing, w)
-    mu_all = signal + noise_power
+    p_unique = np.exp(np.minimum(like.template.log_power(
+        model.k_unique, **like.values(theta), **like.fixed_values), 700.0))
+    own = model.average(p_unique)
+    signal = model.signal(p_unique, shells.mixing, w)
+    signal[shells.used] += like.correction
+    noise_power = like.noise_power(theta)
     # the data's own-shell power: the shell keeps a share d_i of its own power and receives
     # leak_i from the others (by the fit); P_data = (x - N - leak) / (d <B^2>)
     kept = (1.0 + np.diag(shells.mixing)) if shells.mixing is not None else \
@@ -604,24 +675,9 @@ def _fit(shells: _Shells, kind: str, k_pivot: float, start, fixed, noise: str) -
     with np.errstate(invalid="ignore", divide="ignore"):
         leak = signal - kept * own
         power = (shells.x - noise_power - leak) / (kept * model.beam2)
-        power_error = mu_all * np.sqrt(1.0 / np.where(shells.used, shells.half_modes, np.nan)) \
-            / (kept * model.beam2)
-    flagged = bool(dof > 0 and chi2 / dof > FLAG_RATIO and p_value < FLAG_P_VALUE)
-    warning = ""
-    if flagged:
-        warning = _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value,
-                             k_used, a, x, mu)
-    return FitResult(kind=kind, names=names, values=values, errors=errors, covariance=cov,
-                     fit_covariance=fit_cov, coordinates=coordinates, spectrum=spectrum,
-                     k=shells.k, counts=shells.counts, power=power, power_error=power_error,
-                     used=shells.used.copy(), noise_power=noise_power,
-                     noise_power_error=noise_power_error, noise_sigma=noise_sigma,
-                     noise_sigma_error=0.5 * noise_sigma * sd_log, noise_fitted=fit_noise,
-                     observed_fraction=shells.fraction, mask_floor=shells.floor, chi2=chi2,
-                     dof=dof, p_value=p_value, log_likelihood=loglike, n_parameters=n_par,
-                     aic=-2.0 * loglike + 2.0 * n_par,
-                     bic=-2.0 * loglike + n_par * math.log(n_used), flagged=flagged,
-                     warning=warning, starts=(len(starts), agree), message=message)
+        sd = ((signal + noise_power) / np.sqrt(np.where(shells.used, shells.half_modes, np.nan))
+              if sd_x is None else np.where(shells.used, sd_x, np.nan))
+    return power, sd / (kept * model.beam2)
 
 
 def _starts(like: _Likelihood, kind, names, coordinates, start, length, k_lo, k_hi):
@@ -682,7 +738,7 @@ def _check_detection(like: _Likelihood, best_value, kind, names, fit_noise, n_us
 
 
 def _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_value, k_used,
-               a, x, mu) -> str:
+               a, x, mu, mocks) -> str:
     """What a flagged fit means, for this fit (module docstring)."""
     contribution = 2.0 * a * (x / mu - 1.0 - np.log(x / mu))
     high = k_used > np.median(k_used)
@@ -697,7 +753,7 @@ def _flag_text(shells, kind, k_pivot, start, fixed, fit_noise, chi2, dof, p_valu
             "as prior centres unless you know why.")
     if not fit_noise:
         try:
-            free = _fit(shells, kind, k_pivot, start, fixed, "fit")
+            free = _fit(shells, kind, k_pivot, start, fixed, "fit", mocks)
         except PriorFitError:
             return text
         if not free.flagged:

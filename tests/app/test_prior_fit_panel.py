@@ -3,12 +3,13 @@ P(k), and its two actions write the config through the state (offscreen Qt, no e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 from PySide6.QtCore import Qt
 
-from app.panels.prior import PriorPanel, round_to_error
+from app.panels.prior import PriorPanel, fitted_text, round_to_error
 from app.state.config_state import ConfigState
 from core.config import config_from_dict, dump_config, parse_config
 from core.field.grid import Grid
@@ -59,6 +60,12 @@ def test_fit_to_data_then_use_as_fixed_values_and_as_prior_centres(qtbot, tmp_pa
     for name in ("amplitude", "index"):
         assert abs(result.values[name] - getattr(TRUE, name)) < 4 * result.errors[name]
     assert "amplitude A = " in panel.fit_label.text() and "±" in panel.fit_label.text()
+    assert f"errors from {result.mocks} mock data sets under the mask" in panel.fit_label.text()
+    # a positive hyperparameter known to worse than 10 % is written x +up −down (log-symmetric)
+    wide = dataclasses.replace(result, errors={**result.errors, "amplitude": 0.5 * result.values["amplitude"]})
+    up, down = (f"{result.values['amplitude'] * v:.2g}" for v in (math.exp(0.5) - 1, 1 - math.exp(-0.5)))
+    assert fitted_text(wide, "amplitude").endswith(f" +{up} −{down}")
+    assert " ± " in fitted_text(wide, "index")
     k, p = panel.fit_data.getOriginalDataset()            # the data's P(k) is drawn...
     detected = result.used & (result.power > 2 * result.power_error)
     assert len(k) == detected.sum() > 5
