@@ -178,6 +178,7 @@ class DataPanel(SetupPanel):
         self._loaded = None            # (LoadedArray, ArrayStats) of _loaded_key, once read
         self.data_preview: DataPreview | None = None   # what data_loaded carried last
         self._listing_key = None
+        self._note_for = None          # the data file self.note speaks of
         for key in ("data.path", "data.key", "model.kind", "likelihood.kind", "data.noise"):
             s.connect(key, lambda _v: self.refresh(load=False))
         # arrays are read once a change is complete (after a batch: open_file sets the file,
@@ -270,6 +271,7 @@ class DataPanel(SetupPanel):
                     s["grid.unit"] = loaded.unit
                     notes.append(f"unit {loaded.unit!r}")
         self.note.setText(("From the file: " + ", ".join(notes) + ".") if notes else "")
+        self._note_for = path
         self.file_chosen.emit(path)
 
     # -- display ------------------------------------------------------------------------------
@@ -296,6 +298,9 @@ class DataPanel(SetupPanel):
         from core import io as loaders
 
         s = self.state
+        if self._note_for != (os.path.abspath(s.resolve(s["data.path"])) if s["data.path"] else None):
+            self.note.setText("")          # what was taken from another file (another config's)
+            self._note_for = None
         field = s["model.kind"] == "field"
         gaussian = s["likelihood.kind"] == "gaussian"
         python = s["likelihood.kind"] == "python"       # a model file's likelihood: a map, if any

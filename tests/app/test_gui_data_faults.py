@@ -51,6 +51,8 @@ def test_a_fits_cube_is_read_off_the_gui_thread(make_window, qtbot, tmp_path, mo
     assert s["data.key"] == "PRIMARY" and s["data.mask"] == "MASK"
     # numpy axis i is FITS axis 3 - i: box (8, 10, 12) * CDELT
     assert s["grid.box_size"] == [200.0, 250.0, 300.0] and s["grid.unit"] == "Mpc/h"
+    assert data.note.text() == ("From the file: array 'PRIMARY', mask 'MASK', box size "
+                                "[200.0, 250.0, 300.0], unit 'Mpc/h'.")
     qtbot.waitUntil(lambda: "shape (8, 10, 12)" in data.info.text(), timeout=10_000)
     assert threads and all(t is not threading.main_thread() for t in threads)
     assert {t.name for t in threads} == {"fieldscope-data"}     # the panel's LatestJob
@@ -80,6 +82,11 @@ def test_a_fits_cube_is_read_off_the_gui_thread(make_window, qtbot, tmp_path, mo
     assert "shape (6, 6, 6)" in data.info.text()
     np.testing.assert_array_equal(data.preview.image.image,
                                   other[:, :, data.slider.value()].T.astype(np.float32))
+    # what was taken from a file is said while that file is the config's, not after
+    data.open_file(tmp_path / "cube.fits")
+    assert data.note.text().startswith("From the file: ")
+    window.open_config(tiny_case(tmp_path / "another"))
+    assert data.note.text() == ""
 
 
 def test_the_file_dialog_offers_fits(make_window, monkeypatch, tmp_path):
