@@ -103,7 +103,19 @@ run_tests() {
   "$py" -m pytest tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   "$py" -m pytest tests/core tests/bench tests/test_file_budget.py --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
-  "$py" -m pytest tests/app -q --durations=12 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  # A crash of the Qt process (a signal) ends its output with every thread's stack, the GUI
+  # thread's last; CI keeps only the start and the end of a long log, so that stack is said
+  # again at the very end.
+  local log; log=$(mktemp)
+  rc=0
+  "$py" -m pytest tests/app -q --durations=12 "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  if [ "$rc" -ge 128 ]; then
+    say "the Qt tests' process died of signal $((rc - 128)); where its GUI thread was:"
+    awk '/^(Current thread|Thread .*most recent call first)/ { block = "" } { block = block $0 "\n" }
+         /^Current thread/ { current = 1 } current && /^$/ { printf "%s", block; exit }' "$log" | tail -40
+  fi
+  rm -f "$log"
+  [ "$rc" -eq 0 ] || [ "$status" -ne 0 ] || status=$rc
   return "$status"
 }
 
