@@ -32,6 +32,12 @@ Curves (x: k in 1/unit, y: P in unit^3, both log):
                     <sigma^2> V / N over the observed voxels) and any beam. Gaussian
                     likelihood only (for counts it is not a P(k) of the field).
     truth           P(k) of the true field, when the data set has one
+    P(k) posterior  when hyperparameters are sampled (a parametric family or band powers):
+                    the median and the 68 % and 95 % bands of P(k; theta) over the kept
+                    post-warmup draws of theta, all chains (``posterior_quantiles``; at most
+                    ``POSTERIOR_DRAWS`` of them, evenly spaced): the spectrum's posterior, to
+                    hold against the data's estimate and the truth. For band powers, each
+                    bin's posterior.
 
 The ratio subplot shows each chain's latest draw over its own prior, with the line at 1
 and the band 1 +- 1 / sqrt(N_ind(k)).
@@ -73,7 +79,7 @@ from core.field.grid import Grid
 from core.field.power_estimator import masked_data_field, measure_power, relative_error
 
 __all__ = ["PowerCurves", "PowerView", "masked_data_field", "measure_curves",
-           "prior_spectrum"]
+           "posterior_quantiles", "prior_spectrum"]
 
 MEAN_COLOUR = "#ffffff"
 PRIOR_COLOUR = "#d0d0d0"
@@ -82,6 +88,13 @@ BAND_BRUSH = (200, 200, 200, 45)
 BAND_PEN = (200, 200, 200, 70)
 #: the band's lower edge is clipped to this fraction of P (a log axis cannot show <= 0)
 BAND_FLOOR = 1e-3
+POSTERIOR_COLOUR = "#2dd4bf"
+#: the posterior band uses at most this many draws of the hyperparameters (evenly spaced) ...
+POSTERIOR_DRAWS = 2000
+#: ... and is drawn from this many on
+POSTERIOR_MIN_DRAWS = 20
+#: the quantiles drawn: the 95 % band, the 68 % band, the median
+POSTERIOR_QUANTILES = (0.025, 0.16, 0.5, 0.84, 0.975)
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -106,6 +119,21 @@ def prior_spectrum(config):
     except (LoadError, OSError) as err:
         raise ValueError(f"prior table: {err}") from None
     return spectrum, sampled
+
+
+def posterior_quantiles(spectrum, k, draws: dict) -> np.ndarray:
+    """(len(POSTERIOR_QUANTILES), len(k)): the quantiles of P(k; theta) over the draws
+    ({name: 1-D array of one length}: each hyperparameter's draws, the others fixed), at
+    most ``POSTERIOR_DRAWS`` of them evenly spaced; NaN where k is not finite."""
+    n = min(len(v) for v in draws.values())
+    pick = np.unique(np.linspace(0, n - 1, min(n, POSTERIOR_DRAWS)).round().astype(int))
+    k = np.asarray(k, np.float64)
+    ok = np.isfinite(k) & (k > 0)
+    out = np.full((len(POSTERIOR_QUANTILES), k.size), np.nan)
+    values = spectrum.evaluate(k[ok], **{name: np.asarray(v, np.float64)[pick, None]
+                                         for name, v in draws.items()})
+    out[:, ok] = np.quantile(values, POSTERIOR_QUANTILES, axis=0)
+    return out
 
 
 @dataclass
@@ -219,6 +247,7 @@ class PowerView(RunView):
         self.grid: Grid | None = None
         self.measured: PowerCurves | None = None
         self.prior_values: np.ndarray | None = None    # (chains, n_k), NaN where unknown
+        self.posterior: np.ndarray | None = None       # posterior_quantiles', or None
         self._spectrum = None
         self._sampled: list = []
         self._spectrum_error = ""
@@ -237,7 +266,7 @@ class PowerView(RunView):
         self.plot.clear()                 # also empties the legend
         self.ratio_plot.clear()
         self.measured = None
-        self.prior_values = None
+        self.prior_values = self.posterior = None
         self._prior_sampled = False
         self._error_note = ""
         self._field_seen = self._trace_seen = None
@@ -252,6 +281,15 @@ class PowerView(RunView):
         c["band"] = pg.FillBetweenItem(c["band_low"], c["band_high"], brush=BAND_BRUSH)
         c["band"].setZValue(-10)
         plot.addItem(c["band"])
+        post = pg.mkColor(POSTERIOR_COLOUR)
+        for width, alpha in ((95, 40), (68, 80)):
+            edges = [plot.plot(pen=pg.mkPen(post.red(), post.green(), post.blue(), alpha)) for _ in "lh"]
+            c[f"posterior_{width}"] = (*edges, pg.FillBetweenItem(*edges, brush=(post.red(), post.green(),
+                                                                                 post.blue(), alpha)))
+            c[f"posterior_{width}"][2].setZValue(-9)
+            plot.addItem(c[f"posterior_{width}"][2])
+        c["posterior"] = plot.plot(pen=pg.mkPen(POSTERIOR_COLOUR, width=2),
+                                   name="P(k) posterior: median, 68 / 95 %")
         c["prior"] = [plot.plot(pen=pg.mkPen(PRIOR_COLOUR, width=2) if ch == 0 else
                                 pg.mkPen(chain_colour(ch), width=1, style=QtCore.Qt.PenStyle.DashLine),
                                 name="prior ± cosmic variance" if ch == 0 else None)
@@ -373,6 +411,7 @@ class PowerView(RunView):
         st = self.state
         k = self._k()
         spectrum = self._spectrum_of_config() if st.has_field else None
+        self.posterior = None
         if k is None or spectrum is None:
             self.prior_values = None
             return
@@ -394,6 +433,14 @@ class PowerView(RunView):
                 continue
         self.prior_values = values
         self._prior_sampled = bool(sampled)
+        if sampled and not st.is_preview:
+            draws = {name: st.param(name)[:, st.n_warmup_seen:].ravel() for name in sampled}
+            if min(v.size for v in draws.values()) >= POSTERIOR_MIN_DRAWS:
+                with np.errstate(all="ignore"):
+                    try:
+                        self.posterior = posterior_quantiles(spectrum, k, draws)
+                    except ValueError:        # a draw outside the family's rules: none drawn
+                        self.posterior = None
 
     def _prior_medians(self) -> dict[str, float]:
         """Each sampled hyperparameter's prior median (the data preview's prior: no draws yet)."""
@@ -435,6 +482,7 @@ class PowerView(RunView):
                 and np.isfinite(prior[ch]).any()
             curve.setData(*(_finite(k, prior[ch]) if show else ([], [])))
             curve.setVisible(bool(show))
+        self._draw_posterior(k)
         counts = self._counts()
         rel = relative_error(counts) if counts is not None else None
         if prior is not None and rel is not None and np.isfinite(prior[0]).any():
@@ -491,6 +539,20 @@ class PowerView(RunView):
         self.empty_hint.setText(hint)
         self.empty_hint.setVisible(bool(hint))
 
+    def _draw_posterior(self, k) -> None:
+        c, q = self.curves, self.posterior
+        c["posterior"].setData(*(_finite(k, q[2]) if q is not None else ([], [])))
+        c["posterior"].setVisible(q is not None)
+        for width, (lo, hi) in ((95, (0, 4)), (68, (1, 3))):
+            low, high, fill = c[f"posterior_{width}"]
+            ok = np.zeros(0, bool)
+            if q is not None:
+                with np.errstate(invalid="ignore"):
+                    ok = np.isfinite(k) & (k > 0) & (q[lo] > 0) & np.isfinite(q[hi])
+            for curve, row in ((low, lo), (high, hi)):
+                curve.setData(*((k[ok], q[row][ok]) if q is not None else ([], [])))
+            fill.setVisible(q is not None)
+
     def _draw_noise(self, m: PowerCurves | None) -> None:
         st, curve = self.state, self.curves["noise"]
         noise = st.observed.get("noise")
@@ -539,6 +601,9 @@ class PowerView(RunView):
         if prior is not None and rel is not None:
             cols["band_low"] = prior[0] * np.maximum(1 - rel, BAND_FLOOR)
             cols["band_high"] = prior[0] * (1 + rel)
+        if self.posterior is not None:
+            for q, row in zip(POSTERIOR_QUANTILES, self.posterior):
+                cols["posterior_median" if q == 0.5 else f"posterior_q{100 * q:g}"] = row
         names = list(cols)
         table = np.column_stack([np.full(len(k), np.nan) if v is None else np.asarray(v, np.float64)
                                  for v in cols.values()])

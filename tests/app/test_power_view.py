@@ -18,7 +18,7 @@ from app.views.power import PowerView, masked_data_field
 from app.views.style import cubed_unit, inverse_unit
 from core.field.grid import Grid
 from core.field.power_estimator import measure_power, relative_error
-from core.field.power_spectrum import PowerLaw
+from core.field.power_spectrum import BandPowers, PowerLaw, band_power_names
 from support.configs import field_config_text
 from support.runs import fake_run, feed, meta_for
 
@@ -68,6 +68,42 @@ def data_of(curve):
     return np.asarray(x), np.asarray(y)
 
 
+def check_posterior(view, state, k):
+    """The spectrum's posterior: quantiles of P(k; index) over every chain's post-warmup draws."""
+    assert 0 < state.n_warmup_seen < state.param("index").shape[1]
+    post = state.param("index")[:, state.n_warmup_seen:].ravel().astype(np.float64)
+    per_draw = 3.0 * (k[None, :] / 0.2) ** post[:, None]
+    posterior = np.quantile(per_draw, [0.025, 0.16, 0.5, 0.84, 0.975], axis=0)
+    np.testing.assert_allclose(view.posterior, posterior, rtol=1e-12)
+    np.testing.assert_allclose(data_of(view.curves["posterior"])[1], posterior[2], rtol=1e-12)
+    for width, (lo, hi) in ((95, (0, 4)), (68, (1, 3))):
+        low, high, _fill = view.curves[f"posterior_{width}"]
+        np.testing.assert_allclose(data_of(low)[1], posterior[lo], rtol=1e-12)
+        np.testing.assert_allclose(data_of(high)[1], posterior[hi], rtol=1e-12)
+    everything = state.param("index").ravel().astype(np.float64)       # warmup draws are not in it
+    assert not np.allclose(np.median(3.0 * (k[None, :] / 0.2) ** everything[:, None], axis=0), posterior[2])
+    return posterior
+
+
+def check_export(view, tmp_path, k, counts, prior0, posterior):
+    """Export: every curve as a column, the same numbers."""
+    view.export_csv(tmp_path / "pk.csv")
+    table = list(csv.DictReader((tmp_path / "pk.csv").open()))
+    unit = view._unit()
+    assert unit and f"k [{inverse_unit(unit)}]" in table[0] and f"data [{cubed_unit(unit)}]" in table[0]
+    rows = [{name.split(" [")[0]: value for name, value in row.items()} for row in table]   # units in the header
+    assert len(rows) == len(k)
+    np.testing.assert_allclose([float(r["k"]) for r in rows], k, rtol=1e-15)
+    np.testing.assert_allclose([float(r["latest_chain_1"]) for r in rows], data_of(view.curves["latest"][1])[1],
+                               rtol=1e-15)
+    np.testing.assert_allclose([float(r["prior_chain_0"]) for r in rows], prior0, rtol=1e-15)
+    np.testing.assert_allclose([float(r["data"]) for r in rows], data_of(view.curves["data"])[1], rtol=1e-15)
+    np.testing.assert_allclose([[float(r[name]) for r in rows] for name in
+                                ("posterior_q2.5", "posterior_q16", "posterior_median", "posterior_q84",
+                                 "posterior_q97.5")], posterior, rtol=1e-15)
+    assert [int(float(r["mode_count"])) for r in rows] == list(counts)
+
+
 def test_curves_equal_core_estimator_and_prior(qtbot, tmp_path):
     state, events = make_state()
     feed(state, events)
@@ -107,6 +143,7 @@ def test_curves_equal_core_estimator_and_prior(qtbot, tmp_path):
         np.testing.assert_allclose(view.prior_values[c], expected, rtol=1e-12)
         ratio = measure_power(state.latest_field[c].astype(np.float64), grid).power / expected
         np.testing.assert_allclose(data_of(view.ratio_curves[c])[1], ratio, rtol=RTOL)
+    posterior = check_posterior(view, state, k)
     prior0 = view.prior_values[0]
     rel = np.sqrt(2.0 / ref.counts)
     np.testing.assert_allclose(data_of(view.curves["band_high"])[1], prior0 * (1 + rel), rtol=1e-12)
@@ -114,19 +151,7 @@ def test_curves_equal_core_estimator_and_prior(qtbot, tmp_path):
                                prior0 * np.maximum(1 - rel, pview.BAND_FLOOR), rtol=1e-12)
     np.testing.assert_allclose(data_of(view.ratio_band_high)[1], 1 + rel, rtol=1e-12)
     assert not view.empty_hint.isVisible()
-    # export: every curve as a column, the same numbers
-    view.export_csv(tmp_path / "pk.csv")
-    table = list(csv.DictReader((tmp_path / "pk.csv").open()))
-    unit = view._unit()
-    assert unit and f"k [{inverse_unit(unit)}]" in table[0] and f"data [{cubed_unit(unit)}]" in table[0]
-    rows = [{name.split(" [")[0]: value for name, value in row.items()} for row in table]   # units in the header
-    assert len(rows) == len(k)
-    np.testing.assert_allclose([float(r["k"]) for r in rows], k, rtol=1e-15)
-    np.testing.assert_allclose([float(r["latest_chain_1"]) for r in rows], data_of(view.curves["latest"][1])[1],
-                               rtol=1e-15)
-    np.testing.assert_allclose([float(r["prior_chain_0"]) for r in rows], prior0, rtol=1e-15)
-    np.testing.assert_allclose([float(r["data"]) for r in rows], data_of(view.curves["data"])[1], rtol=1e-15)
-    assert [int(float(r["mode_count"])) for r in rows] == list(ref.counts)
+    check_export(view, tmp_path, k, ref.counts, prior0, posterior)
     view.export_png(tmp_path / "pk.png")
     assert QtGui.QImage(str(tmp_path / "pk.png")).width() == view.width()
     with pytest.raises(OSError, match="cannot write"):
@@ -267,3 +292,28 @@ def test_the_band_skips_shells_where_the_prior_underflows_to_zero(qtbot):
     np.testing.assert_allclose(kk, k[positive])
     rel = relative_error(view.measured.counts)[positive]
     np.testing.assert_allclose(low, prior[positive] * np.maximum(1 - rel, pview.BAND_FLOOR), rtol=1e-12)
+
+
+def test_posterior_quantiles_against_exact_ones_and_per_band():
+    # a power law whose index is normal: log P(k) is normal, its quantiles exact
+    rng = np.random.default_rng(4)
+    k = np.array([0.05, 0.1, 0.4, 1.0, np.nan])
+    spectrum = PowerLaw(amplitude=3.0, index=-1.5, k_pivot=0.2)
+    draws = rng.normal(-1.5, 0.3, size=50_000)                 # thinned to POSTERIOR_DRAWS
+    got = pview.posterior_quantiles(spectrum, k, {"index": draws})
+    from scipy.stats import norm
+
+    log_ratio = np.log(k[:4] / 0.2)
+    z = norm.ppf(pview.POSTERIOR_QUANTILES)[:, None]
+    exact = np.log(3.0) - 1.5 * log_ratio + z * 0.3 * np.abs(log_ratio)
+    sd_of_quantile = 0.3 * np.abs(log_ratio) * 0.06                # ~2.5 / sqrt(2000) of sd at 2.5 %
+    assert np.all(np.abs(np.log(got[:, :4]) - exact) < 3 * sd_of_quantile + 1e-9)
+    assert np.all(np.isnan(got[:, 4]))
+    # band powers: at a k in bin b, the quantiles of that bin's draws
+    bands = BandPowers(edges=(0.03, 0.15, 0.3, 2.0), powers=(1.0, 2.0, 3.0))
+    names = band_power_names(3)
+    draws = {name: rng.lognormal(b, 0.5, size=300) for b, name in enumerate(names)}
+    got = pview.posterior_quantiles(bands, k[:4], draws)
+    for j, b in enumerate(bands.bin_index(k[:4])):
+        np.testing.assert_allclose(got[:, j], np.quantile(draws[names[b]], pview.POSTERIOR_QUANTILES),
+                                   rtol=1e-12)
