@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels.band_powers import BandPowersEditor, band_prior, band_spectrum, default_band_power
 from app.panels.base import SetupPanel
 from app.panels.binding import (
     _INVALID_EDIT,
@@ -180,7 +181,8 @@ class PriorPanel(SetupPanel):
         self.kind_combo = self._choice("prior.kind", "P(k) family", [
             ("power law: A (k/k_p)^n", "power_law"),
             ("power law with cutoff: A (k/k_p)^n exp(-(kR)^2)", "power_law_cutoff"),
-            ("table of (k, P) rows", "table")], tip="prior.kind")
+            ("table of (k, P) rows", "table"),
+            ("band powers: P(k) constant in bins of k, each bin sampled", "band_powers")], tip="prior.kind")
         self.pivot = self._number("prior.k_pivot", "k pivot",
                                   tip="prior.k_pivot: fixed convention, never sampled")
         row = QWidget()
@@ -203,6 +205,10 @@ class PriorPanel(SetupPanel):
             editor = _HyperEditor(s, name, self)
             self.editors[name] = editor
             self.body.addWidget(editor)
+        self.band_editor = BandPowersEditor(s, self)
+        self.body.addWidget(self.band_editor)
+        self._kind_seen = s["prior.kind"]
+        s.connect("prior.kind", self._kind_changed)
         self.plot = pg.PlotWidget()
         steady_axes(self.plot)
         self.plot.setLogMode(x=True, y=True)
@@ -299,7 +305,8 @@ class PriorPanel(SetupPanel):
         """Why "Fit to data" cannot run now ("" when it can)."""
         s = self.state
         if s["prior.kind"] not in FIELD_HYPERPARAMETERS or not FIELD_HYPERPARAMETERS[s["prior.kind"]]:
-            return "a table has no hyperparameters to fit; choose a parametric P(k) family"
+            what = "band powers are" if s["prior.kind"] == "band_powers" else "a table is"
+            return f"{what} not a parametric family; choose one to fit its hyperparameters"
         if s.data_shape() is None:
             return "needs a data file with a 3-D array (Data panel)"
         if s.box_size() is None:
@@ -495,7 +502,7 @@ class PriorPanel(SetupPanel):
         for name, editor in self.editors.items():
             editor.setVisible(name in names)
         for widget, key, visible in ((self.kind_combo, "prior.kind", not integral),
-                                     (self.pivot, "prior.k_pivot", not integral and kind != "table"),
+                                     (self.pivot, "prior.k_pivot", not integral and kind not in ("table", "band_powers")),
                                      (self.table_row, "prior.table", not integral and kind == "table"),
                                      (self.refine, "integral.refine", integral)):
             self.form.setRowVisible(widget, visible)
@@ -505,6 +512,7 @@ class PriorPanel(SetupPanel):
         for widget in (self.plot, self.plot_caption, self.draw_button, self.draw_caption,
                        self.fit_box):
             widget.setVisible(not integral)
+        self.band_editor.setVisible(not integral and kind == "band_powers")
         self._update_fit_button()
         if integral:
             self.draw_preview.setVisible(False)
@@ -513,13 +521,17 @@ class PriorPanel(SetupPanel):
 
     # -- the prior's P(k) ---------------------------------------------------------------------
 
-    def spectrum(self, values: dict | None = None):
-        """The spectrum at the hyperparameters' centres (or ``values``); None if invalid."""
+    def spectrum(self, values: dict | None = None, kind: str | None = None):
+        """The spectrum at the hyperparameters' centres (or ``values``) of the config's family
+        (or ``kind``'s); None if invalid."""
         s = self.state
-        kind = s["prior.kind"]
+        kind = kind or s["prior.kind"]
         try:
             if kind == "table":
                 return load_power_table(s.resolve(s["prior.table"]))
+            if kind == "band_powers":
+                prior = band_prior(s, self._grid())
+                return None if isinstance(prior, str) else band_spectrum(prior[0], prior[1])
             params = {"k_pivot": s["prior.k_pivot"]}
             for name in FIELD_HYPERPARAMETERS[kind]:
                 params[name] = (values or {}).get(name, s.hyper_centre(name))
@@ -547,6 +559,9 @@ class PriorPanel(SetupPanel):
     def _update_plot(self) -> None:
         s = self.state
         spectrum = self.spectrum()
+        if s["prior.kind"] == "band_powers":
+            self._update_band_plot()
+            return
         if spectrum is None:
             self.curve.setData([], [])
             self.band_lo.setData([], [])
@@ -580,6 +595,30 @@ class PriorPanel(SetupPanel):
         else:
             self.band_lo.setData([], [])
             self.band_hi.setData([], [])
+        self._finish_plot(caption)
+
+    def _update_band_plot(self) -> None:
+        """Band powers: each bin's prior median and 68 % band (``band_log_prior``)."""
+        prior = band_prior(self.state, self._grid())
+        if isinstance(prior, str):
+            for curve in (self.curve, self.band_lo, self.band_hi):
+                curve.setData([], [])
+            self.plot_caption.setText(f"Band powers: {prior}.")
+            self.draw_button.setEnabled(False)
+            return
+        edges, mean, cov = prior
+        k = np.geomspace(edges[0], edges[-1], 400)
+        sd = np.sqrt(np.diag(cov))
+        self.curve.setData(k, band_spectrum(edges, mean).evaluate(k))
+        self.band_lo.setData(k, band_spectrum(edges, mean - sd).evaluate(k))
+        self.band_hi.setData(k, band_spectrum(edges, mean + sd).evaluate(k))
+        walk = self.state["prior.random_walk_scale"]
+        self._finish_plot(f"{len(mean)} band powers: each bin's prior median {_g(math.exp(mean[0]))} and "
+                          f"68 % band" + (f"; the random walk (step sd {_g(walk)}) ties neighbouring bins: "
+                                          f"sd of log P {_g(sd.min(), 2)}-{_g(sd.max(), 2)} per bin"
+                                          if walk is not None else ""))
+
+    def _finish_plot(self, caption: str) -> None:
         grid = self._grid()
         if grid is not None:
             for line, value in zip(self.k_lines, (min(grid.k_fundamental), min(grid.k_nyquist))):
@@ -606,6 +645,8 @@ class PriorPanel(SetupPanel):
         seed = int(np.random.SeedSequence().entropy % 2**32)
         rng = np.random.default_rng(seed)
         values = {}
+        if s["prior.kind"] == "band_powers":
+            return self._draw_bands(grid, rng, seed)
         for name in FIELD_HYPERPARAMETERS.get(s["prior.kind"], ()):
             prior = s.hyper_prior(name)
             if prior is None:
@@ -629,3 +670,36 @@ class PriorPanel(SetupPanel):
         self.last_draw = field
 
 
+
+    def _draw_bands(self, grid, rng, seed) -> None:
+        """Band powers: log P drawn from its Gaussian prior, then a field with that P(k)."""
+        from core.field.synthetic import gaussian_random_field
+
+        prior = band_prior(self.state, grid)
+        if isinstance(prior, str):
+            return
+        edges, mean, cov = prior
+        log_p = rng.multivariate_normal(mean, cov)
+        field = gaussian_random_field(grid, band_spectrum(edges, log_p), rng)
+        self._draws += 1
+        self.draw_preview.setVisible(True)
+        self.draw_preview.show_slice(field[grid.shape[0] // 2])
+        self.draw_caption.setText(f"Middle slice of a field drawn from the prior (seed {seed}; "
+                                  f"{len(mean)} band powers from {_g(float(np.exp(log_p.min())))} to "
+                                  f"{_g(float(np.exp(log_p.max())))}); field sd {_g(float(field.std()))}.")
+        self.last_draw = field
+
+    def _kind_changed(self, kind) -> None:
+        """Band powers chosen: each bin's prior, when the config has none, centred on the
+        P(k) the previous family gives over the grid's k range (its geometric mean)."""
+        previous, self._kind_seen = self._kind_seen, kind
+        if kind != "band_powers" or self.state["prior.band_power"] is not None:
+            return
+        level = None
+        spectrum = self.spectrum(kind=previous) if previous in FIELD_HYPERPARAMETERS else None
+        if spectrum is not None:
+            with np.errstate(all="ignore"):
+                p = spectrum.evaluate(self._k_values(spectrum))
+            p = p[np.isfinite(p) & (p > 0)]
+            level = float(np.exp(np.mean(np.log(p)))) if p.size else None
+        self.state["prior.band_power"] = default_band_power(level)

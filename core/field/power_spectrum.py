@@ -58,6 +58,7 @@ __all__ = [
     "TabulatedPower",
     "BandPowers",
     "band_edges",
+    "band_log_prior",
     "band_power_names",
     "hyperparameter_priors",
     "SPECTRA",
@@ -436,6 +437,19 @@ class BandPowers(PowerSpectrum):
     def to_config(self) -> dict[str, Any]:
         return {"edges": list(self.edges), "powers": list(self.powers),
                 "random_walk_scale": self.random_walk_scale}
+
+
+def band_log_prior(n_bins: int, loc: float, scale: float,
+                   random_walk_scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, covariance) of log P_b, the joint prior of band powers: each bin lognormal(loc,
+    scale), times the random walk's N(log P_{b+1} - log P_b; 0, tau) when tau is given
+    (``BandPowers.log_random_walk_prior``): a Gaussian in log P of precision
+    I / scale^2 + D^T D / tau^2 (D the differences), mean loc in every bin (D 1 = 0)."""
+    precision = np.eye(n_bins) / scale ** 2
+    if random_walk_scale is not None and n_bins > 1:
+        d = np.diff(np.eye(n_bins), axis=0)
+        precision += d.T @ d / random_walk_scale ** 2
+    return np.full(n_bins, float(loc)), np.linalg.inv(precision)
 
 
 SPECTRA: dict[str, type[PowerSpectrum]] = {

@@ -207,3 +207,23 @@ def test_band_power_names_sort_in_bin_order():
     assert band_power_names(3) == ["band_power_00", "band_power_01", "band_power_02"]
     names = band_power_names(120)
     assert names[-1] == "band_power_119" and sorted(names) == names
+
+
+@pytest.mark.parametrize("walk", [None, 0.3])
+def test_band_log_prior_is_the_density_the_bins_and_the_walk_give(walk):
+    # log N(x; mean, cov) minus (each bin's normal log density + the random walk's) is one
+    # constant over x: the same distribution, normalised
+    from scipy.stats import multivariate_normal, norm
+
+    from core.field.power_spectrum import band_log_prior
+
+    mean, cov = band_log_prior(6, 2.0, 1.5, walk)
+    bands = BandPowers(tuple(np.geomspace(0.1, 1.0, 7)), (1.0,) * 6, random_walk_scale=walk)
+    x = np.random.default_rng(1).normal(2.0, 2.0, size=(20, 6))
+    ours = multivariate_normal(mean, cov).logpdf(x)
+    theirs = norm(2.0, 1.5).logpdf(x).sum(axis=1) + bands.log_random_walk_prior(x)
+    assert np.ptp(ours - theirs) < 1e-10
+    if walk is None:
+        np.testing.assert_allclose(cov, np.eye(6) * 1.5 ** 2, atol=1e-14)
+    else:                                  # the walk ties neighbours: narrower, correlated
+        assert np.all(np.sqrt(np.diag(cov)) < 1.5) and cov[0, 1] > 0
