@@ -289,6 +289,9 @@ class FieldPosterior:
             beam = np.exp(-0.5 * (k_half * obs.smoothing_scale)**2)
         self._beam = None if beam is None else tf.constant(beam, rd)
         mask = obs.mask
+        # a Gaussian likelihood, every voxel observed, one noise level: diagonal in Fourier space,
+        # the modes independent given P(k) (and "conditional" exactly p(eta | d) N(v; 0, I))
+        self.modes_independent = obs.kind == "gaussian" and bool(mask.all()) and obs.uniform_noise is not None
         # grid-sized constants are device memory on a GPU (#13): the Gaussian likelihood's
         # mask is inside its 1 / sigma (0 where masked), a scalar when the noise is uniform
         # and nothing is masked; the Poisson one needs the mask itself; a model file's likelihood
