@@ -10,12 +10,11 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
-from app.panels.prior import PriorPanel
-from app.state.config_state import ConfigState
-from core.config import config_from_dict, dump_config, parse_config
+from core.config import parse_config
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw, band_edges
 from core.field.synthetic import make_dataset, save_dataset
+from support.gui import open_prior_panel, write_config
 
 GRID = Grid((16, 16, 16), 100.0)
 
@@ -30,17 +29,7 @@ def write_case(folder, prior=None):
         "prior": prior or {"kind": "power_law", "k_pivot": 0.3, "amplitude": 200.0, "index": -2.0},
         "likelihood": {"kind": "gaussian"},
     }
-    path = folder / "run.toml"
-    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
-    return path
-
-
-def open_panel(qtbot, path):
-    state = ConfigState.from_file(path)
-    panel = PriorPanel(state)
-    qtbot.addWidget(panel)
-    panel.show()
-    return state, panel
+    return write_config(folder, document)
 
 
 def curve(item):
@@ -56,7 +45,7 @@ def type_into(qtbot, edit, text):
 
 
 def test_band_powers_are_set_up_in_the_panel_and_read_back_by_the_config(qtbot, tmp_path):
-    state, panel = open_panel(qtbot, write_case(tmp_path))
+    state, panel = open_prior_panel(qtbot, write_case(tmp_path))
     editor = panel.band_editor
     assert editor.isHidden()
     k = panel._k_values(panel.spectrum())
@@ -109,7 +98,7 @@ def test_band_powers_are_set_up_in_the_panel_and_read_back_by_the_config(qtbot, 
 def test_edges_a_config_gives_are_kept_until_a_number_of_bins_is_set(qtbot, tmp_path):
     prior = {"kind": "band_powers", "edges": [0.05, 0.1, 0.2, 0.4],
              "band_power": {"dist": "lognormal", "loc": 3.0, "scale": 1.0}, "random_walk_scale": 0.5}
-    state, panel = open_panel(qtbot, write_case(tmp_path, prior))
+    state, panel = open_prior_panel(qtbot, write_case(tmp_path, prior))
     editor = panel.band_editor
     assert not editor.isHidden() and editor.bins.value() == 3
     assert not editor.edges_note.isHidden() and "0.05" in editor.edges_note.text()

@@ -9,12 +9,12 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
-from app.panels.prior import PriorPanel, fitted_text, round_to_error
-from app.state.config_state import ConfigState
-from core.config import config_from_dict, dump_config, parse_config
+from app.panels.prior import fitted_text, round_to_error
+from core.config import parse_config
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import gaussian_smooth, make_dataset, save_dataset
+from support.gui import open_prior_panel, write_config
 
 TRUE = PowerLaw(amplitude=200.0, index=-2.0, k_pivot=0.3)
 
@@ -32,17 +32,7 @@ def write_case(folder, amplitude=200.0, sigma=1.0):
                   "index": {"dist": "normal", "loc": -1.0, "scale": 0.5}},
         "likelihood": {"kind": "gaussian"},
     }
-    path = folder / "run.toml"
-    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
-    return path
-
-
-def open_panel(qtbot, path):
-    state = ConfigState.from_file(path)
-    panel = PriorPanel(state)
-    qtbot.addWidget(panel)
-    panel.show()
-    return state, panel
+    return write_config(folder, document)
 
 
 def fit(qtbot, panel):
@@ -53,7 +43,7 @@ def fit(qtbot, panel):
 
 
 def test_fit_to_data_then_use_as_fixed_values_and_as_prior_centres(qtbot, tmp_path):
-    state, panel = open_panel(qtbot, write_case(tmp_path))
+    state, panel = open_prior_panel(qtbot, write_case(tmp_path))
     fit(qtbot, panel)
     result = panel.fit_result
     assert result is not None, panel.fit_label.text()
@@ -104,7 +94,7 @@ def test_fit_to_data_then_use_as_fixed_values_and_as_prior_centres(qtbot, tmp_pa
 
 
 def test_data_with_no_usable_shells_show_a_message_not_a_traceback(qtbot, tmp_path):
-    state, panel = open_panel(qtbot, write_case(tmp_path, amplitude=1e-6))   # noise only
+    state, panel = open_prior_panel(qtbot, write_case(tmp_path, amplitude=1e-6))   # noise only
     fit(qtbot, panel)
     assert panel.fit_result is None
     text = panel.fit_label.text()
@@ -133,13 +123,11 @@ def write_smooth_case(folder, sigma_set):
                   "index": {"dist": "normal", "loc": -1.0, "scale": 0.5}, "cutoff_scale": 1.0},
         "likelihood": {"kind": "gaussian"},
     }
-    path = folder / "smooth.toml"
-    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
-    return path
+    return write_config(folder, document, "smooth.toml")
 
 
 def test_a_flagged_fit_is_said_and_used_only_on_the_users_word(qtbot, tmp_path):
-    state, panel = open_panel(qtbot, write_smooth_case(tmp_path, 0.29))
+    state, panel = open_prior_panel(qtbot, write_smooth_case(tmp_path, 0.29))
     fit(qtbot, panel)
     result = panel.fit_result
     assert result is not None and result.kind == "power_law_cutoff", panel.fit_label.text()

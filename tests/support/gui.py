@@ -63,6 +63,25 @@ def tiny_case(folder, *, shape=(8, 8, 8), warmup=10, samples=20, chunk=5, name="
     return path
 
 
+def write_config(folder, document: dict, name: str = "run.toml"):
+    """``document`` (core.config's layout) written by core.config's writer as ``folder/name``."""
+    path = folder / name
+    path.write_text(dump_config(config_from_dict(document, base_dir=folder)))
+    return path
+
+
+def open_prior_panel(qtbot, path):
+    """(ConfigState of the config at ``path``, a shown Prior panel on it)."""
+    from app.panels.prior import PriorPanel
+    from app.state.config_state import ConfigState
+
+    state = ConfigState.from_file(path)
+    panel = PriorPanel(state)
+    qtbot.addWidget(panel)
+    panel.show()
+    return state, panel
+
+
 def _alive(obj) -> bool:
     return obj is not None and shiboken6.isValid(obj)
 
