@@ -100,22 +100,23 @@ POSTERIOR_QUANTILES = (0.025, 0.16, 0.5, 0.84, 0.975)
 # ----------------------------------------------------------------------------- numbers
 
 
-def prior_spectrum(config):
+def prior_spectrum(config, grid: Grid | None = None):
     """(spectrum, sampled names): the run's P(k) family with its fixed hyperparameters, and
     the names of the sampled ones (their stand-in values are always overridden with
-    ``evaluate(k, name=value)``). Raises ValueError with the reason."""
-    from core.field.power_spectrum import hyperparameter_names, prior_spectrum
+    ``evaluate(k, name=value)``); band powers without edges in the config take them from
+    ``grid``. Raises ValueError with the reason."""
+    from core.field.power_spectrum import hyperparameter_priors, prior_spectrum
     from core.io import LoadError, load_prior_table
-    from core.priors import SampledPrior
 
     prior = config.prior
-    sampled = [name for name in hyperparameter_names(prior.kind)
-               if isinstance(getattr(prior, name), SampledPrior)]
+    if prior.kind == "band_powers" and prior.edges is None and grid is None:
+        raise ValueError("band powers: the bins' edges come from the grid, which is not known yet")
+    sampled = [name for name, p in hyperparameter_priors(prior).items() if not p.is_fixed]
     # a sampled hyperparameter gets a valid stand-in; the panel always overrides it
-    stand_in = {"amplitude": 1.0, "index": 0.0, "cutoff_scale": 0.0}
+    stand_in = {"index": 0.0, "cutoff_scale": 0.0}
     try:
         spectrum = prior_spectrum(prior, load_prior_table(config),
-                                  {n: stand_in[n] for n in sampled})
+                                  {n: stand_in.get(n, 1.0) for n in sampled}, grid=grid)
     except (LoadError, OSError) as err:
         raise ValueError(f"prior table: {err}") from None
     return spectrum, sampled
@@ -341,7 +342,7 @@ class PowerView(RunView):
                 self._spectrum_error = "no prior: the run's config is not known"
             else:
                 try:
-                    self._spectrum, self._sampled = prior_spectrum(cfg)
+                    self._spectrum, self._sampled = prior_spectrum(cfg, self.grid)
                 except ValueError as err:
                     self._spectrum_error = str(err)
         return self._spectrum

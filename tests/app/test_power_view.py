@@ -317,3 +317,25 @@ def test_posterior_quantiles_against_exact_ones_and_per_band():
     for j, b in enumerate(bands.bin_index(k[:4])):
         np.testing.assert_allclose(got[:, j], np.quantile(draws[names[b]], pview.POSTERIOR_QUANTILES),
                                    rtol=1e-12)
+
+
+def test_a_band_powers_run_shows_each_bins_posterior(qtbot, tmp_path):
+    # a finished store whose prior is 4 band powers, edges from the grid (none in the config)
+    from core.field.power_spectrum import band_edges
+    from support.sampled_runs import FIELD_BOX, FIELD_SHAPE, field_run
+
+    state = RunState()
+    state.load_from_store(field_run(tmp_path / "bands", bands=4))
+    view = shown(PowerView(state), qtbot)
+    view.refresh()
+    wait_measured(qtbot, view, state.field_version)
+    assert view._spectrum_error == "" and view.posterior is not None
+    k = view._k()
+    edges = band_edges(Grid(FIELD_SHAPE, FIELD_BOX).k_magnitude_full(), 4)
+    bins = BandPowers(tuple(edges), (1.0,) * 4).bin_index(k)
+    for j, b in enumerate(bins):
+        draws = state.param(band_power_names(4)[b])[:, state.n_warmup_seen:].ravel()
+        np.testing.assert_allclose(view.posterior[:, j], np.quantile(draws, pview.POSTERIOR_QUANTILES),
+                                   rtol=1e-12)
+    assert len(set(bins)) == 4                       # every bin has shells
+    np.testing.assert_allclose(data_of(view.curves["posterior"])[1], view.posterior[2], rtol=1e-12)

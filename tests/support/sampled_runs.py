@@ -118,11 +118,11 @@ def _add_fields(record: ChunkRecord, field, first: int, stop: int, thin: int) ->
     record.moments = (upto.mean(axis=0), upto.std(axis=0, ddof=1), int(stop) * draws.shape[0])
 
 
-def field_run(folder, *, exact: bool = False, chains: int = 2, warmup: int = 200, samples: int = 400,
-              thin: int = 10, seed: int = 7) -> Path:
+def field_run(folder, *, exact: bool = False, bands: int = 0, chains: int = 2, warmup: int = 200,
+              samples: int = 400, thin: int = 10, seed: int = 7) -> Path:
     """The demo's field run on a 16^3 grid (data file, config, finished store in
-    ``folder/run``); with ``exact`` every P(k) hyperparameter is fixed. Returns the run
-    directory."""
+    ``folder/run``); with ``exact`` every P(k) hyperparameter is fixed; with ``bands`` the prior
+    is that many band powers (edges from the grid), each sampled. Returns the run directory."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -131,7 +131,10 @@ def field_run(folder, *, exact: bool = False, chains: int = 2, warmup: int = 200
                            dropout_fraction=0.05, seed=seed)
     save_dataset(folder / "field.npz", dataset)
     prior = {"kind": "power_law_cutoff", **DEMO_SPECTRUM}
-    if not exact:
+    if bands:
+        prior = {"kind": "band_powers", "n_bins": bands,
+                 "band_power": {"dist": "lognormal", "loc": float(np.log(500.0)), "scale": 2.0}}
+    elif not exact:
         prior["index"] = {"dist": "normal", "loc": -1.5, "scale": 0.3}
         prior["amplitude"] = {"dist": "lognormal", "loc": float(np.log(2000.0)), "scale": 0.5}
     document = {"model": {"kind": "field"},
@@ -145,7 +148,10 @@ def field_run(folder, *, exact: bool = False, chains: int = 2, warmup: int = 200
     total = warmup + samples
     stats = sampler_stats(rng, chains, warmup, samples, typical_lp=-4100.0)
     params = {}
-    if not exact:
+    if bands:
+        params = {f"band_power_{b:02d}": _ar1(rng, chains, total, 2000.0, 1500.0 / (b + 1), 30.0)
+                  for b in range(bands)}
+    elif not exact:
         params = {"index": _ar1(rng, chains, total, -1.2, -1.5, 0.05),
                   "amplitude": _ar1(rng, chains, total, 3500.0, 2000.0, 150.0)}
     n_fields = len(range(0, samples, thin))
