@@ -50,6 +50,8 @@ __all__ = ["DiagnosticsView", "compute_summary", "ATTENTION_COLOURS", "COLUMN_PR
 
 #: the least width in pixels of the k-shell plots' area with the ESS and R-hat plots side by side
 SHELL_PLOTS_BESIDE_WIDTH = 420
+#: the least height in pixels of one k-shell plot (the table above gives way: it scrolls)
+SHELL_PLOT_MIN_HEIGHT = 130
 
 #: the order in which columns are kept when the panel is too narrow for all of them (the
 #: estimate first, the first numbers a scientist reads (issue #32 item 11), then what decides
@@ -339,6 +341,7 @@ class DiagnosticsView(RunView):
         axis = self.ess_plot.getAxis("bottom")        # stacked: one k axis, R-hat's (x-linked)
         axis.setStyle(showValues=beside)
         axis.showLabel(beside)
+        self.graphics.setMinimumHeight(SHELL_PLOT_MIN_HEIGHT * (1 if beside else 2))
 
     def hidden_columns(self) -> list[str]:
         """The columns not shown now (too narrow a panel, or hidden by hand)."""

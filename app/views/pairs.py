@@ -15,7 +15,7 @@ import pyqtgraph as pg
 
 from app.state.run_state import RunState
 from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
-from app.views.style import add_empty_hint, chain_colour, steady_axes
+from app.views.style import add_empty_hint, chain_colour, parameter_label, steady_axes
 
 __all__ = ["PairPlotView", "MAX_PARAMETERS", "MAX_POINTS"]
 
@@ -79,7 +79,7 @@ class PairPlotView(TracesFedView):
                 plot.showGrid(x=True, y=True, alpha=0.15)
                 for axis in ("left", "bottom"):          # "0.5", not "500" and "sigma (x0.001)"
                     plot.getAxis(axis).enableAutoSIPrefix(False)
-                plot.setLabel("bottom", x_name if i == n - 1 else None)
+                plot.setLabel("bottom", parameter_label(x_name, short=True) if i == n - 1 else None)
                 plot.getAxis("bottom").setStyle(showValues=i == n - 1)
                 # y values in the first column only (as corner plots have them): a row's
                 # scatter plots share their y range, and the columns get the width
@@ -89,7 +89,7 @@ class PairPlotView(TracesFedView):
                     self.diagonal[x_name] = plot.plot(stepMode="center", fillLevel=0,
                                                       brush=(120, 160, 220, 90), pen=pg.mkPen((200, 200, 200)))
                 else:
-                    plot.setLabel("left", y_name if j == 0 else None)
+                    plot.setLabel("left", parameter_label(y_name, short=True) if j == 0 else None)
                     item = pg.ScatterPlotItem(size=3, pen=None)
                     plot.addItem(item)
                     self.scatter[(x_name, y_name)] = item

@@ -11,6 +11,7 @@ import pyqtgraph as pg
 __all__ = [
     "CHAIN_COLOURS", "PIN_COLOURS", "DIVERGENCE_COLOUR", "DATA_COLOUR", "WARMUP_BRUSH", "CHAIN_STYLES",
     "LEGEND_TEXT_SIZE", "TICK_LABEL_GAP", "LegendStrip", "chain_colour", "pin_colour", "chain_pen", "steady_axes",
+    "parameter_label",
     "spaced_tick_labels", "configure_live_plot", "add_warmup_marker", "add_legend", "add_legend_strip",
     "add_empty_hint", "sparse_log_ticks", "narrow_label", "wrapping_label", "inverse_unit", "cubed_unit"
 ]
@@ -301,6 +302,18 @@ def add_empty_hint(plot: pg.PlotItem, text: str) -> pg.TextItem:
     box.sigResized.connect(fit)
     fit()
     return hint
+
+
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def parameter_label(name: str, short: bool = False) -> str:
+    """A parameter's name as an axis label in a narrow plot: a band power's "band_power_03" as
+    "band 03", or with ``short`` (a pair plot's columns) "P₀₃"; others as they are."""
+    if not name.startswith("band_power_"):
+        return name
+    number = name[len("band_power_"):]
+    return "P" + number.translate(_SUBSCRIPTS) if short else "band " + number
 
 
 def sparse_log_ticks(axis: pg.AxisItem) -> pg.AxisItem:

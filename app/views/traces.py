@@ -8,6 +8,7 @@ voxel; ``refresh`` only feeds them with ``setData`` from the state's buffers.
 from __future__ import annotations
 
 import pyqtgraph as pg
+from pyqtgraph.Qt import QtWidgets
 
 from app.state.run_state import RunState
 from app.views.base import MODEL_KINDS, PLOTS, TracesFedView
@@ -18,10 +19,16 @@ from app.views.style import (
     add_warmup_marker,
     chain_pen,
     configure_live_plot,
+    parameter_label,
     pin_colour,
 )
 
-__all__ = ["TracesView"]
+__all__ = ["TracesView", "MIN_PLOT_HEIGHT"]
+
+#: each plot keeps this height at least (pixels, with its legend row): past that (many band
+#: powers) the column scrolls instead of squeezing plots below their axis labels
+MIN_PLOT_HEIGHT = 120
+LEGEND_ROW_HEIGHT = 30
 
 
 class TracesView(TracesFedView):
@@ -37,6 +44,13 @@ class TracesView(TracesFedView):
         self.curves: dict[str, list[pg.PlotDataItem]] = {}   # same keys: one curve per chain
         self.pin_curves: dict[tuple, list[pg.PlotDataItem]] = {}
         self.pins_hint = None
+        scroll = QtWidgets.QScrollArea()          # the column scrolls once its plots reach their least height
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(pg.QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.layout().replaceWidget(self.graphics, scroll)
+        scroll.setWidget(self.graphics)
+        self.scroll = scroll
 
     # -- building -----------------------------------------------------------------------
 
@@ -48,7 +62,7 @@ class TracesView(TracesFedView):
         self.pin_curves.clear()
         self.pins_hint = None
         chains = st.chains or 0
-        rows = [("lp", "log density")] + [(name, name) for name in st.param_names]
+        rows = [("lp", "log density")] + [(name, parameter_label(name)) for name in st.param_names]
         if st.has_field:
             rows.append(("pins", "pinned voxels"))
         first = None
@@ -77,6 +91,7 @@ class TracesView(TracesFedView):
                 self.pins_legend = add_legend_strip(self.graphics, plot, row=legend_row)
                 self.pins_hint = add_empty_hint(plot, "click a voxel in a slice to follow it")
             self.plots[key] = plot
+        self.graphics.setMinimumHeight(len(rows) * MIN_PLOT_HEIGHT + (row - len(rows)) * LEGEND_ROW_HEIGHT)
         for key, plot in self.plots.items():
             last = key == rows[-1][0]
             plot.setLabel("bottom", "step" if last else None)

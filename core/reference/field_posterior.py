@@ -125,6 +125,9 @@ def exact_not_applicable(cfg: RunConfig) -> str | None:
         kind = None if cfg.likelihood is None else cfg.likelihood.kind
         return (f"the likelihood is {kind!r} (Poisson counts), not Gaussian: the posterior "
                 "has no closed form")
+    if cfg.prior.kind == "band_powers":
+        return ("the band powers are sampled: the posterior is a mixture over P(k), not one "
+                "Gaussian (their posterior is drawn in the P(k) view)")
     sampled = [name for name in ("amplitude", "index", "cutoff_scale")
                if isinstance(getattr(cfg.prior, name, None), SampledPrior)]
     if sampled:

@@ -60,7 +60,7 @@ SLACK = 1.0
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("label_runs")
     return {"field": field_run(folder / "field"), "exact": field_run(folder / "exact", exact=True),
-            "integral": integral_run(folder / "integral")}
+            "bands": field_run(folder / "bands", bands=6), "integral": integral_run(folder / "integral")}
 
 
 @pytest.fixture
@@ -384,7 +384,7 @@ def tab_problems(window, qtbot, run: str, size: str) -> list[str]:
 
 
 @pytest.mark.parametrize("size", SIZES)
-@pytest.mark.parametrize("run", ["field", "exact", "integral"])
+@pytest.mark.parametrize("run", ["field", "exact", "bands", "integral"])
 def test_every_label_legend_and_title_fits(window, qtbot, runs, run, size):
     shown_window(window, qtbot, runs[run], SIZES[size])
     if size == "1280x800":

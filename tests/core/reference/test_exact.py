@@ -180,6 +180,10 @@ def test_a_progress_callback_can_abandon_the_computation(tmp_path):
                          'amplitude = { dist = "lognormal", loc = 5.0, scale = 0.3 }\n'
                          'index = { dist = "normal", loc = -1.2, scale = 0.3 }'),
      r"amplitude, index are sampled"),
+    (lambda t: t.replace('k_pivot = 0.2\namplitude = 200.0\nindex = -1.2', 'n_bins = 3\n'
+                         'band_power = { dist = "lognormal", loc = 5.0, scale = 1.0 }')
+     .replace('kind = "power_law"', 'kind = "band_powers"'),
+     r"the band powers are sampled: the posterior is a mixture"),
     (lambda t: t.replace('kind = "gaussian"', 'kind = "poisson_lognormal"\nmean_count = 2.0')
      .replace('noise_map = "noise"', ""),
      r"'poisson_lognormal' \(Poisson counts\), not Gaussian"),
