@@ -48,16 +48,38 @@ def band_prior(state: ConfigState, grid):
             or scale is None or scale <= 0 or (walk is not None and walk <= 0):
         return "the band powers' prior needs numbers (median > 0, sds > 0)"
     if state["prior.edges"] is not None:
-        edges = np.asarray(state["prior.edges"], np.float64)
+        edges = _numbers(state["prior.edges"])
+        if edges is None or edges.size < 2 or np.any(edges <= 0) or np.any(np.diff(edges) <= 0):
+            return "prior.edges must be increasing positive numbers"
     elif grid is None:
         return "the bins' edges come from the grid: choose the data file and the box size first"
     else:
         try:
-            edges = band_edges(grid.k_magnitude_full(), state["prior.n_bins"] or DEFAULT_BAND_COUNT)
+            edges = band_edges(grid.k_magnitude_full(), bin_count(state))
         except ValueError as exc:
             return str(exc)
     mean, covariance = band_log_prior(edges.size - 1, float(loc), float(scale), walk)
     return edges, mean, covariance
+
+
+def _numbers(values) -> np.ndarray | None:
+    """``values`` as finite float64 numbers, or None where they are not all numbers."""
+    if not isinstance(values, (list, tuple)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    out = np.asarray(values, np.float64)
+    return out if np.all(np.isfinite(out)) else None
+
+
+def bin_count(state: ConfigState) -> int:
+    """The number of bins the config asks for (its edges', else n_bins, else the default); a
+    value that is not a count (the config's check names it) counts as the default."""
+    edges, n = _numbers(state["prior.edges"] or []), state["prior.n_bins"]
+    if state["prior.edges"] is not None and edges is not None and edges.size >= 2:
+        return min(edges.size - 1, MAX_BANDS)
+    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_BANDS:
+        return n
+    return DEFAULT_BAND_COUNT
 
 
 def band_spectrum(edges, log_powers) -> BandPowers:
@@ -116,11 +138,15 @@ class BandPowersEditor(QGroupBox):
         s = self.state
         edges = s["prior.edges"]
         self.bins.blockSignals(True)
-        self.bins.setValue(len(edges) - 1 if edges is not None else s["prior.n_bins"] or DEFAULT_BAND_COUNT)
+        self.bins.setValue(bin_count(s))
         self.bins.blockSignals(False)
+        given = _numbers(edges) if edges is not None else None
         self.edges_note.setText("" if edges is None else
-                                f"edges from the config: {', '.join(_g(e, 3) for e in edges)}; "
-                                "change the number of bins to take them from the grid's shells")
+                                f"edges from the config: {', '.join(_g(e, 3) for e in given)}; "
+                                "change the number of bins to take them from the grid's shells"
+                                if given is not None else
+                                "the config's edges are not numbers; change the number of bins to "
+                                "take them from the grid's shells")
         self.edges_note.setVisible(edges is not None)
         p = s["prior.band_power"] if isinstance(s["prior.band_power"], dict) else {}
         loc = p.get("loc")

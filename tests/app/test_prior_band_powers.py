@@ -111,3 +111,25 @@ def test_edges_a_config_gives_are_kept_until_a_number_of_bins_is_set(qtbot, tmp_
     editor.bins.setValue(5)
     config = parse_config(state.to_toml(), base_dir=tmp_path).prior
     assert config.edges is None and config.n_bins == 5 and editor.edges_note.isHidden()
+
+
+def test_a_config_with_bad_band_settings_opens_and_names_them(qtbot, tmp_path):
+    # written by hand (core.config's writer refuses these): the panel shows them, validation names them
+    write_case(tmp_path)
+    text = (tmp_path / "run.toml").read_text()
+    start = text.index("[prior]")
+    end = text.index("\n[", start + 1)
+    (tmp_path / "bad.toml").write_text(text[:start] + '[prior]\nkind = "band_powers"\nn_bins = "many"\n'
+                                       'edges = ["a", 0.2]\nband_power = { dist = "lognormal", loc = "x", '
+                                       'scale = 1.0 }\n' + text[end:])
+    state, panel = open_prior_panel(qtbot, tmp_path / "bad.toml")
+    editor = panel.band_editor
+    assert not editor.isHidden() and "not numbers" in editor.edges_note.text()
+    assert editor.bins.value() == 16                      # the default count stands in
+    assert "Band powers:" in panel.plot_caption.text()   # no plot, a reason
+    errors = state.validate()
+    assert any(key.startswith("prior.") for key in errors), errors
+    editor.bins.setValue(6)                               # a count: edges from the grid again
+    state["prior.band_power"] = {"dist": "lognormal", "loc": 2.0, "scale": 1.0}
+    assert parse_config(state.to_toml(), base_dir=tmp_path).prior.n_bins == 6
+    assert "6 band powers" in panel.plot_caption.text()
