@@ -597,12 +597,38 @@ def _calibration_report(out) -> int:
     from core.calibration import CalibrationReader, CalibrationStoreError
 
     try:
-        verdict = CalibrationReader(out).verdict()
+        reader = CalibrationReader(out)
+        verdict = reader.verdict()
     except CalibrationStoreError as err:
         raise UserError(str(err)) from None
     print(verdict.table())
     print(verdict.line())
+    if not verdict.passed:
+        hint = unadjusted_hint(reader.attrs.get("config", ""))
+        if hint:
+            print(hint)
     return 0 if verdict.passed else 1
+
+
+def unadjusted_hint(config_text: str) -> str:
+    """For a failed calibration of an unadjusted sampler (the registry's ``adjusted``): what
+    the failure may be, and how to tell; "" otherwise."""
+    import tomllib
+
+    from core.samplers import SAMPLERS
+
+    try:
+        algorithm = tomllib.loads(config_text).get("sampler", {}).get("algorithm")
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return ""
+    info = SAMPLERS.get(algorithm) if isinstance(algorithm, str) else None
+    if info is None or info.adjusted:
+        return ""
+    return (f"note: {info.label} has no accept step: its draws carry a small bias that falls with "
+            "its step size, and a calibration of many simulations can see it (most often in "
+            "loglik, which sums it over every voxel). Calibrate the same config with "
+            "sampler.algorithm = \"mams\", \"hmc\" or \"nuts\" to tell that bias from a problem "
+            "of the model.")
 
 
 def _cmd_install_desktop(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ class SamplerInfo:
     program_bytes: int
     device_programs: dict = field(default_factory=dict)
     may_unroll: bool = False           # small runs unroll its leapfrog loop (core.run.engine_limits.unrolls)
+    adjusted: bool = True              # a Metropolis step makes it exact (False: a bias falling with the step)
 
     def gradients_per_step(self, num_leapfrog_steps: int) -> int:
         """Gradient evaluations of one step (the least, where a step's trajectory varies)."""
@@ -80,7 +81,7 @@ SAMPLERS: dict[str, SamplerInfo] = {s.name: s for s in (
         device_programs={False: ((41.5, 8.1, True),)}),
     SamplerInfo(
         "mclmc", "MCLMC (microcanonical Langevin, unadjusted)", "core.engine.samplers.mclmc:Mclmc",
-        microcanonical=True, leapfrog_steps=False, target_accept=False, fixed_gradients=2,
+        microcanonical=True, leapfrog_steps=False, target_accept=False, fixed_gradients=2, adjusted=False,
         gradients_text="≥ (MCLMC: two gradients a step)",
         **_MICROCANONICAL_MEMORY,
         device_programs={False: ((17.8, 16.8, True), (13.7, 5.0, False)),

@@ -379,3 +379,16 @@ def test_a_first_ctrl_c_stops_a_calibration_at_once_before_its_first_batch(tmp_p
     stopped = [line for line in err if line.startswith("fieldscope: stopped at once (SIGINT)")]
     assert len(stopped) == 1 and "Continue with: fieldscope calibrate" in stopped[0], err
     assert run_lock.holder(out) is None
+
+
+def test_a_failed_calibration_of_an_unadjusted_sampler_says_how_to_tell_its_bias():
+    from app.cli import unadjusted_hint
+    from support.configs import field_config_text
+
+    prior = {"kind": "power_law", "k_pivot": 0.1, "amplitude": 1.0, "index": -2.0}
+    text = field_config_text(box_size=100.0, prior=prior, sampler={"algorithm": "hmc"})
+    mclmc = field_config_text(box_size=100.0, prior=prior, sampler={"algorithm": "mclmc"})
+    hint = unadjusted_hint(mclmc)
+    assert "MCLMC" in hint and "no accept step" in hint and 'sampler.algorithm = "mams"' in hint
+    assert unadjusted_hint(text) == ""                          # HMC: adjusted, nothing to add
+    assert unadjusted_hint("not [ toml") == ""
