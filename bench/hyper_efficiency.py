@@ -26,6 +26,11 @@ The cases (``CASES``; data drawn in the run, fixed seeds):
                  (exact: ``band_posterior``, a forward-backward pass over per-bin grids)
     slab2        32^3 power law with a cutoff, noise 0.3, 25 % slab masked: index and
                  amplitude sampled
+    noisemap     the hi_sn field under a noise sd rising from 0.2 to 0.6 across x: index sampled
+                 (no exact answer: a noise map couples the modes)
+    poisson      Poisson-lognormal counts, mean 2 a voxel, of a field of sd 0.5: index sampled
+                 (no exact answer)
+    hi_sn64      hi_sn on a 64^3 grid
     user48       issue #30's reproduction: a 48^3 float32 field of Gaussian-smoothed white noise
                  (smoothing 2 cells) scaled to sd 1, noise 0.3, a 12^3 cube of NaN; the config
                  File > New from data writes for it (``core.config.from_data``: the best-fitting
@@ -73,6 +78,9 @@ CASES = {
     "bands16": Case("bands16", "16 band powers, no mask, noise 0.5", 32),
     "slab2": Case("slab2", "index + amplitude, cutoff, 25 % slab, noise 0.3", 32),
     "user48": Case("user48", "issue #30: 48^3 smoothed noise, 12^3 NaN cube, New from data", 48),
+    "noisemap": Case("noisemap", "index, no mask, a noise map from 0.2 to 0.6 across x", 32),
+    "poisson": Case("poisson", "index, Poisson-lognormal counts (mean 2 a voxel), field sd 0.5", 32),
+    "hi_sn64": Case("hi_sn64", "index, no mask, noise 0.1, 64^3", 64),
 }
 
 
@@ -93,6 +101,8 @@ def write_case(case: Case, folder: Path) -> dict:
     if case.name == "user48":
         return _write_user48(folder)
     grid = Grid((case.n,) * 3, BOX)
+    if case.name in ("noisemap", "poisson"):
+        return _write_noise_map_or_counts(case, grid, folder)
     if case.name == "slab2":
         def spectrum_of(a):
             return PowerLawCutoff(amplitude=a, index=-1.5, k_pivot=K_PIVOT, cutoff_scale=4.0)
@@ -100,7 +110,7 @@ def write_case(case: Case, folder: Path) -> dict:
     else:
         def spectrum_of(a):
             return PowerLaw(amplitude=a, index=-2.0, k_pivot=K_PIVOT)
-        noise, mask = {"hi_sn": 0.1, "lo_sn": 2.0, "bands16": 0.5}[case.name], "none"
+        noise, mask = {"hi_sn": 0.1, "hi_sn64": 0.1, "lo_sn": 2.0, "bands16": 0.5}[case.name], "none"
     amplitude = _unit_variance_amplitude(grid, spectrum_of)
     save_dataset(folder / "data.npz", make_dataset(grid, spectrum_of(amplitude), noise, mask=mask,
                                                    mask_fraction=0.25, seed=DATA_SEED))
@@ -118,6 +128,33 @@ def write_case(case: Case, folder: Path) -> dict:
                  "index": {"dist": "normal", "loc": -1.5, "scale": 0.5}}
     return {"model": {"kind": "field"}, "data": data, "grid": {"box_size": BOX}, "prior": prior,
             "likelihood": {"kind": "gaussian"}, "field": {"parameterisation": "whitened", "dtype": "float32"}}
+
+
+def _write_noise_map_or_counts(case: Case, grid, folder: Path) -> dict:
+    """noisemap: the hi_sn field under a noise sd rising from 0.2 to 0.6 across x; poisson:
+    counts ~ Poisson(2 exp(s)), s of sd 0.5. The index sampled in both."""
+    from core.field.power_spectrum import PowerLaw
+    from core.field.synthetic import gaussian_random_field
+
+    def spectrum_of(a):
+        return PowerLaw(amplitude=a, index=-2.0, k_pivot=K_PIVOT)
+
+    rng = np.random.default_rng(DATA_SEED)
+    amplitude = _unit_variance_amplitude(grid, spectrum_of)
+    prior = {"kind": "power_law", "k_pivot": K_PIVOT, "index": {"dist": "normal", "loc": -2.0, "scale": 0.5}}
+    if case.name == "noisemap":
+        field = gaussian_random_field(grid, spectrum_of(amplitude), rng)
+        noise = np.broadcast_to(np.linspace(0.2, 0.6, grid.shape[0])[:, None, None], grid.shape).copy()
+        np.savez(folder / "data.npz", data=field + noise * rng.standard_normal(grid.shape), noise=noise)
+        data, likelihood = {"path": "data.npz", "key": "data", "noise_map": "noise"}, {"kind": "gaussian"}
+    else:
+        amplitude *= 0.25                                   # field variance 0.25
+        field = gaussian_random_field(grid, spectrum_of(amplitude), rng)
+        np.savez(folder / "data.npz", data=rng.poisson(2.0 * np.exp(field)).astype(np.float64))
+        data, likelihood = {"path": "data.npz", "key": "data"}, {"kind": "poisson_lognormal", "mean_count": 2.0}
+    return {"model": {"kind": "field"}, "data": data, "grid": {"box_size": BOX},
+            "prior": {**prior, "amplitude": amplitude}, "likelihood": likelihood,
+            "field": {"parameterisation": "whitened", "dtype": "float32"}}
 
 
 def _write_user48(folder: Path) -> dict:

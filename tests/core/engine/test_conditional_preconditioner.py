@@ -176,3 +176,39 @@ def test_a_run_with_the_new_config_sampler_and_conditional_samples_the_exact_ind
     assert abs(row.mean - exact.mean["index"]) < 4 * exact.sd["index"] / math.sqrt(row.ess_bulk)
     assert row.sd == pytest.approx(exact.sd["index"], rel=0.1)
     assert summary.advice == []
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_a_runaway_window_variance_of_a_hyperparameter_gives_way_to_its_exact_curvature(tmp_path, mask):
+    """At the window's end, with the modes independent given P(k), a hyperparameter's window sd
+    above RUNAWAY_SCALE x its curvature's is replaced by the curvature's (the exact posterior's
+    there); below it, or under a mask (the conditional's curvature is then not the posterior's),
+    the window's stands. The window's sums are set by hand: 10x and 1.5x the curvature's sd."""
+    import dataclasses
+
+    from core.engine import driver as drv
+    from core.engine.models import build_model
+    from support.engine_cases import write_field_case
+
+    prior = {"dist": "normal", "loc": -1.5, "scale": 0.5}
+    config, *_ = write_field_case(tmp_path, shape=(12, 12, 12), sigma=0.1, index=prior, mask=mask,
+                                  dtype="float64", algorithm="mclmc", mass=False)
+    config = dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, preconditioner="conditional"))
+    model = build_model(config)
+    assert model.posterior.modes_independent == (not mask)
+    for factor in (10.0, 1.5):
+        d = drv.Driver(model, config.sampler, drv.schedule_for(config), hyper_diagonal=True)
+        st = d.fresh_state()
+        curvature = st["scale"][1].numpy()                     # the start: the curvature's sd
+        count, mean, m2 = st["mass_acc"]
+        n = 50.0
+        window_var = (factor * curvature.mean()) ** 2       # pooled over the chains, as the window is
+        st["mass_acc"] = (tf.constant(n, count.dtype), mean,
+                          [m2[0] + n, tf.fill(tf.shape(m2[1]), tf.constant((n - 1) * window_var, m2[1].dtype))])
+        st["step"] = d.schedule.mass_end
+        d._rescale_at_mass_end(st, None)
+        got = st["scale"][1].numpy()
+        if factor > drv.RUNAWAY_SCALE and not mask:
+            np.testing.assert_allclose(got, curvature, rtol=1e-6)
+        else:
+            assert np.all(got > drv.RUNAWAY_SCALE * curvature) == (factor > drv.RUNAWAY_SCALE)
