@@ -12,6 +12,7 @@ each bin's 68 % band) and draws fields from.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -21,6 +22,7 @@ from app.panels.binding import _alive, _g, _info_label, _message_label
 from app.state.config_state import ConfigState, format_value, parse_number
 from core.config.limits import MAX_BANDS
 from core.config.parse import DEFAULT_BAND_COUNT
+from core.field.grid import Grid
 from core.field.power_spectrum import BandPowers, band_edges, band_log_prior
 
 __all__ = ["BandPowersEditor", "band_prior", "default_band_power"]
@@ -55,11 +57,20 @@ def band_prior(state: ConfigState, grid):
         return "the bins' edges come from the grid: choose the data file and the box size first"
     else:
         try:
-            edges = band_edges(grid.k_magnitude_full(), bin_count(state))
+            edges = grid_edges(tuple(grid.shape), tuple(grid.box_size), bin_count(state))
         except ValueError as exc:
             return str(exc)
     mean, covariance = band_log_prior(edges.size - 1, float(loc), float(scale), walk)
     return edges, mean, covariance
+
+
+@functools.lru_cache(maxsize=8)
+def grid_edges(shape: tuple, box_size: tuple, n_bins: int) -> np.ndarray:
+    """``band_edges`` of a grid's wavenumbers (as the engine takes them), kept: every edit of
+    the panel redraws the prior, and the distinct |k| of a 256^3 grid take seconds to find."""
+    edges = band_edges(Grid(shape, box_size).k_magnitude_full(), n_bins)
+    edges.setflags(write=False)
+    return edges
 
 
 def _numbers(values) -> np.ndarray | None:
@@ -74,8 +85,8 @@ def _numbers(values) -> np.ndarray | None:
 def bin_count(state: ConfigState) -> int:
     """The number of bins the config asks for (its edges', else n_bins, else the default); a
     value that is not a count (the config's check names it) counts as the default."""
-    edges, n = _numbers(state["prior.edges"] or []), state["prior.n_bins"]
-    if state["prior.edges"] is not None and edges is not None and edges.size >= 2:
+    edges, n = _numbers(state["prior.edges"]), state["prior.n_bins"]
+    if edges is not None and edges.size >= 2:
         return min(edges.size - 1, MAX_BANDS)
     if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_BANDS:
         return n

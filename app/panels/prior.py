@@ -558,10 +558,10 @@ class PriorPanel(SetupPanel):
 
     def _update_plot(self) -> None:
         s = self.state
-        spectrum = self.spectrum()
         if s["prior.kind"] == "band_powers":
             self._update_band_plot()
             return
+        spectrum = self.spectrum()
         if spectrum is None:
             self.curve.setData([], [])
             self.band_lo.setData([], [])
