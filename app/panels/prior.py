@@ -563,15 +563,13 @@ class PriorPanel(SetupPanel):
             return
         spectrum = self.spectrum()
         if spectrum is None:
-            self.curve.setData([], [])
-            self.band_lo.setData([], [])
-            self.band_hi.setData([], [])
+            self._show_curves()
             self.plot_caption.setText("Fix the prior's settings to see its P(k).")
             self.draw_button.setEnabled(False)
             return
         k = self._k_values(spectrum)
         p = spectrum.evaluate(k)
-        self.curve.setData(k, p)
+        band = None
         sampled = [n for n in FIELD_HYPERPARAMETERS.get(s["prior.kind"], ())
                    if s[f"prior.{n}.sampled"]]
         caption = "P(k) at the hyperparameters' medians"
@@ -582,36 +580,39 @@ class PriorPanel(SetupPanel):
                 overrides = {n: pr.draw(rng, size=(self.BAND_DRAWS, 1)) for n, pr in priors.items()}
                 try:
                     logp = spectrum.log_power(k[None, :], **overrides)
-                    lo, hi = np.percentile(logp, [16, 84], axis=0)
-                    self.band_lo.setData(k, np.exp(lo))
-                    self.band_hi.setData(k, np.exp(hi))
+                    band = np.exp(np.percentile(logp, [16, 84], axis=0))
                     caption += (f"; band: 68 % of P(k) over {self.BAND_DRAWS} draws of "
                                 + ", ".join(sampled))
                 except ValueError:
                     # e.g. a normal prior on the amplitude reaching A <= 0
-                    self.band_lo.setData([], [])
-                    self.band_hi.setData([], [])
                     caption += "; (no band: some prior draws are outside the family's range)"
-        else:
-            self.band_lo.setData([], [])
-            self.band_hi.setData([], [])
+        self._show_curves(k, p, band)
         self._finish_plot(caption)
+
+    def _show_curves(self, k=None, p=None, band=None) -> None:
+        """The prior's P(k) and its band ((low, high)); nothing where not given. The fill is
+        hidden without a band: pyqtgraph's keeps its last shape when its curves are emptied."""
+        empty = ([], [])
+        self.curve.setData(*((k, p) if p is not None else empty))
+        self.band_lo.setData(*((k, band[0]) if band is not None else empty))
+        self.band_hi.setData(*((k, band[1]) if band is not None else empty))
+        self.band.setVisible(band is not None)
 
     def _update_band_plot(self) -> None:
         """Band powers: each bin's prior median and 68 % band (``band_log_prior``)."""
         prior = band_prior(self.state, self._grid())
         if isinstance(prior, str):
-            for curve in (self.curve, self.band_lo, self.band_hi):
-                curve.setData([], [])
+            self._show_curves()
+            for line in self.k_lines:
+                line.setVisible(False)
             self.plot_caption.setText(f"Band powers: {prior}.")
             self.draw_button.setEnabled(False)
             return
         edges, mean, cov = prior
         k = np.geomspace(edges[0], edges[-1], 400)
         sd = np.sqrt(np.diag(cov))
-        self.curve.setData(k, band_spectrum(edges, mean).evaluate(k))
-        self.band_lo.setData(k, band_spectrum(edges, mean - sd).evaluate(k))
-        self.band_hi.setData(k, band_spectrum(edges, mean + sd).evaluate(k))
+        self._show_curves(k, band_spectrum(edges, mean).evaluate(k),
+                          (band_spectrum(edges, mean - sd).evaluate(k), band_spectrum(edges, mean + sd).evaluate(k)))
         walk = self.state["prior.random_walk_scale"]
         self._finish_plot(f"{len(mean)} band powers: each bin's prior median {_g(math.exp(mean[0]))} and "
                           f"68 % band" + (f"; the random walk (step sd {_g(walk)}) ties neighbouring bins: "

@@ -127,6 +127,7 @@ def test_a_config_with_bad_band_settings_opens_and_names_them(qtbot, tmp_path):
     assert not editor.isHidden() and "not numbers" in editor.edges_note.text()
     assert editor.bins.value() == 16                      # the default count stands in
     assert "Band powers:" in panel.plot_caption.text()   # no plot, a reason
+    assert not panel.band.isVisible()                    # not the last family's band left drawn
     errors = state.validate()
     assert any(key.startswith("prior.") for key in errors), errors
     editor.bins.setValue(6)                               # a count: edges from the grid again
