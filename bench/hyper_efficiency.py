@@ -31,6 +31,9 @@ The cases (``CASES``; data drawn in the run, fixed seeds):
     poisson      Poisson-lognormal counts, mean 2 a voxel, of a field of sd 0.5: index sampled
                  (no exact answer)
     hi_sn64      hi_sn on a 64^3 grid
+    pair         the hi_sn field under noise 0.3: index and amplitude sampled (lognormal(log of
+                 the truth, 1)), no mask; correlated -0.98 in the exact posterior (the pivot at
+                 the grid's low end)
     user48       issue #30's reproduction: a 48^3 float32 field of Gaussian-smoothed white noise
                  (smoothing 2 cells) scaled to sd 1, noise 0.3, a 12^3 cube of NaN; the config
                  File > New from data writes for it (``core.config.from_data``: the best-fitting
@@ -81,6 +84,7 @@ CASES = {
     "noisemap": Case("noisemap", "index, no mask, a noise map from 0.2 to 0.6 across x", 32),
     "poisson": Case("poisson", "index, Poisson-lognormal counts (mean 2 a voxel), field sd 0.5", 32),
     "hi_sn64": Case("hi_sn64", "index, no mask, noise 0.1, 64^3", 64),
+    "pair": Case("pair", "index + amplitude, no mask, noise 0.3", 32),
 }
 
 
@@ -110,7 +114,7 @@ def write_case(case: Case, folder: Path) -> dict:
     else:
         def spectrum_of(a):
             return PowerLaw(amplitude=a, index=-2.0, k_pivot=K_PIVOT)
-        noise, mask = {"hi_sn": 0.1, "hi_sn64": 0.1, "lo_sn": 2.0, "bands16": 0.5}[case.name], "none"
+        noise, mask = {"hi_sn": 0.1, "hi_sn64": 0.1, "lo_sn": 2.0, "bands16": 0.5, "pair": 0.3}[case.name], "none"
     amplitude = _unit_variance_amplitude(grid, spectrum_of)
     save_dataset(folder / "data.npz", make_dataset(grid, spectrum_of(amplitude), noise, mask=mask,
                                                    mask_fraction=0.25, seed=DATA_SEED))
@@ -122,6 +126,8 @@ def write_case(case: Case, folder: Path) -> dict:
     if case.name == "bands16":
         prior = {"kind": "band_powers", "n_bins": 16, "random_walk_scale": 0.5,
                  "band_power": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 2.0}}
+    if case.name == "pair":
+        prior["amplitude"] = {"dist": "lognormal", "loc": math.log(amplitude), "scale": 1.0}
     if case.name == "slab2":
         prior = {"kind": "power_law_cutoff", "k_pivot": K_PIVOT, "cutoff_scale": 4.0,
                  "amplitude": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 1.0},

@@ -227,7 +227,8 @@ class SamplerSection:
 #:
 #: field: MCLMC with the conditional preconditioner (the fourier per-mode scale, each mode centred
 #: on its posterior mean given P(k); the dense low-k block with a mask or noise map; sampled
-#: hyperparameters start at the scale of their curvature and get the adapted diagonal), 1000
+#: hyperparameters start at the scale of their curvature and get the adapted metric, dense for
+#: two or more), 1000
 #: warmup steps and 2000 draws (6000 gradient evaluations a chain), keeping every 20th field draw.
 #: With P(k) fixed, "conditional" is "fourier" shifted by a constant: on the 32^3 benchmark
 #: posterior MCLMC + fourier gave n_eff per 1000 gradients 327 (no mask) and 241 (25 % slab),

@@ -67,7 +67,7 @@ from core.calibration import (
 from core.calibration.cluster import Scheduler
 from core.calibration.store import STORE_NAME, plan_differences
 from core.config import RunConfig, dump_config
-from core.engine.driver import Driver, DriverError, hyper_diagonal, schedule_for
+from core.engine.driver import Driver, DriverError, hyper_metric, schedule_for
 from core.engine.engine import Control, EngineError
 from core.engine.model_file import ARGUMENTS, ModelFileError, failure_of
 from core.engine.models import build_model
@@ -251,7 +251,7 @@ class _Program:
         try:
             # autograph off: the loops are explicit, and converting TFP and the densities costs most
             # of the tracing time (56 of 68 s at 4^3 on a loaded machine)
-            self.driver = Driver(model, self.sampler, self.schedule, hyper_diagonal=hyper_diagonal(config),
+            self.driver = Driver(model, self.sampler, self.schedule, hyper_metric=hyper_metric(config),
                                  chains_per_posterior=plan.chains, observer=self.observer, autograph=False)
         except DriverError as err:
             raise EngineError(str(err)) from None

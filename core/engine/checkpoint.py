@@ -88,9 +88,9 @@ def _state(arrays, meta, kernel, sampler) -> dict:
     state = get("state")
 
     def grouped(parts):
-        # the Welford sums are (groups, ...) a part; checkpoints from before issue #29 hold a
-        # run's one group as (...)
-        return [p if len(p.shape) == len(s.shape) else p[None] for p, s in zip(parts, state)]
+        # the Welford sums are (groups, ...) a part (a dense part's m2 (groups, d, d));
+        # checkpoints from before issue #29 hold a run's one group as (...)
+        return [p[None] if len(p.shape) == len(s.shape) - 1 else p for p, s in zip(parts, state)]
 
     st = dict(state=state, grads=get("grads"), tlp=tf.constant(arrays["tlp"]), scale=get("scale"),
               mass_acc=(tf.constant(arrays["mass_count"]), grouped(get("mass_mean")), grouped(get("mass_m2"))),

@@ -7,11 +7,13 @@ A driver is built from a model (``core.engine.models``), the config's sampler se
 run's ``Schedule``; ``chains_per_posterior`` groups consecutive chains that sample one posterior (a
 run: all; a calibration batch: each simulation's). Its state is a dict of named parts:
 
-    state, tlp, grads    the kernel's position z (x = scale * z), log-density and gradient there
+    state, tlp, grads    the kernel's position z (x = S z: ``adaptation.metric``), log-density and
+                         gradient there
     da                   the kernel's tuning state (HMC / NUTS: dual averaging,
                          ``core.engine.adaptation.dual_averaging``; MCLMC / MAMS: their tuning)
-    scale                the diagonal's per-chain scale (ones until it is set)
-    mass_acc             the Welford sums of x over the diagonal's window (``adaptation.welford``)
+    scale                the metric's per-chain scale S of each part (ones until it is set; the
+                         sampled hyperparameters' Cholesky factor where they are 2 or more)
+    mass_acc             the Welford sums of x over the metric's window (``adaptation.welford``)
     step, watch_step     the next step; the step size the warmup watch measures a collapse against
 
 Use: ``st = driver.fresh_state(data)``, then for each (first, n) of ``schedule.boundaries(step)``:
@@ -36,8 +38,10 @@ its chunk programs. With the diagonal, the variances of x are gathered over the 
 (pooled over each posterior's chains), and at the window's end the diagonal is set
 (``adaptation.mass_matrix``) and the kernel told (HMC / NUTS search the step size again and
 restart dual averaging, as Stan does). ``preconditioner = "fourier"`` is the model's own change
-of variables; sampled P(k) hyperparameters get the adapted diagonal beside it, the field's scale
-held at 1.
+of variables; sampled P(k) hyperparameters get the adapted metric beside it, the field's scale
+held at 1: a dense one (their covariance's Cholesky factor) where two or more are sampled, since
+they are often strongly correlated (an amplitude and an index away from the pivot: -0.95 on
+bench/hyper_efficiency.py's slab2), which no diagonal undoes.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core.config import PER_MODE_PRECONDITIONERS
-from core.engine.adaptation import Welford, diagonal_scale, welford_fresh, welford_update
+from core.engine.adaptation import Welford, adapted_scale, welford_fresh, welford_update
+from core.engine.adaptation.metric import grad_to_x, grad_to_z, is_dense, marginal_sd, rescaled, to_x, to_z
 from core.engine.models import nonfinite_report
 from core.engine.samplers import kernel_class
 from core.field.power_spectrum import hyperparameter_priors
@@ -57,7 +62,7 @@ from core.run.engine_limits import field_buffer_draws
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 
 __all__ = ["Driver", "DriverError", "FieldDraws", "Schedule", "DIVERGENCE_THRESHOLD", "SEED_STREAM",
-           "schedule_for", "samples_hyperparameters"]
+           "schedule_for", "samples_hyperparameters", "hyper_metric"]
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
 SEED_STREAM = 7919              # the seed of step g: fold_in((sampler.seed, SEED_STREAM), g)
@@ -108,9 +113,9 @@ CURVATURE_STEP = 1e-3
 RUNAWAY_SCALE = 2.0
 
 
-def hyper_diagonal(config) -> bool:
+def hyper_metric(config) -> bool:
     """A per-mode preconditioner scales the field; sampled hyperparameters get the adapted
-    diagonal beside it."""
+    metric beside it (diagonal for one, dense for more)."""
     return config.sampler.preconditioner in PER_MODE_PRECONDITIONERS and samples_hyperparameters(config)
 
 
@@ -120,7 +125,7 @@ def schedule_for(config, sampler=None) -> Schedule:
     diagonal is adapted (``preconditioner = "diagonal"``, or a per-mode one with sampled
     hyperparameters, and at least 20 warmup steps), and the microcanonical tuning's stops."""
     s = sampler or config.sampler
-    diagonal = (s.preconditioner == "diagonal" or hyper_diagonal(config)) and s.num_warmup >= 20
+    diagonal = (s.preconditioner == "diagonal" or hyper_metric(config)) and s.num_warmup >= 20
     window, stops = kernel_class(s.algorithm).plan(s.num_warmup, diagonal)
     return Schedule(s.num_warmup, s.num_samples, s.chunk_size, *(window or (None, None)), tune_stops=tuple(stops))
 
@@ -176,14 +181,14 @@ class FieldDraws:
 class Driver:
     """Runs one kernel over a model's chains in compiled chunks (module docstring)."""
 
-    def __init__(self, model, sampler, schedule: Schedule, *, hyper_diagonal: bool = False,
+    def __init__(self, model, sampler, schedule: Schedule, *, hyper_metric: bool = False,
                  chains_per_posterior: int | None = None, observer=None, autograph: bool = True):
         self.model, self.sampler, self.schedule = model, sampler, schedule
         self.dtype = model.dtype
         self.chains = sampler.chains
         self.chains_per_posterior = int(chains_per_posterior or sampler.chains)
         self.groups = self.chains // self.chains_per_posterior
-        self.hyper_diagonal = hyper_diagonal
+        self.hyper_metric = hyper_metric
         self.autograph = autograph       # the chunk's loops are explicit: autograph only costs tracing time
         self.observer = observer if observer is not None else FieldDraws(model, schedule, sampler.chains,
                                                                          sampler.thin)
@@ -217,7 +222,7 @@ class Driver:
             dtype = view.dtype
 
             def x_of(z):
-                return [si * zi for si, zi in zip(scale, z)]
+                return to_x(scale, z)
 
             results, kernel_step = kernel.start(view, state, tlp, grads, da, read_only, scale)
 
@@ -234,8 +239,8 @@ class Driver:
                 seed = tf.random.experimental.stateless_fold_in(base_seed, g)
                 state, results, stats, grads_now = kernel_step(state, results, seed, g)
                 # the gradient with respect to x: d/dx = (d/dz) / scale
-                grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gp / si, [chains, -1])**2, axis=1)
-                                    for gp, si in zip(grads_now, scale)])
+                grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gx, [chains, -1])**2, axis=1)
+                                    for gx in grad_to_x(scale, grads_now)])
                 stats = {**stats, "grad_norm": tf.sqrt(grad_sq)}
                 traces = {name: traces[name].write(t, stats[name]) for name in STAT_NAMES}
                 x_parts = x_of(state)
@@ -281,29 +286,44 @@ class Driver:
         s = self.sampler
         seed = s.seed if seed is None else int(seed)
         parts = [tf.convert_to_tensor(p, self.dtype) for p in self.model.initial_state(s.chains, seed)]
+        tlp, grads = self._value_and_gradient(parts, data)
+        if not np.all(np.isfinite(tlp.numpy())):
+            raise DriverError(nonfinite_report(self.view(data), parts))   # names the term, its value
+        scale = [tf.ones_like(p) for p in parts]
+        dense = ()
+        if self.hyper_metric:
+            scale[1] = self._curvature_scale(parts, data)
+            if int(parts[1].shape[-1]) >= 2:
+                # their covariance is gathered for the dense metric; the start stays diagonal: under
+                # a mask the inverse of the whole curvature at the start sent MCLMC off (slab2,
+                # seed 43: R-hat 1.75), and without one it gained nothing (pair: ESS 2258 / 2193)
+                dense, scale[1] = (1,), tf.linalg.diag(scale[1])
+            parts, grads = to_z(scale, parts), grad_to_z(scale, grads)
+        da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
+        return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
+                    mass_acc=tuple(welford_fresh(parts, self.groups, self.dtype, dense)), step=0,
+                    watch_step=watch_step, seed=seed)
+
+    def _value_and_gradient(self, parts, data):
+        """log p and its gradient in x at ``parts``, compiled once (a fresh state and a resumed
+        one both reach it: the curvature at the window's end)."""
         if self._lp_and_grad is None:
             def lp_and_grad(parts, data):
                 view = self.view(data)
                 return tfp.math.value_and_gradient(lambda *q: view.target_log_prob_fn(*q), list(parts))
             self._lp_and_grad = tf.function(lp_and_grad, jit_compile=True, autograph=self.autograph)
-        tlp, grads = self._lp_and_grad(parts, data)
-        if not np.all(np.isfinite(tlp.numpy())):
-            raise DriverError(nonfinite_report(self.view(data), parts))   # names the term, its value
-        scale = [tf.ones_like(p) for p in parts]
-        if self.hyper_diagonal:
-            scale[1] = self._curvature_scale(parts, data)
-            parts = [p / si for p, si in zip(parts, scale)]
-            grads = [g * si for g, si in zip(grads, scale)]
-        da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
-        return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
-                    mass_acc=tuple(welford_fresh(parts, self.groups, self.dtype)), step=0, watch_step=watch_step,
-                    seed=seed)
+        return self._lp_and_grad(parts, data)
 
-    def _curvature_scale(self, parts, data, step: float = CURVATURE_STEP) -> tf.Tensor:
+    def _curvature_scale(self, parts, data, dense: bool = False, step: float = CURVATURE_STEP) -> tf.Tensor:
         """The sampled hyperparameters' starting scale beside a per-mode preconditioner: per
         chain and coordinate, s = (-d^2 log p / d eta_i^2)^-1/2 at the starting state, the
         second derivative from central differences of the gradient (+-``step`` in eta); s = 1
-        where that is not a positive finite number. Without it the kernel would start with
+        where that is not a positive finite number. ``dense``: the Cholesky factor of the
+        inverse of the whole matrix H = -d^2 log p / d eta d eta^T (its columns from the same
+        differences, symmetrised), whose marginal sds, unlike the diagonal's conditional ones,
+        are the posterior's where the hyperparameters are correlated and the modes independent
+        (``_guard_runaway_scale``); the diagonal's where H is not positive definite. Without
+        the starting scale the kernel would start with
         s = 1 while a well-measured spectrum pins eta to a few thousandths: an unadjusted
         sampler (MCLMC) then moves eta by far more than its posterior width in every step, and
         its energy error, spread over the field's many coordinates, does not stop it (the
@@ -313,13 +333,24 @@ class Driver:
         columns = []
         for i in range(d):
             shift = step * tf.one_hot(i, d, dtype=eta.dtype)
-            _, up = self._lp_and_grad([field, eta + shift], data)
-            _, down = self._lp_and_grad([field, eta - shift], data)
-            columns.append(-(up[1][:, i] - down[1][:, i]) / (2.0 * step))
-        curvature = tf.stack(columns, axis=-1)
+            _, up = self._value_and_gradient([field, eta + shift], data)
+            _, down = self._value_and_gradient([field, eta - shift], data)
+            columns.append(-(up[1] - down[1]) / (2.0 * step))          # column i of H, (chains, d)
+        hessian = tf.stack(columns, axis=-1)
+        curvature = tf.linalg.diag_part(hessian)
         ok = tf.logical_and(tf.math.is_finite(curvature), curvature > 0.0)
-        return tf.where(ok, tf.math.rsqrt(tf.where(ok, curvature, tf.ones_like(curvature))),
-                        tf.ones_like(curvature))
+        diagonal = tf.where(ok, tf.math.rsqrt(tf.where(ok, curvature, tf.ones_like(curvature))),
+                            tf.ones_like(curvature))
+        if not dense:
+            return diagonal
+        hessian = 0.5 * (hessian + tf.linalg.matrix_transpose(hessian))
+        finite = tf.reduce_all(tf.math.is_finite(hessian), axis=[-2, -1], keepdims=True)
+        hessian = tf.where(finite, hessian, tf.eye(d, dtype=eta.dtype))
+        lower = tf.linalg.cholesky(hessian)          # NaN where H is not positive definite
+        factor = tf.linalg.cholesky(tf.linalg.cholesky_solve(lower, tf.eye(d, batch_shape=[eta.shape[0]],
+                                                                               dtype=eta.dtype)))
+        good = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(factor), axis=[-2, -1], keepdims=True))
+        return tf.where(good, factor, tf.linalg.diag(diagonal))
 
     def _guard_runaway_scale(self, new_scale, st, data):
         """The hyperparameters' scale at the window's end, where the modes are independent
@@ -331,12 +362,19 @@ class Driver:
         curvature's 0.00126, and MCLMC then sampled an index 8x too wide (R-hat 1.009); with
         the guard sd 0.98 of the exact one. Elsewhere (a mask, a noise map, counts) the
         curvature of the conditional is not the posterior's and the window's variance stands."""
-        if not self.hyper_diagonal or not getattr(self.model.posterior, "modes_independent", False):
+        if not self.hyper_metric or not getattr(self.model.posterior, "modes_independent", False):
             return new_scale
-        x = [z * s for z, s in zip(st["state"], st["scale"])]
-        curvature = self._curvature_scale(x, data)
-        runaway = new_scale[1] > RUNAWAY_SCALE * curvature
-        return [new_scale[0], tf.where(runaway, curvature, new_scale[1])]
+        x = to_x(st["scale"], st["state"])
+        s = new_scale[1]
+        if not is_dense(s, x[1]):
+            curvature = self._curvature_scale(x, data)
+            return [new_scale[0], tf.where(s > RUNAWAY_SCALE * curvature, curvature, s)]
+        # dense: each runaway coordinate's row of L shrunk to the marginal sd of H^-1 (the
+        # window's correlations kept)
+        curvature = marginal_sd(self._curvature_scale(x, data, dense=True), x[1])
+        sd = marginal_sd(s, x[1])
+        shrink = tf.where(sd > RUNAWAY_SCALE * curvature, curvature / sd, tf.ones_like(sd))
+        return [new_scale[0], s * shrink[..., :, None]]
 
     @staticmethod
     def advance(st: dict, out: dict, first: int, n: int) -> dict:
@@ -356,14 +394,12 @@ class Driver:
         if sched.mass_end is None or st["step"] != sched.mass_end:
             return
         count, mean, m2 = st["mass_acc"]
-        new_scale = diagonal_scale(Welford(count, list(mean), list(m2)), self.chains,
-                                   unit_parts=(0,) if self.hyper_diagonal else ())
+        new_scale = adapted_scale(Welford(count, list(mean), list(m2)), self.chains,
+                                  unit_parts=(0,) if self.hyper_metric else ())
         if new_scale is None:
             return
-        old_scale = st["scale"]
         new_scale = self._guard_runaway_scale(new_scale, st, data)
-        # same x, new coordinates: z' = z s / s', and d/dz' = (d/dz) s' / s
-        st["state"] = [z * so / sn for z, so, sn in zip(st["state"], old_scale, new_scale)]
-        st["grads"] = [g * sn / so for g, so, sn in zip(st["grads"], old_scale, new_scale)]
+        # same x, new coordinates
+        st["state"], st["grads"] = rescaled(st["scale"], new_scale, st["state"], st["grads"])
         st["scale"] = new_scale
         self.kernel.after_rescale(st, data)       # HMC / NUTS: the step searched again

@@ -45,7 +45,7 @@ from core.engine.driver import (
     Driver,
     DriverError,
     Schedule,
-    hyper_diagonal,
+    hyper_metric,
     samples_hyperparameters,
     schedule_for,
 )
@@ -122,7 +122,7 @@ class Engine:
         self.recorder = Recorder(self.model, self.schedule, self.sampler.thin)
         try:
             self.driver = Driver(self.model, self.sampler, self.schedule,
-                                 hyper_diagonal=hyper_diagonal(self.config))
+                                 hyper_metric=hyper_metric(self.config))
         except DriverError as err:
             raise EngineError(str(err)) from None
 

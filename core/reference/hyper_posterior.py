@@ -177,7 +177,8 @@ class GaussianMarginal:
 @dataclass(frozen=True)
 class HyperPosterior:
     """Posterior moments per sampled hyperparameter (dicts keyed by name): ``mean`` / ``sd`` of
-    theta (the recorded value), ``eta_mean`` / ``eta_sd`` of its unconstrained coordinate."""
+    theta (the recorded value), ``eta_mean`` / ``eta_sd`` of its unconstrained coordinate;
+    ``eta_corr``: the correlation matrix of eta in ``names``' order (quadrature only)."""
 
     names: tuple[str, ...]
     mean: dict
@@ -185,6 +186,7 @@ class HyperPosterior:
     eta_mean: dict
     eta_sd: dict
     method: str
+    eta_corr: np.ndarray | None = None
 
 
 def _sampled(hyper_priors) -> list[tuple[str, object]]:
@@ -275,7 +277,11 @@ def hyper_posterior(grid: Grid, observations: Observations, spectrum: PowerSpect
             mean = float(np.sum(weight * values))
             result[key + "mean"][name] = mean
             result[key + "sd"][name] = float(np.sqrt(np.sum(weight * (values - mean)**2)))
-    return HyperPosterior(tuple(name for name, _ in sampled), method=f"quadrature {nodes}^{d}", **result)
+    centred = eta - np.sum(weight[:, None] * eta, axis=0)
+    cov = centred.T @ (weight[:, None] * centred)
+    sd = np.sqrt(np.diag(cov))
+    return HyperPosterior(tuple(name for name, _ in sampled), method=f"quadrature {nodes}^{d}",
+                          eta_corr=cov / np.outer(sd, sd), **result)
 
 
 def _chain_marginals(grids, phi, tau) -> list[np.ndarray]:

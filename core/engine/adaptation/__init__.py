@@ -3,8 +3,8 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
 
 * ``welford``: running means and squared deviations of the state, pooled over the chains of each
   posterior (a run's chains; each simulation's chains in a calibration batch);
-* ``mass_matrix``: the diagonal's scale from those sums (Stan's regularisation), with the parts a
-  preconditioner already scales held at 1;
+* ``mass_matrix``: the metric from those sums (Stan's regularisation; diagonal, or dense for the
+  sampled hyperparameters), with the parts a preconditioner already scales held at 1;
 * ``dual_averaging``: the state of the step-size adaptation that HMC and NUTS run in
   (TensorFlow Probability's ``DualAveragingStepSizeAdaptation``), started from a step size, and
   one step of the same rule for MAMS (``dual_averaging_update``);
@@ -12,8 +12,8 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
 """
 
 from core.engine.adaptation.dual_averaging import dual_averaging_update, fresh_dual_averaging
-from core.engine.adaptation.mass_matrix import diagonal_scale
+from core.engine.adaptation.mass_matrix import adapted_scale
 from core.engine.adaptation.welford import Welford, welford_fresh, welford_update
 
-__all__ = ["Welford", "welford_fresh", "welford_update", "diagonal_scale", "fresh_dual_averaging",
+__all__ = ["Welford", "welford_fresh", "welford_update", "adapted_scale", "fresh_dual_averaging",
            "dual_averaging_update"]

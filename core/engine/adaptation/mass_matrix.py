@@ -1,9 +1,12 @@
-"""The diagonal mass matrix from the Welford sums, as Stan sets it.
+"""The mass matrix from the Welford sums, as Stan sets it.
 
-var = m2 / (n - 1) regularised towards 1e-3: (n / (n + 5)) var + 1e-3 (5 / (n + 5)); the
-kernel then moves z with x = s z, s = sqrt(var) (identity mass in z is mass 1 / s^2 in x).
-Parts in ``unit_parts`` keep s = 1: the fourier preconditioner already scales the field, and
-only sampled P(k) hyperparameters get the adapted diagonal beside it.
+Diagonal: var = m2 / (n - 1) regularised towards 1e-3: (n / (n + 5)) var + 1e-3 (5 / (n + 5));
+the kernel then moves z with x = s z, s = sqrt(var) (identity mass in z is mass 1 / s^2 in x).
+Dense (a part whose sums are its covariance, ``welford_fresh(dense=...)``): the same
+regularisation of the covariance matrix, and x = L z with L its Cholesky factor
+(``core.engine.adaptation.metric``). Parts in ``unit_parts`` keep s = 1: the fourier
+preconditioner already scales the field, and only sampled P(k) hyperparameters get the adapted
+metric beside it.
 """
 
 from __future__ import annotations
@@ -12,23 +15,29 @@ import tensorflow as tf
 
 from core.engine.adaptation.welford import Welford
 
-__all__ = ["MIN_COUNT", "diagonal_scale"]
+__all__ = ["MIN_COUNT", "adapted_scale"]
 
 MIN_COUNT = 2          # fewer gathered steps give no variance: the metric is left as it is
 
 
-def diagonal_scale(acc: Welford, chains: int, unit_parts=()) -> list | None:
-    """Per-chain scales s (chains, ...) for each state part from ``acc`` (each group's variance
-    repeated over its chains); None when fewer than ``MIN_COUNT`` steps were gathered."""
-    count, _, m2 = acc
+def adapted_scale(acc: Welford, chains: int, unit_parts=()) -> list | None:
+    """Per-chain scales (chains, ...) for each state part from ``acc`` (each group's estimate
+    repeated over its chains): s for a diagonal part, the Cholesky factor L for a dense one;
+    None when fewer than ``MIN_COUNT`` steps were gathered."""
+    count, mean, m2 = acc
     c = float(count.numpy())
     if c < MIN_COUNT:
         return None
     scale = []
-    for i, q in enumerate(m2):
-        var = q / (c - 1.0)
-        var = (c / (c + 5.0)) * var + 1e-3 * (5.0 / (c + 5.0))
+    for i, (mu, q) in enumerate(zip(mean, m2)):
         if i in unit_parts:
-            var = tf.ones_like(var)
-        scale.append(tf.repeat(tf.sqrt(var), chains // var.shape[0], axis=0))
+            s = tf.ones_like(mu)
+        elif len(q.shape) == len(mu.shape) + 1:
+            eye = tf.eye(int(q.shape[-1]), dtype=q.dtype)
+            cov = q / (c - 1.0)
+            s = tf.linalg.cholesky((c / (c + 5.0)) * cov + 1e-3 * (5.0 / (c + 5.0)) * eye)
+        else:
+            var = q / (c - 1.0)
+            s = tf.sqrt((c / (c + 5.0)) * var + 1e-3 * (5.0 / (c + 5.0)))
+        scale.append(tf.repeat(s, chains // s.shape[0], axis=0))
     return scale

@@ -8,7 +8,8 @@ of its chains' states, and the squared deviations averaged over its chains,
     n <- n + 1,   mu' = mu + (xbar - mu) / n,   m2 <- m2 + mean_c[(x_c - mu)(x_c - mu')]
 
 so that m2 / (n - 1) estimates the posterior variance of each coordinate (the within-step spread
-of the chains counts with the spread along the run).
+of the chains counts with the spread along the run). A part named in ``dense`` (shape (chains, d))
+gathers the outer products instead, m2 (G, d, d): its covariance, for the dense metric.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ class Welford(NamedTuple):
     m2: list
 
 
-def welford_fresh(parts, groups: int, dtype) -> Welford:
-    """No observation yet, for state ``parts`` ((chains, ...) each) in ``groups`` groups."""
+def welford_fresh(parts, groups: int, dtype, dense=()) -> Welford:
+    """No observation yet, for state ``parts`` ((chains, ...) each) in ``groups`` groups; the
+    parts whose index is in ``dense`` ((chains, d) each) gather their covariance."""
     return Welford(tf.constant(0.0, dtype), [tf.zeros([groups, *p.shape[1:]], dtype) for p in parts],
-                   [tf.zeros([groups, *p.shape[1:]], dtype) for p in parts])
+                   [tf.zeros([groups, *p.shape[1:], *(p.shape[1:] if i in dense else ())], dtype)
+                    for i, p in enumerate(parts)])
 
 
 def _group_mean(x, groups: int):
@@ -49,5 +52,8 @@ def welford_update(acc: Welford, parts) -> Welford:
         mu_new = mu + (_group_mean(part, groups) - mu) / n
         rep_mu, rep_new = tf.repeat(mu, per_group, axis=0), tf.repeat(mu_new, per_group, axis=0)
         new_mean.append(mu_new)
-        new_m2.append(q + _group_mean((part - rep_mu) * (part - rep_new), groups))
+        if len(q.shape) == len(part.shape) + 1:        # dense: outer products
+            new_m2.append(q + _group_mean((part - rep_mu)[..., :, None] * (part - rep_new)[..., None, :], groups))
+        else:
+            new_m2.append(q + _group_mean((part - rep_mu) * (part - rep_new), groups))
     return Welford(n, new_mean, new_m2)

@@ -5,7 +5,7 @@ the one ``core.engine.step_search`` finds at the fresh state (``sampler.step_siz
 first guess; its momenta come from fold_in((seed, 104729), step), so the search is reproducible).
 With the diagonal, dual averaging first runs to the window's end, where the step size is searched
 again in the new coordinates and dual averaging restarts for the rest of warmup, as Stan does
-after each metric update. The kernel moves z with x = scale * z on the target p(scale * z).
+after each metric update. The kernel moves z with x = S z on the target p(S z) (``adaptation.metric``).
 
 A member of the family says only what differs (``hmc.py``, ``nuts.py``): its inner kernel
 (``inner``), how the step search runs (``search_settings``) and where its results keep the
@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core.engine.adaptation import fresh_dual_averaging
+from core.engine.adaptation.metric import to_x
 from core.engine.step_search import find_initial_step_size
 
 __all__ = ["DualAveragingKernel", "SEARCH_STREAM"]
@@ -66,7 +67,7 @@ class DualAveragingKernel:
     def make_kernel(self, target, step_size, scale, num_adapt):
         """DA(inner) on z, with x = scale * z (scale = 1 before the diagonal is set)."""
         def target_z(*z):
-            return target(*[si * zi for si, zi in zip(scale, z)])
+            return target(*to_x(scale, z))
 
         return tfp.mcmc.DualAveragingStepSizeAdaptation(
             self.inner(target_z, step_size), num_adaptation_steps=num_adapt,
@@ -100,7 +101,7 @@ class DualAveragingKernel:
                 target = d.view(data).target_log_prob_fn
 
                 def target_z(*z):
-                    return target(*[si * zi for si, zi in zip(scale, z)])
+                    return target(*to_x(scale, z))
                 return find_initial_step_size(target_z, state, tlp, grads, first_guess, seed,
                                               num_leapfrog_steps=leapfrogs, threshold=threshold)[0]
 

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.engine import microcanonical
+from core.engine.adaptation.metric import to_x
 from core.engine.driver import DIVERGENCE_THRESHOLD, DriverError
 from core.run.engine_limits import stage2_apart
 
@@ -67,15 +68,15 @@ class MicrocanonicalKernel:
         return self.tuner.fresh(parts, seed), np.full(self.d.chains, self.tuner.initial_step)
 
     def start(self, view, state, tlp, grads, da, read_only, scale):
-        """One step on z with x = scale * z -> (state, (lp, gradient, tuning[, [field]]), statistics,
+        """One step on z with x = S z -> (state, (lp, gradient, tuning[, [field]]), statistics,
         gradient). The field at the state rides along with a field model (the density computes it
         for the likelihood: ``FieldModel.target_log_prob_and_field``; the observer takes it
         instead of a transform of its own)."""
         with_field = self.d.model.has_field
         results = (tlp, list(grads), {**da, **read_only},
-                   *([[view.field([si * zi for si, zi in zip(scale, state)])]] if with_field else []))
+                   *([[view.field(to_x(scale, state))]] if with_field else []))
         target = view.target_log_prob_and_field if with_field else view.target_log_prob_fn
-        sampler = self.sampler(lambda *z: target(*[si * zi for si, zi in zip(scale, z)]), has_aux=with_field)
+        sampler = self.sampler(lambda *z: target(*to_x(scale, z)), has_aux=with_field)
 
         def step(state, results, seed, g):
             lp, grads, tune, *aux = results

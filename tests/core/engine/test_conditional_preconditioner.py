@@ -119,7 +119,7 @@ def test_the_driver_starts_a_sampled_hyperparameter_at_its_posterior_curvature(t
     at the starting eta, and, near the mode, the exact posterior sd of eta."""
     import dataclasses
 
-    from core.engine.driver import Driver, hyper_diagonal, schedule_for
+    from core.engine.driver import Driver, hyper_metric, schedule_for
     from core.engine.models import build_model
     from core.reference.hyper_posterior import hyper_posterior
     from support.engine_cases import write_field_case
@@ -128,9 +128,9 @@ def test_the_driver_starts_a_sampled_hyperparameter_at_its_posterior_curvature(t
     config, _, dataset, grid, spectrum = write_field_case(tmp_path, shape=(12, 12, 12), sigma=0.1, index=prior,
                                                           dtype="float64", algorithm="mclmc", mass=False)
     config = dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, preconditioner="conditional"))
-    assert hyper_diagonal(config)
+    assert hyper_metric(config)
     model = build_model(config)
-    st = Driver(model, config.sampler, schedule_for(config), hyper_diagonal=True).fresh_state()
+    st = Driver(model, config.sampler, schedule_for(config), hyper_metric=True).fresh_state()
     scale = st["scale"][1].numpy()[:, 0]
     eta0 = (st["state"][1] * st["scale"][1]).numpy()[:, 0]
     obs = model.observations
@@ -197,7 +197,7 @@ def test_a_runaway_window_variance_of_a_hyperparameter_gives_way_to_its_exact_cu
     model = build_model(config)
     assert model.posterior.modes_independent == (not mask)
     for factor in (10.0, 1.5):
-        d = drv.Driver(model, config.sampler, drv.schedule_for(config), hyper_diagonal=True)
+        d = drv.Driver(model, config.sampler, drv.schedule_for(config), hyper_metric=True)
         st = d.fresh_state()
         curvature = st["scale"][1].numpy()                     # the start: the curvature's sd
         count, mean, m2 = st["mass_acc"]

@@ -376,14 +376,14 @@ def test_the_chunk_records_the_field_of_each_state_from_the_density_without_a_tr
     (``FieldModel.target_log_prob_and_field``): every kept draw (thin 1) is the field of the
     state that step ended at. Checked against ``model.field`` of the chunk's end state and of
     a one-step chunk from the same start, and the chunk's moment sums against its draws."""
-    from core.engine.driver import Driver, hyper_diagonal, schedule_for
+    from core.engine.driver import Driver, hyper_metric, schedule_for
     from core.engine.models import build_model
     from support.engine_cases import write_field_case
 
     config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=20, samples=6, chunk=6, thin=1,
                                         mass=False, algorithm=algorithm)
     model = build_model(config)
-    driver = Driver(model, config.sampler, schedule_for(config), hyper_diagonal=hyper_diagonal(config))
+    driver = Driver(model, config.sampler, schedule_for(config), hyper_metric=hyper_metric(config))
     st = driver.fresh_state()
     first = 20          # post-warmup steps: each one kept
     out = driver.run_chunk(st, first, 6)
@@ -415,7 +415,7 @@ def test_mclmc_aims_lower_where_sampled_hyperparameters_meet_modes_the_likelihoo
     """HYPER_ENERGY_VAR with P(k) sampled under a mask (bench/hyper_efficiency.py slab2: 0.26 -> 0.13
     of a hyperparameter's sd at the same ESS); the reference's 5e-4 without a mask (the modes
     independent given P(k)) or with P(k) fixed."""
-    from core.engine.driver import Driver, hyper_diagonal, schedule_for
+    from core.engine.driver import Driver, hyper_metric, schedule_for
     from core.engine.models import build_model
     from support.engine_cases import write_field_case
 
@@ -423,5 +423,5 @@ def test_mclmc_aims_lower_where_sampled_hyperparameters_meet_modes_the_likelihoo
                                   chunk=10, thin=1, mass=False, algorithm="mclmc")
     model = build_model(config)
     assert model.posterior.modes_independent == (not mask)
-    driver = Driver(model, config.sampler, schedule_for(config), hyper_diagonal=hyper_diagonal(config))
+    driver = Driver(model, config.sampler, schedule_for(config), hyper_metric=hyper_metric(config))
     assert driver.kernel.tuner.energy_var == (mc.HYPER_ENERGY_VAR if coupled else mc.DESIRED_ENERGY_VAR)
