@@ -12,6 +12,7 @@ The posteriors (issue #12; all from one data set, ``write_cases``):
             field's variance is 1, uniform noise sigma 0.5, every voxel observed, P(k) fixed
     slab    the same data with a slab of 25 % of the planes (axis 0) masked
     index   as nomask, with the P(k) index sampled (prior normal(-2, 0.5))
+    slab_index  as slab, with the index sampled
 
 Float32, 2 chains, the same starting points for every sampler (the engine's
 ``initial_state(chains, seed)``), and a budget of ``--budget`` post-warmup gradient evaluations per
@@ -31,6 +32,9 @@ Exact answers (numpy, ``core.reference``):
             (``index_reference``); the field's posterior is the mixture of the Wiener posteriors
             over it, so its mean, per-voxel std and per-mode variance are exact too (to the
             quadrature, whose fixed-index mean is checked against core.reference.wiener)
+    slab_index  the index by quadrature of the slab's exact marginal likelihood
+            (``core.reference.hyper_posterior``: dense per (k1, k2)); the field: exact Wiener means
+            and ``--reference-draws`` draws at 5 Gauss-Hermite nodes of the index's posterior
 
 Measures (``field_efficiency``): with e = (sample mean of the field over every post-warmup draw of
 both chains) - (exact mean),
@@ -63,14 +67,14 @@ Peers (``--peers``, in a subprocess of their own: JAX and TensorFlow never share
 BlackJAX NUTS with ``window_adaptation`` (diagonal mass, as many warmup steps as the engine's
 default ``num_warmup``) and BlackJAX MCLMC (``isokinetic_mclachlan``, 2 gradients per step) tuned
 by ``mclmc_find_L_and_step_size`` with diagonal preconditioning, each chain adapted on its own, on
-the whitened-latent log-density written in JAX (``_JaxDensity``) in the engine's coordinates.
+the whitened-latent log-density written in JAX (bench/blackjax_peers.py) in the engine's coordinates.
 Before any peer runs, its log-density and gradient are compared with Fieldscope's at six points
 (the starting points, prior draws and a third of a prior draw); a case whose densities differ
 beyond float32 tolerance gets no peer figures, only the refusal. The peers' warmup time includes
 their compilation (the sampling loop is compiled before its clock starts, as the engine's is).
 
 Usage:
-python bench/sampler_efficiency.py [--quick] [--cases nomask slab index] [--algorithms hmc nuts/diagonal]
+python bench/sampler_efficiency.py [--quick] [--cases nomask slab index slab_index] [--algorithms hmc nuts/diagonal]
        [--peers | --no-peers] [--grid 32] [--budget 24000] [--reference-draws 256] [--json out.json]
        [--num-warmup N] [--microcanonical-warmup peer|config|N] [--peer-algorithms nuts mclmc]
        [--chunk-size peer|config|N]
@@ -117,7 +121,7 @@ INDEX_PRIOR = {"dist": "normal", "loc": -2.0, "scale": 0.5}
 CHAINS = 2
 DATA_SEED = 12
 MCLMC_GRADIENTS_PER_STEP = 2        # isokinetic McLachlan: two new forces per step
-#: steps per compiled chunk of the peers (``_peer_nuts``, ``_peer_mclmc``); by default each
+#: steps per compiled chunk of the peers (bench/blackjax_peers.py); by default each
 #: Fieldscope combination's ``sampler.chunk_size`` is the peer's of its kind (``--chunk-size``)
 PEER_CHUNK_STEPS = {"nuts": 25, "mclmc": 250}
 PEER_MCLMC_FRACTIONS = (0.1, 0.1, 0.1)   # mclmc_find_L_and_step_size's frac_tune1, 2, 3 (its defaults)
@@ -130,8 +134,9 @@ def peer_mclmc_tuning_steps(num_steps: int) -> int:
     s1, s2, s3 = round(num_steps * f1), round(num_steps * f2), round(num_steps * f3)
     s2 += s2 // 3
     return s1 + s2 + (s3 if s3 >= 2 else 0)
-DENSITY_RTOL = 2e-5                  # float32 log-density: relative to |log p|
-GRADIENT_RTOL = 1e-4                 # float32 gradient: ||g_jax - g_tf|| / ||g_tf||
+#: the peers' density check (``blackjax_peers.check_density``): float32 log-density relative to
+#: |log p|, gradient as ||g_jax - g_tf|| / ||g_tf||
+DENSITY_RTOL, GRADIENT_RTOL = 2e-5, 1e-4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +151,7 @@ CASES = {
     "nomask": Case("nomask", "no mask", masked=False, sampled_index=False),
     "slab": Case("slab", "25 % slab masked", masked=True, sampled_index=False),
     "index": Case("index", "P(k) index sampled (no mask)", masked=False, sampled_index=True),
+    "slab_index": Case("slab_index", "P(k) index sampled, 25 % slab masked", masked=True, sampled_index=True),
 }
 
 
@@ -253,7 +259,8 @@ def exact_reference(case: Case, folder: Path, amplitude: float, draws: int) -> R
     dataset = load_dataset(folder / ("slab.npz" if case.masked else "nomask.npz"))
     grid = Grid(dataset.data.shape, BOX)
     if case.sampled_index:
-        return index_reference(dataset.data, grid, amplitude)
+        return (masked_index_reference(dataset, grid, amplitude, draws) if case.masked
+                else index_reference(dataset.data, grid, amplitude))
     variance = _mode_variance(grid, amplitude, INDEX)
     if not case.masked:
         result = wiener_posterior(dataset.data, variance, NOISE)
@@ -352,6 +359,37 @@ def index_reference(data, grid, amplitude) -> Reference:
                      f"index by quadrature ({len(nodes)} nodes): {index_mean:.4f} +- {index_std:.4f}; "
                      "field: the mixture of Wiener posteriors over it",
                      index=(index_mean, index_std))
+
+
+def masked_index_reference(dataset, grid, amplitude, draws: int) -> Reference:
+    """slab_index's posterior: the index's by quadrature of the exact marginal likelihood under
+    the slab (``hyper_posterior``); the field's as the mixture over 5 Gauss-Hermite nodes of a
+    normal with the index's exact mean and sd: each node's Wiener mean by CG and its share of
+    the ``draws`` exact draws (perturbation sampling), the moments weighted by the nodes."""
+    from core.field.observations import Observations
+    from core.field.power_spectrum import PowerLaw
+    from core.priors import NormalPrior
+    from core.reference.hyper_posterior import hyper_posterior
+    from core.reference.wiener import posterior_samples
+
+    obs = Observations.create(dataset.data, mask=dataset.mask, noise_sigma=NOISE)
+    prior = NormalPrior(loc=INDEX_PRIOR["loc"], scale=INDEX_PRIOR["scale"])
+    exact = hyper_posterior(grid, obs, PowerLaw(amplitude=amplitude, index=INDEX, k_pivot=K_PIVOT), {"index": prior})
+    centre, spread = exact.mean["index"], exact.sd["index"]
+    nodes, weights = np.polynomial.hermite_e.hermegauss(5)
+    weights = weights / weights.sum()
+    parts = [posterior_samples(dataset.data, _mode_variance(grid, amplitude, centre + spread * t), NOISE,
+                               mask=dataset.mask, n_samples=max(2, round(w * draws)), rng=i, tol=1e-10)
+             for i, (t, w) in enumerate(zip(nodes, weights))]
+    mean = sum(w * p.mean for w, p in zip(weights, parts))
+    second = sum(w * np.mean((p.samples - mean) ** 2, axis=0) for w, p in zip(weights, parts))
+    mode_var = sum(w * np.mean(np.abs(np.fft.rfftn(p.samples - mean, axes=(1, 2, 3))) ** 2, axis=0)
+                   for w, p in zip(weights, parts))
+    mode_var[0, 0, 0] = 0.0
+    n = sum(p.samples.shape[0] for p in parts)
+    return Reference(mean, np.sqrt(second), mode_var, n / (n - 2.0), n / (n - 1.0),
+                     f"index by quadrature ({exact.method}, slab exact): {centre:.4f} +- {spread:.4f}; field: "
+                     f"Wiener means and {n} exact draws at 5 Gauss-Hermite nodes over it", index=(centre, spread))
 
 
 def field_efficiency(mean, std, reference: Reference, grid) -> dict:
@@ -498,12 +536,14 @@ def peer_inputs(case: Case, folder: Path, amplitude: float, checks: dict) -> Pat
 
 
 def run_peers(specs: list[dict], folder: Path, timeout: float) -> dict:
-    """Run ``_peer_worker`` in a fresh Python process; returns {case: {peer: result}}."""
+    """Run bench/blackjax_peers.py in a fresh Python process; returns {case: {peer: result}}."""
     spec_path = folder / "peers.json"
     out_path = folder / "peers.npz"
-    spec_path.write_text(json.dumps({"cases": specs, "out": str(out_path)}))
+    spec_path.write_text(json.dumps({"cases": specs, "out": str(out_path), "chunk_steps": PEER_CHUNK_STEPS,
+                                     "mclmc_gradients_per_step": MCLMC_GRADIENTS_PER_STEP,
+                                     "rtol": [DENSITY_RTOL, GRADIENT_RTOL]}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, __file__, "--peer-worker", str(spec_path)], env=env,
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "blackjax_peers.py"), str(spec_path)], env=env,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
@@ -520,247 +560,6 @@ def run_peers(specs: list[dict], folder: Path, timeout: float) -> dict:
                     info[key] = arrays[f"{case_name}:{peer}:{key}"]
             results[case_name][peer] = info
     return results
-
-
-class _JaxDensity:
-    """The engine's whitened-latent log-density in JAX (``core.engine.field_density``'s formulas,
-    written again from its docstring: X[k] = sqrt(S_k)((1 + i)/2 u[k] + (1 - i)/2 u[-k]) on the
-    half grid, x = irfftn(X), a normalised Gaussian prior and likelihood). One chain; the position
-    is (u,) or (u, eta) with eta the index."""
-
-    def __init__(self, arrays):
-        import jax.numpy as jnp
-
-        f32 = jnp.float32
-        self.data = jnp.asarray(arrays["data"], f32)
-        self.inv_sigma = jnp.asarray(arrays["inv_sigma"], f32)
-        self.lik_const = float(arrays["lik_const"])
-        self.log_k_ratio = jnp.asarray(arrays["log_k_ratio"], f32)
-        self.nonzero = jnp.asarray(arrays["nonzero"], f32)
-        self.log_norm = float(arrays["log_norm"])
-        self.sampled = bool(arrays["sampled"])
-        self.loc, self.scale = float(arrays["prior_loc"]), float(arrays["prior_scale"])
-        self.shape = tuple(self.data.shape)
-        self.fixed_sqrt_s = self.sqrt_s(float(arrays["index"]))
-
-    def sqrt_s(self, index):
-        import jax.numpy as jnp
-
-        return jnp.exp(0.5 * (self.log_norm + index * self.log_k_ratio)) * self.nonzero
-
-    def field(self, position):
-        import jax.numpy as jnp
-
-        u = position[0]
-        sqrt_s = self.sqrt_s(position[1][0]) if self.sampled else self.fixed_sqrt_s
-        m = self.shape[2] // 2 + 1
-        mirrored = jnp.roll(jnp.flip(u, axis=(0, 1, 2)), 1, axis=(0, 1, 2))[..., :m]
-        half = u[..., :m]
-        spectrum = jax_complex(0.5 * sqrt_s * (half + mirrored), 0.5 * sqrt_s * (half - mirrored))
-        return jnp.fft.irfftn(spectrum, s=self.shape)
-
-    def __call__(self, position):
-        import jax.numpy as jnp
-
-        u = position[0]
-        n = u.size
-        lp = -0.5 * jnp.sum(u * u) - 0.5 * n * math.log(2 * math.pi)
-        if self.sampled:
-            z = (position[1][0] - self.loc) / self.scale
-            lp = lp - 0.5 * z * z - math.log(self.scale) - 0.5 * math.log(2 * math.pi)
-        r = (self.data - self.field(position)) * self.inv_sigma
-        return lp - 0.5 * jnp.sum(r * r) + self.lik_const
-
-
-def jax_complex(re, im):
-    import jax.lax
-
-    return jax.lax.complex(re, im)
-
-
-def _check_density(density, arrays, n_parts) -> str | None:
-    """None when the JAX log-density and gradient equal Fieldscope's at every check point (float32
-    tolerance), else what differs."""
-    import jax
-    import jax.numpy as jnp
-
-    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(density)))
-    worst_value = worst_grad = 0.0
-    for j in range(3):
-        parts = tuple(jnp.asarray(arrays[f"point_{j}_{i}"], jnp.float32) for i in range(n_parts))
-        value, grads = value_and_grad(parts)
-        ref = arrays[f"value_{j}"].astype(np.float64)
-        worst_value = max(worst_value, float(np.max(np.abs(np.asarray(value, np.float64) - ref) / np.abs(ref))))
-        for i in range(n_parts):
-            g, g_ref = np.asarray(grads[i], np.float64), arrays[f"grad_{j}_{i}"].astype(np.float64)
-            for c in range(g.shape[0]):
-                worst_grad = max(worst_grad, float(np.linalg.norm(g[c] - g_ref[c]) / np.linalg.norm(g_ref[c])))
-    if worst_value > DENSITY_RTOL or worst_grad > GRADIENT_RTOL:
-        return (f"the JAX log-density differs from Fieldscope's: value {worst_value:.1e} relative "
-                f"(tolerance {DENSITY_RTOL:.0e}), gradient {worst_grad:.1e} (tolerance {GRADIENT_RTOL:.0e})")
-    return f"agrees: value {worst_value:.1e}, gradient {worst_grad:.1e} relative"
-
-
-def _moment_chunk(density, step_fn, n_steps, sampled):
-    """A jitted scan of ``n_steps`` steps of one chain accumulating the field's sum and sum of
-    squares (float32 within a chunk, float64 on the host), gradients, divergences, the index."""
-    import jax
-    import jax.numpy as jnp
-
-    def run(key, state, params):
-        def body(carry, key):
-            state, total, total_sq = carry
-            state, grads, diverged = step_fn(key, state, params)
-            x = density.field(state.position)
-            index = state.position[1][0] if sampled else jnp.float32(0)
-            return (state, total + x, total_sq + x * x), (grads, diverged, index)
-
-        zeros = jnp.zeros(density.shape, jnp.float32)
-        (state, total, total_sq), (grads, diverged, index) = jax.lax.scan(
-            body, (state, zeros, zeros), jax.random.split(key, n_steps))
-        return state, total, total_sq, jnp.sum(grads), jnp.sum(diverged), index
-
-    return jax.jit(jax.vmap(run))
-
-
-def _sample(density, chunk_fn, keys, state, params, budget, sampled):
-    """Chunks until the mean over chains of the gradient evaluations reaches ``budget``."""
-    import jax
-
-    total = np.zeros(density.shape)
-    total_sq = np.zeros(density.shape)
-    grads = np.zeros(keys.shape[0])
-    count, divergences, index = 0, 0, []
-    t0 = time.perf_counter()
-    while grads.mean() < budget:
-        split = jax.vmap(jax.random.split)(keys)
-        keys, chunk_keys = split[:, 0], split[:, 1]
-        state, s1, s2, g, d, idx = chunk_fn(chunk_keys, state, params)
-        total += np.asarray(s1, np.float64).sum(axis=0)
-        total_sq += np.asarray(s2, np.float64).sum(axis=0)
-        grads += np.asarray(g)
-        divergences += int(np.asarray(d).sum())
-        count += idx.shape[0] * idx.shape[1]
-        if sampled:
-            index.append(np.asarray(idx, np.float64))
-    seconds = time.perf_counter() - t0
-    mean = total / count
-    std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0) * count / (count - 1))
-    out = {"mean": mean, "std": std, "grads": int(grads.sum()), "seconds": seconds,
-           "divergences": divergences}
-    if sampled:
-        out["index_chain"] = np.concatenate(index, axis=1)
-    return out
-
-
-def _peer_nuts(density, start, num_warmup, budget, seed):
-    import blackjax
-    import jax
-
-    chains = start[0].shape[0]
-    warmup = blackjax.window_adaptation(blackjax.nuts, density)
-
-    def adapt(key, position):
-        (state, params), info = warmup.run(key, position, num_steps=num_warmup)
-        return state, params, info.info.num_integration_steps.sum()
-
-    t0 = time.perf_counter()
-    keys = jax.random.split(jax.random.PRNGKey(seed), chains + 1)
-    state, params, warm_grads = jax.jit(jax.vmap(adapt))(keys[1:], start)
-    jax.block_until_ready(state)
-    kernel = blackjax.nuts.build_kernel()
-
-    def step(key, state, params):
-        state, info = kernel(key, state, density, params["step_size"], params["inverse_mass_matrix"])
-        return state, info.num_integration_steps, info.is_divergent
-
-    chunk_fn = _moment_chunk(density, step, PEER_CHUNK_STEPS["nuts"], density.sampled)
-    sample_keys = jax.random.split(keys[0], chains)
-    chunk_fn = chunk_fn.lower(sample_keys, state, params).compile()
-    warmup_seconds = time.perf_counter() - t0
-    out = _sample(density, chunk_fn, sample_keys, state, params, budget, density.sampled)
-    out.update(warmup_grads=int(np.asarray(warm_grads).sum()), warmup_seconds=warmup_seconds,
-               settings=f"window_adaptation, {num_warmup} steps, target 0.8, diagonal mass")
-    return out
-
-
-def _peer_mclmc(density, start, budget, seed):
-    import blackjax
-    import jax
-    from blackjax.mcmc.integrators import isokinetic_mclachlan
-
-    chains = start[0].shape[0]
-    num_steps = budget // MCLMC_GRADIENTS_PER_STEP
-    kernel = blackjax.mcmc.mclmc.build_kernel(integrator=isokinetic_mclachlan)
-    tuning_steps = {}
-
-    def tune(key, position):
-        init_key, tune_key = jax.random.split(key)
-        state = blackjax.mcmc.mclmc.init(position, density, init_key)
-        state, params, n_tune = blackjax.mclmc_find_L_and_step_size(
-            mclmc_kernel=kernel, num_steps=num_steps, state=state, rng_key=tune_key,
-            logdensity_fn=density, diagonal_preconditioning=True)
-        tuning_steps["n"] = int(n_tune)      # a Python int, known when traced
-        return state, params
-
-    t0 = time.perf_counter()
-    keys = jax.random.split(jax.random.PRNGKey(seed + 1), chains + 1)
-    state, params = jax.jit(jax.vmap(tune))(keys[1:], start)
-    jax.block_until_ready(state)
-
-    def step(key, state, params):
-        state, info = kernel(key, state, density, params.inverse_mass_matrix, params.L, params.step_size)
-        return state, MCLMC_GRADIENTS_PER_STEP, ~info.nonans
-
-    chunk_fn = _moment_chunk(density, step, PEER_CHUNK_STEPS["mclmc"], density.sampled)
-    sample_keys = jax.random.split(keys[0], chains)
-    chunk_fn = chunk_fn.lower(sample_keys, state, params).compile()
-    warmup_seconds = time.perf_counter() - t0
-    out = _sample(density, chunk_fn, sample_keys, state, params, budget, density.sampled)
-    L, eps = np.asarray(params.L), np.asarray(params.step_size)
-    out.update(warmup_grads=int(chains * tuning_steps["n"] * MCLMC_GRADIENTS_PER_STEP),
-               warmup_seconds=warmup_seconds,
-               settings=f"find_L_and_step_size (diagonal), L {np.round(L, 2).tolist()}, "
-                        f"step {np.round(eps, 3).tolist()}")
-    return out
-
-
-def _peer_worker(spec_path: str) -> None:
-    """The peer process: for each case, the density check, then BlackJAX NUTS and MCLMC."""
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    import jax
-    import jax.numpy as jnp
-
-    spec = json.loads(Path(spec_path).read_text())
-    meta, arrays_out = {}, {}
-    for case in spec["cases"]:
-        with np.load(case["inputs"], allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-        n_parts = 2 if bool(arrays["sampled"]) else 1
-        density = _JaxDensity(arrays)
-        start = tuple(jnp.asarray(arrays[f"start_{i}"], jnp.float32) for i in range(n_parts))
-        check = _check_density(density, arrays, n_parts)
-        results = {"check": {"text": check}}
-        if not check.startswith("agrees"):
-            results["check"]["refused"] = True
-        else:
-            for peer in case["peers"]:
-                t0 = time.perf_counter()
-                if peer == "blackjax/nuts":
-                    res = _peer_nuts(density, start, case["num_warmup"], case["budget"], case["seed"])
-                else:
-                    res = _peer_mclmc(density, start, case["budget"], case["seed"])
-                res["wall"] = time.perf_counter() - t0
-                for key in ("mean", "std", "index_chain"):
-                    if key in res:
-                        arrays_out[f"{case['name']}:{peer}:{key}"] = res.pop(key)
-                results[peer] = res
-                print(f"[peers] {case['name']} {peer}: {res['wall']:.0f} s", file=sys.stderr, flush=True)
-        meta[case["name"]] = results
-    versions = f"JAX {jax.__version__}, BlackJAX {__import__('blackjax').__version__}"
-    for results in meta.values():
-        results["check"]["versions"] = versions
-    np.savez(spec["out"], meta=np.array(json.dumps(meta)), **arrays_out)
 
 
 # --------------------------------------------------------------------------- report
@@ -937,10 +736,7 @@ def main(argv=None):
                         help="run each fourier combination once per value of sampler.dense_modes "
                              "(labelled alg/fourier-N; default: the schema's value, one run)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
-    parser.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.peer_worker:
-        return _peer_worker(args.peer_worker)
     n = args.grid or (16 if args.quick else 32)
     budget = args.budget or (4000 if args.quick else 24000)
     draws = args.reference_draws or (64 if args.quick else 256)

@@ -110,6 +110,28 @@ def test_the_index_reference_is_a_proper_mixture(cases):
     assert np.all(reference.mode_var[fixed.mode_var > 0] > 0)
 
 
+def test_n_eff_of_exact_draws_with_the_index_sampled_under_the_slab_is_their_number(cases):
+    """slab_index's reference (the index's exact posterior under the mask, the field's mixture
+    over 5 Gauss-Hermite nodes of it) fed the moments of 60 independent draws made apart from it (the first of two per call):
+    each an index drawn from a normal with the exact mean and sd, then an exact Wiener draw
+    under the mask given that index."""
+    folder, amplitude = cases
+    reference = se.exact_reference(se.CASES["slab_index"], folder, amplitude, draws=300)
+    centre, spread = reference.index
+    assert abs(centre - se.INDEX) < 5 * spread < 0.5
+    dataset = load_dataset(folder / "slab.npz")
+    grid = Grid(dataset.data.shape, se.BOX)
+    rng = np.random.default_rng(21)
+    draws = np.stack([posterior_samples(dataset.data, se._mode_variance(grid, amplitude, centre + spread * rng.normal()),
+                                        se.NOISE, mask=dataset.mask, n_samples=2, rng=int(rng.integers(2**31)),
+                                        tol=1e-10).samples[0] for _ in range(60)])
+    eff = se.field_efficiency(draws.mean(axis=0), draws.std(axis=0, ddof=1), reference, grid)
+    assert eff["n_eff"] == pytest.approx(60, rel=0.15)
+    assert eff["std_ratio"] == pytest.approx(1.0, abs=0.05)
+    pooled = len(eff["shell_n_eff"]) / np.sum(1 / np.asarray(eff["shell_n_eff"]))
+    assert pooled == pytest.approx(60, rel=0.2)
+
+
 def test_every_combination_makes_a_valid_config(cases, tmp_path):
     folder, amplitude = cases
     combos = se.fieldscope_combinations()
