@@ -149,7 +149,11 @@ def test_the_window_watching_a_growing_run_keeps_its_rss(tmp_path):
     rss = np.array([row["rss"] for row in rows])
     assert [row["draws"] for row in rows] == list(range(FIRST, total + 1))
     # from the 2nd round on (the first one fills Qt's and the views' caches, starts the
-    # workers), the window holds no more than a 40th of a draw more per draw
-    growth = (rss[-1] - rss[1]) / (len(rss) - 2)
+    # workers), the window holds no more than a 40th of a draw more per draw: the median of
+    # the last 5 rounds against that of rounds 1-5, per round between them (RSS moves by
+    # ~0.8 MiB from one round to the next as the allocator returns pages: two single rounds,
+    # as this compared before, read that as growth; a CI of 2026-12-05 failed on 0.18 MiB per
+    # draw from 395.5 to a last round of 399.0 that the round before had at 398.2)
+    growth = (np.median(rss[-5:]) - np.median(rss[1:6])) / ((len(rss) - 3) - 3)
     assert growth < DRAW_MIB / 40, (f"RSS grew {growth:.2f} MiB per draw of {DRAW_MIB:.1f} MiB; "
                                     f"per round: {np.round(rss, 1).tolist()}")

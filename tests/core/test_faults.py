@@ -354,10 +354,12 @@ def test_peak_memory_does_not_grow_with_the_leapfrog_steps(tmp_path):
     short, long = peaks[30], peaks[60]
     print(f"\npeak RSS: L = 30 {short / 2**20:.0f} MiB, L = 60 {long / 2**20:.0f} MiB")
     assert abs(long - short) < 100 * 2**20
-    # the same bounds as test_estimate_against_the_measured_peak_memory_of_engine_runs: at 32^3
-    # the peak is TensorFlow's runtime and programs, which vary between installs (measured
-    # 929 MiB in the development tree and 1073 MiB in a fresh clone's CI, against 954 estimated)
-    assert 0.75 < long / estimate[60].total < 1.3
+    # at 32^3 the peak is TensorFlow's runtime and programs, which vary between processes and
+    # installs by more than the grid-sized part: 929 to 1074 MiB measured (development trees,
+    # fresh clones' CI; 956 MiB in one CI of 2026-12-05) against 1287 MiB estimated since the
+    # import was recalibrated (ENGINE_IMPORT_BYTES 946 MiB), so a lower bound of 0.7 here;
+    # test_estimate_against_the_measured_peak_memory_of_engine_runs checks the grid-sized part
+    assert 0.7 < long / estimate[60].total < 1.3
 
 
 # --------------------------------------------------------------------------- warmup diagnosis
