@@ -238,7 +238,7 @@ class Driver:
                 g = step0 + t
                 seed = tf.random.experimental.stateless_fold_in(base_seed, g)
                 state, results, stats, grads_now = kernel_step(state, results, seed, g)
-                # the gradient with respect to x: d/dx = (d/dz) / scale
+                # the gradient with respect to x: d/dx = S^-T d/dz
                 grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gx, [chains, -1])**2, axis=1)
                                     for gx in grad_to_x(scale, grads_now)])
                 stats = {**stats, "grad_norm": tf.sqrt(grad_sq)}
