@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from core.engine.adaptation.metric import is_dense
 from core.engine.adaptation.welford import Welford
 
 __all__ = ["MIN_COUNT", "adapted_scale"]
@@ -32,7 +33,7 @@ def adapted_scale(acc: Welford, chains: int, unit_parts=()) -> list | None:
     for i, (mu, q) in enumerate(zip(mean, m2)):
         if i in unit_parts:
             s = tf.ones_like(mu)
-        elif len(q.shape) == len(mu.shape) + 1:
+        elif is_dense(q, mu):
             eye = tf.eye(int(q.shape[-1]), dtype=q.dtype)
             cov = q / (c - 1.0)
             s = tf.linalg.cholesky((c / (c + 5.0)) * cov + 1e-3 * (5.0 / (c + 5.0)) * eye)

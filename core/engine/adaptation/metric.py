@@ -14,7 +14,7 @@ __all__ = ["to_x", "to_z", "grad_to_x", "grad_to_z", "is_dense", "marginal_sd", 
 
 
 def is_dense(s, part) -> bool:
-    """Whether the scale ``s`` of ``part`` is a triangular factor (one rank more than the part)."""
+    """Whether ``s`` (a scale, or Welford sums) is the matrix form for ``part``: one rank more."""
     return len(s.shape) == len(part.shape) + 1
 
 

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from core.engine.adaptation.metric import is_dense
+
 __all__ = ["Welford", "welford_fresh", "welford_update"]
 
 
@@ -52,7 +54,7 @@ def welford_update(acc: Welford, parts) -> Welford:
         mu_new = mu + (_group_mean(part, groups) - mu) / n
         rep_mu, rep_new = tf.repeat(mu, per_group, axis=0), tf.repeat(mu_new, per_group, axis=0)
         new_mean.append(mu_new)
-        if len(q.shape) == len(part.shape) + 1:        # dense: outer products
+        if is_dense(q, part):        # dense: outer products
             new_m2.append(q + _group_mean((part - rep_mu)[..., :, None] * (part - rep_new)[..., None, :], groups))
         else:
             new_m2.append(q + _group_mean((part - rep_mu) * (part - rep_new), groups))

@@ -65,7 +65,7 @@ class DualAveragingKernel:
         return ((int(0.15 * num_warmup), int(0.75 * num_warmup)) if diagonal else None), ()
 
     def make_kernel(self, target, step_size, scale, num_adapt):
-        """DA(inner) on z, with x = scale * z (scale = 1 before the diagonal is set)."""
+        """DA(inner) on z, with x = S z (S = 1 before the metric is set)."""
         def target_z(*z):
             return target(*to_x(scale, z))
 
