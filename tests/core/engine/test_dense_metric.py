@@ -166,18 +166,30 @@ def test_two_sampled_hyperparameters_get_their_covariance_and_the_exact_posterio
 
 
 def test_a_run_with_a_dense_metric_stopped_and_resumed_draws_the_same(tmp_path):
-    """Stopped inside the covariance's window (the dense sums in the checkpoint) and after it
-    (the factor), then resumed: every draw equals a run straight through."""
+    """Stopped inside the covariance's window (the dense sums in the checkpoint), resumed,
+    stopped again after it (the factor), resumed to the end: every draw equals a run
+    straight through."""
     from core.engine.driver import schedule_for
-    from support.engine_cases import assert_same_run, run, stop_then_resume
+    from core.engine.engine import Control, Engine
+    from core.store.run_store import stored_run_config
+    from support.engine_cases import assert_same_run, run
 
     config, text = _two_hyperparameter_case(tmp_path, warmup=200, samples=100, chunk=25)
     window = schedule_for(config)
     assert window.mass_start < 100 < window.mass_end < 200
     assert run(config, text, tmp_path / "straight")[0] == "finished"
-    for name, when in (("in_window", lambda p: p["warmup_draws"] >= 100), ("sampling", lambda p: p["draws"] >= 25)):
-        stop_then_resume(config, text, tmp_path / name, when)
-        assert_same_run(tmp_path / name, tmp_path / "straight")
+    run_dir, stops = tmp_path / "stopped", []
+    for when in (lambda p: p["warmup_draws"] >= 100, lambda p: p["draws"] >= 25, None):
+        control = Control()
+
+        def emit(event, when=when, control=control):
+            if when is not None and event.get("type") == "chunk" and when(event["progress"]):
+                control.stop = True
+        engine = (Engine(config, text, run_dir, emit=emit, control=control) if not stops else
+                  Engine(*stored_run_config(run_dir), run_dir, emit=emit, control=control))
+        stops.append(engine.resume() if stops else engine.start())
+    assert stops == ["stopped", "stopped", "finished"]
+    assert_same_run(run_dir, tmp_path / "straight")
 
 
 def test_a_runaway_window_covariance_shrinks_to_the_curvatures_marginal_sd_keeping_its_correlation(tmp_path):
