@@ -90,13 +90,13 @@ def _setup(n: int, folder: Path, steps: int):
 
     step0 = tf.fill([CHAINS], tf.constant(0.05 * math.sqrt(n**3), tf.float32))
     L0 = tf.fill([CHAINS], tf.constant(math.sqrt(n**3), tf.float32))
-    vg = mc._value_and_grad(target)
+    vg = mc.value_and_grad_fn(target)
 
     @tf.function(jit_compile=True)
     def bare(x, lp, g, u):
         def body(t, x, u, lp, g):
             seeds = tf.random.experimental.stateless_split(tf.stack([t, 11]), 2)
-            noise = [mc._normal_parts(seeds[i], x, mc.chunk_rng()) for i in range(2)]
+            noise = [mc.normal_parts(seeds[i], x, mc.chunk_rng()) for i in range(2)]
             x, u, lp, g, _, _, _ = mc.mclmc_transition(vg, x, u, lp, g, step0, L0, *noise)
             return t + 1, x, u, lp, g
         return tf.while_loop(lambda t, *r: t < steps, body, (tf.constant(0), x, u, lp, g))[1]

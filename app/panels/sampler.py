@@ -33,7 +33,7 @@ class SamplerPanel(SetupPanel):
         super().__init__(state, parent)
         self._choice("sampler.algorithm", "Algorithm", [(info.label, name) for name, info in SAMPLERS.items()],
             tip="sampler.algorithm: MCLMC and MAMS tune their step size and trajectory length "
-                "in warmup (core.engine.microcanonical)")
+                "in warmup (core.engine.adaptation.mclmc_tuning, mams_tuning)")
         self._number("sampler.num_warmup", "Warmup steps",
                      tip="sampler.num_warmup: steps adapting the step size (not kept as draws)")
         self._number("sampler.num_samples", "Draws", tip="sampler.num_samples: post-warmup draws")

@@ -213,9 +213,9 @@ class Driver:
         def chunk(state, tlp, grads, da, read_only, scale, mass_acc, observed, data, base_seed, step0, n_steps,
                   with_mass, draws):
             # da: the kernel's tuning state, the part of it this chunk carries, and read_only
-            # the part it reads but does not return (MCLMC / MAMS: core.engine.microcanonical's
-            # chunk_keys). mass_acc: the Welford sums if with_mass, else () (not taken, not
-            # returned: a value returned unchanged is still a copy). observed: the observer's
+            # the part it reads but does not return (MCLMC / MAMS: their tuning's chunk_keys,
+            # core.engine.adaptation.microcanonical_stages). mass_acc: the Welford sums if
+            # with_mass, else () (not taken, not returned: a value returned unchanged is still a copy). observed: the observer's
             # carry. draws: whether the chunk may reach the sampling phase (False: the observer
             # keeps nothing)
             view = self.view(data)

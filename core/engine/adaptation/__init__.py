@@ -8,6 +8,10 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
 * ``dual_averaging``: the state of the step-size adaptation that HMC and NUTS run in
   (TensorFlow Probability's ``DualAveragingStepSizeAdaptation``), started from a step size, and
   one step of the same rule for MAMS (``dual_averaging_update``);
+* ``mclmc_tuning``, ``mams_tuning``: the staged tunings of MCLMC's step size and L and of
+  MAMS's, their per-step updates from the kernel's statistics and their stage transitions
+  between chunks, on what they share (``microcanonical_stages``: the stages, the chunk
+  stops, the moments of z);
 * ``core.engine.step_search``: the initial step size, searched at a state.
 """
 

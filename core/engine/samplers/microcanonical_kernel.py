@@ -11,8 +11,12 @@ docs/benchmarks.md). Without it, one program, unless the moments of z are large
 (``core.run.engine_limits.stage2_apart``): then the chunks of stage 2 have a program with them,
 the others one without (issue #13). Stage 2 ends in warmup: its program makes no field draws.
 
-A member (``mclmc.py``, ``mams.py``) names its sampler class (``sampler_class``) and the
-settings it takes beyond the family's (``settings``).
+A member (``mclmc.py``, ``mams.py``) is the algorithm as a pure kernel (``init`` /
+``build_kernel``, BlackJAX's shape: step(seed, state, params) -> (state, info) on named
+tuples), its staged tuning (``tuning_class``, in ``core.engine.adaptation``), and the glue of
+the two for the driver: ``tuned_step`` (one kernel step, then the tuning's update, and the
+step's statistics), ``fresh_tuning`` and ``settings`` (the tuning's arguments beyond the
+family's).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import tensorflow as tf
 
 from core.engine import microcanonical
 from core.engine.adaptation.metric import to_x
-from core.engine.driver import DIVERGENCE_THRESHOLD, DriverError
+from core.engine.driver import DriverError
 from core.run.engine_limits import stage2_apart
 
 __all__ = ["MicrocanonicalKernel"]
@@ -31,41 +35,52 @@ __all__ = ["MicrocanonicalKernel"]
 class MicrocanonicalKernel:
     """MCLMC / MAMS's shared part (module docstring); ``d`` is the driver."""
 
-    sampler_class: type = None
+    tuning_class: type = None
 
     def __init__(self, d):
         self.d = d
-        self._part_shapes = None     # the state parts' shapes less the chain axis
-        self.tuner = self.sampler(None)       # its tuning's fresh state and stage transitions
-
-    def settings(self) -> dict:
-        """Keyword arguments of ``sampler_class`` beyond the family's."""
-        return {}
-
-    @classmethod
-    def plan(cls, num_warmup: int, diagonal: bool):
-        return cls.sampler_class.plan(num_warmup, diagonal)
-
-    def sampler(self, target, has_aux: bool = False):
-        """The sampler on ``target`` (None where only its tuning is used; ``has_aux``: ``target``
-        returns (log p, aux parts))."""
-        d, s = self.d, self.d.sampler
-        if self._part_shapes is None:
-            # the state's shapes, from one draw (eager, at build): not a prior draw in every trace
-            self._part_shapes = [tuple(p.shape[1:]) for p in d.model.initial_state(1, s.seed)]
-        parts = [tf.zeros([s.chains, *shape], d.dtype) for shape in self._part_shapes]
+        s = d.sampler
+        # the state's shapes, from one draw (eager, at build): not a prior draw in every trace
+        parts = [tf.zeros([s.chains, *p.shape[1:]], d.dtype) for p in d.model.initial_state(1, s.seed)]
         try:
-            return self.sampler_class(
-                target, parts, s.chains, d.dtype, s.num_warmup, d.schedule.mass_end is not None,
-                s.step_size, divergence_threshold=DIVERGENCE_THRESHOLD,
-                chains_per_posterior=d.chains_per_posterior, has_aux=has_aux, **self.settings())
+            self.tuner = self.tuning_class(parts, s.chains, d.dtype, s.num_warmup, d.schedule.mass_end is not None,
+                                           s.step_size, chains_per_posterior=d.chains_per_posterior,
+                                           **self.settings())
         except ValueError as err:
             raise DriverError(f"sampler.algorithm = {s.algorithm!r}: {err}; this model has "
                               f"{microcanonical.n_dims(parts)}: use \"hmc\" or \"nuts\"") from None
 
+    # -- what a member says --------------------------------------------------------
+
+    def settings(self) -> dict:
+        """Keyword arguments of ``tuning_class`` beyond the family's."""
+        return {}
+
+    def fresh_tuning(self, parts, seed: int) -> dict:
+        """The tuning state (with any kernel state the driver carries in it) at step 0."""
+        return self.tuner.fresh()
+
+    @staticmethod
+    def build_kernel(target, has_aux: bool = False):
+        """The kernel's step(seed, state, params) -> (state, info) on ``target``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def tuned_step(kernel, tuner, x, lp, g, tune, seed, step_index, aux=()):
+        """One step of ``kernel`` from (x, lp, g, aux) with tune's parameters, then ``tuner``'s
+        update -> x, lp, g, tune, the step's statistics (``core.run.messages.STAT_NAMES`` less
+        lp and grad_norm), aux."""
+        raise NotImplementedError
+
+    # -- the family ----------------------------------------------------------------
+
+    @classmethod
+    def plan(cls, num_warmup: int, diagonal: bool):
+        return cls.tuning_class.plan(num_warmup, diagonal)
+
     def fresh(self, parts, tlp, grads, scale, seed, data):
         # their own tuning sets the step; no search
-        return self.tuner.fresh(parts, seed), np.full(self.d.chains, self.tuner.initial_step)
+        return self.fresh_tuning(parts, seed), np.full(self.d.chains, self.tuner.initial_step)
 
     def start(self, view, state, tlp, grads, da, read_only, scale):
         """One step on z with x = S z -> (state, (lp, gradient, tuning[, [field]]), statistics,
@@ -76,12 +91,12 @@ class MicrocanonicalKernel:
         results = (tlp, list(grads), {**da, **read_only},
                    *([[view.field(to_x(scale, state))]] if with_field else []))
         target = view.target_log_prob_and_field if with_field else view.target_log_prob_fn
-        sampler = self.sampler(lambda *z: target(*to_x(scale, z)), has_aux=with_field)
+        kernel = self.build_kernel(lambda *z: target(*to_x(scale, z)), has_aux=with_field)
 
         def step(state, results, seed, g):
             lp, grads, tune, *aux = results
-            state, lp, grads, tune, stats, aux = sampler.one_step(list(state), lp, grads, tune, seed, g,
-                                                                  aux[0] if aux else ())
+            state, lp, grads, tune, stats, aux = self.tuned_step(kernel, self.tuner, list(state), lp, grads, tune,
+                                                                 seed, g, aux[0] if aux else ())
             return state, (lp, grads, tune, *([aux] if with_field else [])), {**stats, "lp": lp}, grads
         return results, step
 

@@ -13,6 +13,9 @@ import pytest
 import tensorflow as tf
 
 from core.engine import microcanonical as mc
+from core.engine.adaptation.mclmc_tuning import DESIRED_ENERGY_VAR, HYPER_ENERGY_VAR, MclmcTuning
+from core.engine.adaptation.microcanonical_stages import StagedTuning
+from core.engine.samplers import mclmc as mclmc_kernel
 
 SHAPES = [(3,), (2, 2)]      # two state parts, 7 coordinates per chain
 
@@ -33,7 +36,7 @@ def _tf_target(precision):
 
 
 #: x -> (log p, gradient, aux) as the samplers evaluate the density
-_value_and_grad = mc._value_and_grad
+_value_and_grad = mc.value_and_grad_fn
 
 
 def _split(flat):
@@ -138,30 +141,33 @@ def test_the_aux_of_the_density_follows_the_state_and_an_undone_step_keeps_the_o
     np.testing.assert_array_equal(lp2.numpy(), vg(x2)[0].numpy())
 
 
-def _drive(sampler, target, parts, warmup, samples, seed=5):
-    """The engine's loop in miniature: steps, the stage transitions between them, the draws."""
-    vg = _value_and_grad(target)
-    lp, g, _ = vg(parts)
-    tune = sampler.fresh(parts, seed)
+def _drive(tuner, target, parts, warmup, samples, seed=5):
+    """The driver's loop in miniature: the kernel's steps and the tuning's updates
+    (``Mclmc.tuned_step``), the stage transitions between them, the draws."""
+    state = mclmc_kernel.init(parts, target, seed)
+    kernel = mclmc_kernel.build_kernel(target)
+    lp, g = state.logdensity, state.logdensity_grad
+    tune = {"velocity": state.velocity, **tuner.fresh()}
     base = tf.constant([seed, 11], tf.int32)
 
     @tf.function(jit_compile=True)    # as the engine: the velocity noise is Threefry, an XLA generator
     def steps(x, lp, g, tune, first, n):
         def body(t, x, lp, g, tune, draws):
             i = first + t
-            x, lp, g, tune, _, _ = sampler.one_step(x, lp, g, tune, tf.random.experimental.stateless_fold_in(base, i), i)
-            return t + 1, x, lp, g, tune, draws.write(t, tf.concat([tf.reshape(p, [sampler.chains, -1]) for p in x], 1))
+            x, lp, g, tune, _, _ = mclmc_kernel.Mclmc.tuned_step(
+                kernel, tuner, x, lp, g, tune, tf.random.experimental.stateless_fold_in(base, i), i)
+            return t + 1, x, lp, g, tune, draws.write(t, tf.concat([tf.reshape(p, [tuner.chains, -1]) for p in x], 1))
         out = tf.while_loop(lambda t, *_: t < n, body,
                             (0, list(x), lp, list(g), tune, tf.TensorArray(tf.float64, size=n)))
         return out[1], out[2], out[3], out[4], out[5].stack()
 
-    stops = sorted(set(sampler.stops()) | {warmup + samples})
+    stops = sorted(set(tuner.stops()) | {warmup + samples})
     x, g0, kept, start = list(parts), g, [], 0
     for stop in stops:
         x, lp, g0, tune, draws = steps(x, lp, g0, tune, tf.constant(start), tf.constant(stop - start))
         if stop > warmup:
             kept.append(draws.numpy()[max(0, warmup - start):])
-        tune = sampler.at_boundary(stop, tune)
+        tune = tuner.at_boundary(stop, tune)
         start = stop
     return np.concatenate(kept, axis=0), tune
 
@@ -173,8 +179,8 @@ def test_mclmc_recovers_a_correlated_gaussian():
     cov = np.linalg.inv(precision)
     chains = 4
     parts = [tf.constant(np.random.default_rng(2).normal(size=(chains, *s))) for s in SHAPES]
-    sampler = mc.MclmcSampler(_tf_target(precision), parts, chains, tf.float64, 300, False, 0.25)
-    draws, tune = _drive(sampler, _tf_target(precision), parts, 300, 2000)   # (n, C, 7)
+    tuner = MclmcTuning(parts, chains, tf.float64, 300, False, 0.25)
+    draws, tune = _drive(tuner, _tf_target(precision), parts, 300, 2000)   # (n, C, 7)
     per_chain = draws.transpose(1, 0, 2)
     ess = np.asarray(ess_mean(per_chain))
     assert ess.min() > 200, ess
@@ -188,47 +194,47 @@ def test_mclmc_recovers_a_correlated_gaussian():
 
 
 def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
-    """Stage 3's check (MclmcSampler.checked_and_shared) on energy errors of known variance: a
+    """Stage 3's check (MclmcTuning.checked_and_shared) on energy errors of known variance: a
     chain past the stability edge takes the stable chain's step size; with no chain stable the
     step sizes shrink by (target / variance)^(1/6), the variance read robustly (a few huge
     errors do not set it); an undone step (NaN) makes a chain unstable."""
     rng = np.random.default_rng(5)
     chains, n = 3, 4000
     parts = [tf.zeros((chains, 3), tf.float64), tf.zeros((chains, 2, 2), tf.float64)]
-    sampler = mc.MclmcSampler(_tf_target(_precision()), parts, chains, tf.float64, 100, False, 0.25)
-    dim = sampler.dim
+    tuner = MclmcTuning(parts, chains, tf.float64, 100, False, 0.25)
+    dim = tuner.dim
 
     def errors(*var_per_dim):
         return np.stack([rng.normal(0.0, np.sqrt(v * dim), n) for v in var_per_dim], axis=1)
 
     eps, L = np.array([1.0, 1.1, 1.2]), np.array([10.0, 20.0, 90.0])
     # chain 2 at 200x the target: all take the smaller of the stable chains' step sizes and their mean L
-    got_eps, got_L = sampler.checked_and_shared(eps, L, errors(3e-4, 4e-4, 0.1))
+    got_eps, got_L = tuner.checked_and_shared(eps, L, errors(3e-4, 4e-4, 0.1))
     np.testing.assert_array_equal(got_eps, [1.0, 1.0, 1.0])
     np.testing.assert_array_equal(got_L, [15.0, 15.0, 15.0])
     # no chain stable: each shrinks to where the eps^6 law puts the target, the smallest is taken
     e = errors(2e-2, 1e-2, 5e-2)
     e[:20, 1] *= 100.0                       # a burst: 0.5 % of the steps, 10^4 x the variance
-    got_eps, _ = sampler.checked_and_shared(eps, L, e)
-    expected = min(eps * (mc.DESIRED_ENERGY_VAR / np.array([2e-2, 1e-2, 5e-2])) ** (1 / 6))
+    got_eps, _ = tuner.checked_and_shared(eps, L, e)
+    expected = min(eps * (DESIRED_ENERGY_VAR / np.array([2e-2, 1e-2, 5e-2])) ** (1 / 6))
     np.testing.assert_allclose(got_eps, expected, rtol=0.02)
     # an undone step: chain 0 is not stable, chain 1 is
     e = errors(1e-4, 1e-4, 1e-4)
     e[7, 0] = np.nan
     e[:, 2] *= 100.0
-    got_eps, got_L = sampler.checked_and_shared(eps, L, e)
+    got_eps, got_L = tuner.checked_and_shared(eps, L, e)
     np.testing.assert_array_equal(got_eps, [1.1, 1.1, 1.1])
     np.testing.assert_array_equal(got_L, [20.0, 20.0, 20.0])
     # calibration's batch: each simulation's chains (here 2 of 4) share, not the whole batch
     parts4 = [tf.zeros((4, 3), tf.float64), tf.zeros((4, 2, 2), tf.float64)]
-    batch = mc.MclmcSampler(_tf_target(_precision()), parts4, 4, tf.float64, 100, False, 0.25,
+    batch = MclmcTuning(parts4, 4, tf.float64, 100, False, 0.25,
                             chains_per_posterior=2)
     got_eps, got_L = batch.shared_by_posterior(np.array([1.0, 1.2, 3.0, 2.0]), np.array([10.0, 30.0, 5.0, 7.0]),
                                                errors(1e-4, 1e-4, 1e-4, 1e-4))
     np.testing.assert_array_equal(got_eps, [1.0, 1.0, 2.0, 2.0])
     np.testing.assert_array_equal(got_L, [20.0, 20.0, 6.0, 6.0])
     with pytest.raises(ValueError, match="groups of 3"):
-        mc.MclmcSampler(_tf_target(_precision()), parts4, 4, tf.float64, 100, False, 0.25, chains_per_posterior=3)
+        MclmcTuning(parts4, 4, tf.float64, 100, False, 0.25, chains_per_posterior=3)
 
 
 @pytest.mark.parametrize("algorithm, mass", [("mclmc", True), ("mams", False)])
@@ -349,14 +355,14 @@ def test_stage_2_in_a_program_of_its_own_gives_the_same_run_bit_for_bit(tmp_path
     config, text, *_ = write_field_case(tmp_path, shape=(8, 8, 8), warmup=60, samples=40, chunk=15,
                                         algorithm=algorithm, mass=False, thin=5)
     assert not stage2_apart(2, 8**3)
-    seen, original = {}, mc._Microcanonical.chunk_keys
+    seen, original = {}, StagedTuning.chunk_keys
     tag = ["one"]
 
     def spy(self, stage2):
         seen.setdefault(tag[0], set()).add(stage2)
         return original(self, stage2)
 
-    monkeypatch.setattr(mc._Microcanonical, "chunk_keys", spy)
+    monkeypatch.setattr(StagedTuning, "chunk_keys", spy)
     assert run(config, text, tmp_path / "one")[0] == "finished"
     tag[0] = "apart"
     monkeypatch.setattr(kernel_mod, "stage2_apart", lambda chains, n_values: True)
@@ -424,4 +430,4 @@ def test_mclmc_aims_lower_where_sampled_hyperparameters_meet_modes_the_likelihoo
     model = build_model(config)
     assert model.posterior.modes_independent == (not mask)
     driver = Driver(model, config.sampler, schedule_for(config), hyper_metric=hyper_metric(config))
-    assert driver.kernel.tuner.energy_var == (mc.HYPER_ENERGY_VAR if coupled else mc.DESIRED_ENERGY_VAR)
+    assert driver.kernel.tuner.energy_var == (HYPER_ENERGY_VAR if coupled else DESIRED_ENERGY_VAR)
