@@ -1,14 +1,17 @@
-"""TFP's Hamiltonian Monte Carlo with the leapfrog loop under our control.
+"""TFP's Hamiltonian Monte Carlo kernel classes with the leapfrog loop under our control, for the
+benchmarks (bench/hmc.py, bench/scale.py) and the tests that compare with TFP's own kernel. The
+engine runs HMC as pure functions (``core.engine.hmc``: ``init`` and ``step``, with the same
+integrator and the same arithmetic); these classes are its proposal inside TFP's kernel
+interface (``one_step(state, results, seed)``).
 
 ``LoopedHamiltonianMonteCarlo`` is ``tfp.mcmc.HamiltonianMonteCarlo`` (same arguments,
 same kernel results, same random numbers, same draws up to floating-point rounding)
 whose leapfrog integrator is a ``tf.while_loop`` of ``steps_per_iteration`` straight-line
-steps per iteration (``looped_leapfrog``). XLA reuses one iteration's buffers for the
-next, so the kernel's memory does not grow with ``num_leapfrog_steps``: the engine uses
-it for every L (``core.run.engine_limits.LEAPFROG_STEPS_PER_ITERATION``).
+steps per iteration (``core.engine.hmc.looped_leapfrog``). XLA reuses one iteration's buffers
+for the next, so the kernel's memory does not grow with ``num_leapfrog_steps``.
 
 ``UnrolledHamiltonianMonteCarlo`` is the same with every step straight-line (k = L), the
-engine's kernel for L <= 64 before issue #13: XLA kept about 24 grid-sized buffers per
+engine's integrator for L <= 64 before issue #13: XLA kept about 24 grid-sized buffers per
 chain per step (5.6 GiB at 128^3 with 2 chains and L = 10, where the looped kernel needs
 a few hundred MiB of grid-sized buffers); on a quiet machine it was 8 % faster with one
 chain at 64^3 and no faster with four. Kept for bench/hmc.py and bench/scale.py, which
@@ -26,51 +29,12 @@ from tensorflow_probability.python.internal import prefer_static as ps
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc import hmc as tfp_hmc
 from tensorflow_probability.python.mcmc import metropolis_hastings
-from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
+
+from core.engine.hmc import leapfrog_proposal, looped_leapfrog, unrolled_leapfrog
 
 __all__ = ["LoopedHamiltonianMonteCarlo", "UnrolledHamiltonianMonteCarlo", "UncalibratedLoopedHMC",
            "looped_leapfrog", "unrolled_leapfrog"]
-
-
-def looped_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, state_parts, target,
-                    target_grad_parts, steps_per_iteration: int = 1):
-    """``num_steps`` leapfrog steps (TFP's algorithm): a ``tf.while_loop`` of
-    num_steps // k iterations of k = ``steps_per_iteration`` straight-line steps, then the
-    num_steps % k others straight. XLA reuses one iteration's buffers, so the memory grows
-    with k, not with ``num_steps``; k >= num_steps is the fully unrolled integrator."""
-    momentum_parts, state_parts, target, target_grad_parts = leapfrog_impl.process_args(
-        target_fn, momentum_parts, state_parts, target, target_grad_parts)
-    k = max(1, min(int(steps_per_iteration), int(num_steps)))
-
-    def steps(n, half, state_parts, target, target_grad_parts):
-        for _ in range(n):
-            half, state_parts, target, target_grad_parts = leapfrog_impl._one_step(  # noqa: SLF001
-                target_fn, step_sizes, lambda x: x, half, state_parts, target, target_grad_parts)
-        return half, state_parts, target, target_grad_parts
-
-    half = [v + 0.5 * tf.cast(eps, v.dtype) * g
-            for v, eps, g in zip(momentum_parts, step_sizes, target_grad_parts)]
-    iterations, rest = divmod(int(num_steps), k)
-    carry = (half, state_parts, target, target_grad_parts)
-    if iterations > 1:
-        _, *carry = tf.while_loop(
-            lambda i, *_: i < iterations,
-            lambda i, *args: (i + 1, *steps(k, *args)),
-            (tf.constant(0), *carry))
-    elif iterations == 1:
-        carry = steps(k, *carry)
-    half, state_parts, target, target_grad_parts = steps(rest, *carry)
-    momentum = [v - 0.5 * tf.cast(eps, v.dtype) * g
-                for v, eps, g in zip(half, step_sizes, target_grad_parts)]
-    return momentum, state_parts, target, target_grad_parts
-
-
-def unrolled_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, state_parts, target,
-                      target_grad_parts):
-    """``num_steps`` leapfrog steps as straight-line code (TFP's algorithm, no while loop)."""
-    return looped_leapfrog(target_fn, step_sizes, num_steps, momentum_parts, state_parts, target,
-                           target_grad_parts, steps_per_iteration=num_steps)
 
 
 class UncalibratedLoopedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
@@ -83,14 +47,9 @@ class UncalibratedLoopedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
 
     def proposal(self, seed, state_parts):
         """(the momenta drawn from ``seed``, the integrator: (step sizes, momenta, state, target,
-        gradient) -> the same after the trajectory): ``num_leapfrog_steps`` looped steps."""
-        seeds = list(samplers.split_seed(seed, n=len(state_parts)))
-        momenta = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
-                   for part_seed, x in zip(seeds, state_parts)]
-
-        def integrate(step_sizes, *args):
-            return looped_leapfrog(self.target_log_prob_fn, step_sizes, int(self.num_leapfrog_steps), *args,
-                                   steps_per_iteration=self._steps_per_iteration)
+        gradient) -> the same after the trajectory): ``core.engine.hmc.leapfrog_proposal``."""
+        momenta, integrate, _ = leapfrog_proposal(self.target_log_prob_fn, int(self.num_leapfrog_steps),
+                                                  self._steps_per_iteration)(seed, state_parts)
         return momenta, integrate
 
     def one_step(self, current_state, previous_kernel_results, seed=None):
@@ -150,7 +109,9 @@ class LoopedHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
                 state_gradients_are_stopped=state_gradients_are_stopped,
                 store_parameters_in_results=store_parameters_in_results,
                 name=name or "hmc_kernel", steps_per_iteration=steps_per_iteration))
-        self._parameters = self._impl.inner_kernel.parameters.copy()
+        # with steps_per_iteration: TFP's step-size adaptation rebuilds its inner kernel from
+        # ``parameters`` (enable_store_parameters_in_results), which otherwise ran k = 1
+        self._parameters = {**self._impl.inner_kernel.parameters, "steps_per_iteration": steps_per_iteration}
 
     @property
     def steps_per_iteration(self) -> int:
@@ -164,5 +125,6 @@ class UnrolledHamiltonianMonteCarlo(LoopedHamiltonianMonteCarlo):
     def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps: int, **kwargs):
         if not isinstance(num_leapfrog_steps, int) or num_leapfrog_steps < 1:
             raise ValueError(f"num_leapfrog_steps must be a positive Python int, got {num_leapfrog_steps!r}")
+        kwargs.pop("steps_per_iteration", None)         # always L (rebuilt from ``parameters``)
         super().__init__(target_log_prob_fn, step_size, num_leapfrog_steps,
                          steps_per_iteration=num_leapfrog_steps, **kwargs)

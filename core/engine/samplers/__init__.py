@@ -3,9 +3,11 @@
 A kernel is what the driver (``core.engine.driver``) needs of an algorithm, and the driver knows
 no algorithm by name. Two families carry what their members share:
 
-* ``DualAveragingKernel`` (``dual_averaging_kernel.py``): a TFP kernel wrapped in dual averaging
-  of each chain's step size, the initial step searched at the fresh state and again when the
-  diagonal is set (HMC: ``hmc.py``, NUTS: ``nuts.py``);
+* ``DualAveragingKernel`` (``dual_averaging_kernel.py``): an algorithm's pure step
+  (``core.engine.hmc``, ``core.engine.nuts``: ``step(seed, state, step_size) -> (state, info)``)
+  composed with dual averaging of each chain's step size (``core.engine.adaptation.dual_averaging``:
+  one update from each step's acceptance), the initial step searched at the fresh state and again
+  when the diagonal is set (HMC: ``hmc.py``, NUTS: ``nuts.py``, jittered HMC: ``hmc_jittered.py``);
 * ``MicrocanonicalKernel`` (``microcanonical_kernel.py``): MCLMC (``mclmc.py``) and MAMS
   (``mams.py``) with their own staged tuning (``core.engine.microcanonical``).
 

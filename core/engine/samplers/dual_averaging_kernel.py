@@ -1,31 +1,48 @@
-"""The dual-averaging family: a TFP kernel (HMC, NUTS) in ``DualAveragingStepSizeAdaptation``.
+"""The dual-averaging family: HMC and NUTS, each a pure step, with dual averaging of each chain's
+step size during warmup.
 
-Each chain has its own step size, adapted for ``num_warmup`` steps towards ``target_accept`` from
-the one ``core.engine.step_search`` finds at the fresh state (``sampler.step_size`` is the search's
-first guess; its momenta come from fold_in((seed, 104729), step), so the search is reproducible).
-With the diagonal, dual averaging first runs to the window's end, where the step size is searched
-again in the new coordinates and dual averaging restarts for the rest of warmup, as Stan does
-after each metric update. The kernel moves z with x = S z on the target p(S z) (``adaptation.metric``).
+A transition is the algorithm's step (``core.engine.hmc``, ``core.engine.nuts``: ``step(seed,
+state, step_size) -> (state, info)``) with the step sizes of the dual-averaging state, then one
+update of that state from the step's acceptance (``core.engine.adaptation.dual_averaging``:
+``dual_averaging_step``, TFP's ``DualAveragingStepSizeAdaptation`` arithmetic; after
+``num_adapt`` steps it holds the step size). Each chain has its own step size, adapted for
+``num_warmup`` steps towards ``target_accept`` from the one ``core.engine.step_search`` finds at
+the fresh state (``sampler.step_size`` is the search's first guess; its momenta come from
+fold_in((seed, 104729), step), so the search is reproducible). With the diagonal, dual averaging
+first runs to the window's end, where the step size is searched again in the new coordinates and
+dual averaging restarts for the rest of warmup, as Stan does after each metric update. The step
+moves z with x = S z on the target p(S z) (``adaptation.metric``).
 
-A member of the family says only what differs (``hmc.py``, ``nuts.py``): its inner kernel
-(``inner``), how the step search runs (``search_settings``) and where its results keep the
-log-density, gradient and step statistics (``accepted``, ``transition``).
+A member of the family says only what differs (``hmc.py``, ``nuts.py``, ``hmc_jittered.py``): its
+step on a target (``kernel``) and the named tuple of its state (``State``: position, log-density,
+gradient), how the step search runs (``search_settings``) and what its info says of a
+transition (``transition``).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
-from core.engine.adaptation import fresh_dual_averaging
+from core.engine.adaptation.dual_averaging import DualAveragingState, dual_averaging_step, fresh_dual_averaging
 from core.engine.adaptation.metric import to_x
 from core.engine.step_search import find_initial_step_size
 
-__all__ = ["DualAveragingKernel", "SEARCH_STREAM"]
+__all__ = ["DualAveragingKernel", "DualAveragingResults", "SEARCH_STREAM"]
 
 SEARCH_STREAM = 104729    # the seed of the step-size search at step g: fold_in((seed, this), g)
 _DA_KEYS = ("step_size", "error_sum", "log_avg", "shrink")
+
+
+class DualAveragingResults(NamedTuple):
+    """What a chunk carries from step to step besides the position: the log-density and its
+    gradient there, and the dual-averaging state."""
+
+    logdensity: tf.Tensor
+    logdensity_grad: list
+    adaptation: DualAveragingState
 
 
 class DualAveragingKernel:
@@ -37,23 +54,18 @@ class DualAveragingKernel:
 
     # -- what a member says --------------------------------------------------------
 
-    def inner(self, target_z, step_size):
-        """The TFP kernel on z."""
+    #: the named tuple of the step's state: (position, logdensity, logdensity_grad)
+    State = None
+
+    def kernel(self, target_z):
+        """The algorithm's step on z: step(seed, State, step sizes) -> (State, info)."""
         raise NotImplementedError
 
     def search_settings(self) -> tuple[int, float]:
         """(leapfrog steps of a search trajectory, the acceptance it searches for)."""
         raise NotImplementedError
 
-    def accepted(self, inner):
-        """(log-density, gradient) of the state the inner kernel's results hold."""
-        raise NotImplementedError
-
-    def with_accepted(self, inner, tlp, grads):
-        """The inner kernel's results with that log-density and gradient."""
-        raise NotImplementedError
-
-    def transition(self, inner):
+    def transition(self, info):
         """(log acceptance ratio, leapfrog steps (chains,), divergent (chains,)) of a step."""
         raise NotImplementedError
 
@@ -63,15 +75,6 @@ class DualAveragingKernel:
     def plan(cls, num_warmup: int, diagonal: bool):
         """The diagonal's window [15 %, 75 %) of warmup; no further stops."""
         return ((int(0.15 * num_warmup), int(0.75 * num_warmup)) if diagonal else None), ()
-
-    def make_kernel(self, target, step_size, scale, num_adapt):
-        """DA(inner) on z, with x = S z (S = 1 before the metric is set)."""
-        def target_z(*z):
-            return target(*to_x(scale, z))
-
-        return tfp.mcmc.DualAveragingStepSizeAdaptation(
-            self.inner(target_z, step_size), num_adaptation_steps=num_adapt,
-            target_accept_prob=tf.constant(self.d.sampler.target_accept, self.d.dtype))
 
     def fresh(self, parts, tlp, grads, scale, seed, data):
         s = self.d.sampler
@@ -111,26 +114,31 @@ class DualAveragingKernel:
         return [tf.reshape(eps, [d.chains] + [1] * (len(p.shape) - 1)) for p in state]
 
     def start(self, view, state, tlp, grads, da, read_only, scale):
-        """Its kernel results, bootstrapped from the chunk's start values, and one step."""
+        """The chunk's carry (``DualAveragingResults``) from its start values, and one step: the
+        algorithm's transition with the adapted step sizes, then their update from its acceptance."""
         chains = self.d.chains
-        kernel = self.make_kernel(view.target_log_prob_fn, da["step_size"], scale, da["num_adapt"])
-        results = kernel.bootstrap_results(state)
-        results = results._replace(
-            inner_results=self.with_accepted(results.inner_results, tlp, grads), new_step_size=da["step_size"],
-            error_sum=da["error_sum"], log_averaging_step=da["log_avg"], step=da["da_step"],
-            log_shrinkage_target=da["shrink"])
+        target = view.target_log_prob_fn
+
+        def target_z(*z):                   # x = S z (S = 1 before the metric is set)
+            return target(*to_x(scale, z))
+
+        kernel_step = self.kernel(target_z)
+        target_accept = tf.constant(self.d.sampler.target_accept, self.d.dtype)
+        results = DualAveragingResults(tlp, list(grads), DualAveragingState(**da))
 
         def step(state, results, seed, g):
-            used_step = tf.reshape(results.new_step_size[0], [chains])
-            state, results = kernel.one_step(state, results, seed=seed)
-            inner = results.inner_results
-            lp, grads_now = self.accepted(inner)
-            lar, n_leap, diverging = self.transition(inner)
+            adaptation = results.adaptation
+            used_step = tf.reshape(adaptation.step_size[0], [chains])
+            moved, info = kernel_step(seed, self.State(list(state), results.logdensity, results.logdensity_grad),
+                                      adaptation.step_size)
+            lar, n_leap, diverging = self.transition(info)
+            adaptation = dual_averaging_step(adaptation, lar, target_accept, state)
             accept = tf.where(tf.math.is_finite(lar), tf.exp(tf.minimum(lar, 0.)), tf.zeros_like(lar))
-            stats = {"lp": lp, "acceptance_rate": accept, "step_size": used_step, "energy_error": -lar,
-                     "diverging": diverging, "n_steps": n_leap,
+            stats = {"lp": moved.logdensity, "acceptance_rate": accept, "step_size": used_step,
+                     "energy_error": -lar, "diverging": diverging, "n_steps": n_leap,
                      "trajectory_length": used_step * tf.cast(n_leap, used_step.dtype)}
-            return state, results, stats, grads_now
+            results = DualAveragingResults(moved.logdensity, list(moved.logdensity_grad), adaptation)
+            return list(moved.position), results, stats, results.logdensity_grad
         return results, step
 
     @staticmethod
@@ -138,11 +146,7 @@ class DualAveragingKernel:
         return None
 
     def finish(self, results, da, read_only):
-        tlp_out, grads_out = self.accepted(results.inner_results)
-        da_out = {"step_size": list(results.new_step_size), "error_sum": list(results.error_sum),
-                  "log_avg": list(results.log_averaging_step), "da_step": results.step,
-                  "num_adapt": da["num_adapt"], "shrink": list(results.log_shrinkage_target)}
-        return tlp_out, grads_out, da_out
+        return results.logdensity, results.logdensity_grad, dict(results.adaptation._asdict())
 
     def chunk_runner(self, chunk, call):
         # one program (a step is many gradients: the diagonal's per-step tf.cond is noise beside

@@ -13,8 +13,9 @@ the target exactly.
 
 The leapfrog is a ``tf.while_loop`` of one step per iteration bounded by 2L - 1 (XLA reuses one
 iteration's buffers: the memory does not grow with L). ``n_steps`` of each step's statistics is
-the n it ran. Otherwise TFP's HMC: the same momenta, energy and Metropolis correction
-(``core.engine.kernels.UncalibratedLoopedHMC``, whose transition this one follows).
+the n it ran. Otherwise HMC's transition (``core.engine.hmc.build_kernel``, TFP's arithmetic):
+the same momenta, energy and Metropolis correction; ``jittered_proposal`` is the proposal it
+takes. ``JitteredHamiltonianMonteCarlo`` is the same as a TFP kernel (for tests).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from tensorflow_probability.python.internal import prefer_static as ps
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 
+from core.engine import hmc
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UncalibratedLoopedHMC
 from core.engine.samplers.hmc import Hmc
 
-__all__ = ["HmcJittered", "JitteredHamiltonianMonteCarlo", "jittered_steps"]
+__all__ = ["HmcJittered", "JitteredHamiltonianMonteCarlo", "jittered_proposal", "jittered_steps"]
 
 
 def jittered_steps(seed, mean_steps: int):
@@ -43,11 +45,12 @@ def _seeds(seed, n_parts: int):
     return seeds[:-1], seeds[-1]
 
 
-class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
-    """The HMC proposal with n ~ U{1 .. 2L - 1} leapfrog steps (module docstring)."""
+def jittered_proposal(logdensity_fn, mean_steps: int):
+    """HMC's proposal (``core.engine.hmc``) with n ~ U{1 .. 2L - 1} leapfrog steps, L =
+    ``mean_steps``: the momenta's seeds and the jitter's split from the proposal seed."""
+    mean_steps = int(mean_steps)
 
-    def proposal(self, seed, state_parts):
-        mean_steps = int(self.num_leapfrog_steps)
+    def proposal(seed, state_parts):
         momentum_seeds, jitter_seed = _seeds(seed, len(state_parts))
         momenta = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
                    for part_seed, x in zip(momentum_seeds, state_parts)]
@@ -55,12 +58,12 @@ class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
 
         def integrate(step_sizes, momentum, state, target, grads):
             momentum, state, target, grads = leapfrog_impl.process_args(
-                self.target_log_prob_fn, momentum, state, target, grads)
+                logdensity_fn, momentum, state, target, grads)
             half = [v + 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(momentum, step_sizes, grads)]
 
             def one(i, half, state, target, grads):
                 half, state, target, grads = leapfrog_impl._one_step(  # noqa: SLF001
-                    self.target_log_prob_fn, step_sizes, lambda x: x, half, state, target, grads)
+                    logdensity_fn, step_sizes, lambda x: x, half, state, target, grads)
                 return i + 1, half, state, target, grads
 
             _, half, state, target, grads = tf.while_loop(
@@ -68,6 +71,16 @@ class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
                 maximum_iterations=2 * mean_steps - 1)
             momentum = [v - 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(half, step_sizes, grads)]
             return momentum, state, target, grads
+        return momenta, integrate, n
+    return proposal
+
+
+class UncalibratedJitteredHMC(UncalibratedLoopedHMC):
+    """The HMC proposal with n ~ U{1 .. 2L - 1} leapfrog steps (``jittered_proposal``)."""
+
+    def proposal(self, seed, state_parts):
+        momenta, integrate, _ = jittered_proposal(self.target_log_prob_fn, self.num_leapfrog_steps)(
+            seed, state_parts)
         return momenta, integrate
 
 
@@ -79,14 +92,8 @@ class JitteredHamiltonianMonteCarlo(LoopedHamiltonianMonteCarlo):
 
 
 class HmcJittered(Hmc):
-    """Fieldscope's kernel: HMC's (``hmc.py``), with the jittered trajectory."""
+    """Fieldscope's kernel: HMC's (``hmc.py``), with the jittered trajectory; ``n_steps`` is the
+    n each transition ran (``Hmc.transition``: its info's ``num_integration_steps``)."""
 
-    def inner(self, target_z, step_size):
-        return JitteredHamiltonianMonteCarlo(target_z, step_size, self.d.sampler.num_leapfrog_steps)
-
-    def transition(self, inner):
-        lar, _, diverging = super().transition(inner)
-        proposed = inner.proposed_results           # the n this transition ran, from its seed
-        _, jitter_seed = _seeds(proposed.seed, len(proposed.initial_momentum))
-        n = jittered_steps(jitter_seed, self.d.sampler.num_leapfrog_steps)
-        return lar, tf.fill([self.d.chains], n), diverging
+    def kernel(self, target_z):
+        return hmc.build_kernel(target_z, jittered_proposal(target_z, self.d.sampler.num_leapfrog_steps))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from core.engine.nuts import IterativeNoUTurnSampler
+from core.engine import nuts
 from core.engine.samplers.dual_averaging_kernel import DualAveragingKernel
 from core.engine.step_search import NUTS_SEARCH_ACCEPT
 
@@ -14,17 +14,13 @@ __all__ = ["Nuts"]
 
 
 class Nuts(DualAveragingKernel):
-    def inner(self, target_z, step_size):
-        return IterativeNoUTurnSampler(target_z, step_size)
+    State = nuts.NUTSState
+
+    def kernel(self, target_z):
+        return nuts.build_kernel(target_z)
 
     def search_settings(self):
         return 1, NUTS_SEARCH_ACCEPT
 
-    def accepted(self, inner):
-        return inner.target_log_prob, inner.grads_target_log_prob
-
-    def with_accepted(self, inner, tlp, grads):
-        return inner._replace(target_log_prob=tlp, grads_target_log_prob=grads)
-
-    def transition(self, inner):
-        return inner.log_accept_ratio, tf.cast(inner.leapfrogs_taken, tf.int32), inner.has_divergence
+    def transition(self, info):
+        return info.log_accept_ratio, tf.cast(info.leapfrogs_taken, tf.int32), info.has_divergence

@@ -65,3 +65,11 @@ def test_num_leapfrog_steps_must_be_a_python_int():
         LoopedHamiltonianMonteCarlo(target, 0.1, 0)
     with pytest.raises(ValueError, match="steps_per_iteration must be a positive Python int"):
         LoopedHamiltonianMonteCarlo(target, 0.1, 4, steps_per_iteration=0)
+
+
+def test_step_size_adaptation_keeps_the_steps_per_iteration():
+    """TFP's adaptation rebuilds its inner kernel from ``parameters``: k must survive it (it was 1)."""
+    for kernel, k in [(LoopedHamiltonianMonteCarlo(target, 0.1, 5, steps_per_iteration=2), 2),
+                      (UnrolledHamiltonianMonteCarlo(target, 0.1, 5), 5)]:
+        adapted = tfp.mcmc.DualAveragingStepSizeAdaptation(kernel, num_adaptation_steps=3)
+        assert adapted.inner_kernel.steps_per_iteration == k
