@@ -4,9 +4,8 @@ Same model everywhere: whitened Fourier modes, Gaussian likelihood (uniform nois
 mask), fixed P(k), float32, HMC with 10 leapfrog steps. Measured side by side in one run:
 
   density    value + gradient of the log-density alone, one jitted call (1 and 4 chains)
-  bare       tfp.mcmc.sample_chain of the engine's kernel (the unrolled HMC of
-             core.engine.kernels inside the dual-averaging wrapper, frozen as after warmup) in one
-             XLA call, nothing recorded: the floor
+  bare       the engine's HMC step (core.engine.hmc, unrolled) and its dual-averaging update
+             (frozen as after warmup) in one XLA while loop, nothing recorded: the floor
   tfp        the same with TFP's stock HamiltonianMonteCarlo (its while-loop integrator)
   engine     Fieldscope's engine on the same config: chunks, every statistic, field
              moments, thinned draws and their P(k), store writes, checkpoints, events
@@ -34,8 +33,9 @@ import tensorflow_probability as tfp  # noqa: E402
 
 from core.config import parse_config  # noqa: E402
 from core.demo import DEMO_SPECTRUM  # noqa: E402
+from core.engine import hmc  # noqa: E402
+from core.engine.adaptation.dual_averaging import DualAveragingState, dual_averaging_step, fresh_dual_averaging  # noqa: E402
 from core.engine.engine import Engine  # noqa: E402
-from core.engine.kernels import UnrolledHamiltonianMonteCarlo  # noqa: E402
 from core.engine.models import build_model  # noqa: E402
 
 LEAPFROG = 10
@@ -92,6 +92,35 @@ def time_bare(directory, chains, steps, repeats, kernel_cls):
     return statistics.median(samples)
 
 
+def time_bare_step(directory, chains, steps, repeats):
+    """The engine's HMC step with its dual-averaging update, after warmup, in one compiled loop."""
+    config, _ = config_for(directory, chains, 10, steps)
+    model = build_model(config)
+    target = model.target_log_prob_fn
+    state = model.initial_state(chains, 0)
+    step = [tf.fill([chains] + [1] * (len(p.shape) - 1), tf.constant(0.05, tf.float32)) for p in state]
+    kernel = hmc.build_kernel(target, hmc.leapfrog_proposal(target, LEAPFROG, LEAPFROG))
+    adaptation = DualAveragingState(**fresh_dual_averaging(step, chains, tf.float32, da_step=0, num_adapt=0))
+    accept = tf.constant(0.8, tf.float32)
+
+    @tf.function(jit_compile=True)
+    def chain(position):
+        def body(i, s, da):
+            moved, info = kernel(tf.random.experimental.stateless_fold_in(tf.constant([1, 2]), i), s, da.step_size)
+            return i + 1, moved, dual_averaging_step(da, info.log_accept_ratio, accept, s.position)
+        _, s, _ = tf.while_loop(lambda i, *_: i < steps, body, (tf.constant(0), hmc.init(position, target),
+                                                               adaptation))
+        return s.position
+
+    chain(state)[0].numpy()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        chain(state)[0].numpy()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def time_engine(directory, chains, steps, repeats):
     """Wall time of the engine's sampling chunks (after a short warmup and compilation)."""
     results = []
@@ -128,7 +157,7 @@ def main():
         for chains in args.chains:
             dens = time_density(directory, chains, args.repeats)
             stock = time_bare(directory, chains, args.steps, args.repeats, tfp.mcmc.HamiltonianMonteCarlo)
-            bare = time_bare(directory, chains, args.steps, args.repeats, UnrolledHamiltonianMonteCarlo)
+            bare = time_bare_step(directory, chains, args.steps, args.repeats)
             eng = time_engine(directory, chains, args.steps, args.repeats)
             evals = chains * args.steps * LEAPFROG
             print(f"{chains:>6} | {1e3 * dens:13.2f} | {evals / stock:10.0f} | {evals / bare:11.0f} | "

@@ -14,12 +14,12 @@ __all__ = ["MiB", "LEAPFROG_STEPS_PER_ITERATION", "UNROLL_BUDGET_BYTES", "UNROLL
 #: bytes in a mebibyte (the unit of every memory figure here and in core.run.resources)
 MiB = 2**20
 
-#: leapfrog steps per iteration of the HMC kernel's while loop
-#: (``core.engine.kernels.LoopedHamiltonianMonteCarlo``): XLA reuses one iteration's
+#: leapfrog steps per iteration of the HMC step's while loop
+#: (``core.engine.hmc.looped_leapfrog``): XLA reuses one iteration's
 #: buffers, so its memory does not grow with the trajectory (issue #13)
 LEAPFROG_STEPS_PER_ITERATION = 1
 
-#: the unrolled leapfrog (``core.engine.kernels.UnrolledHamiltonianMonteCarlo``) keeps
+#: the unrolled leapfrog (``core.engine.hmc.unrolled_leapfrog``) keeps
 #: about this many grid-sized buffers per chain per step, and its compiled program grows
 #: by about UNROLLED_PROGRAM_STEP_BYTES per step (measured on CPU, docs/benchmarks.md)
 UNROLLED_BUFFERS_PER_STEP = 24

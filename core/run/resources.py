@@ -15,7 +15,7 @@ Memory. A field run's peak resident memory is modelled as three parts::
 
 with C chains, N cells, b bytes per value (float32: 4, float64: 8). None of it depends
 on the trajectory's length L: the engine's HMC runs its leapfrog steps in a while loop
-(``core.engine.kernels.LoopedHamiltonianMonteCarlo``) whose buffers XLA reuses from one
+(``core.engine.hmc.looped_leapfrog``) whose buffers XLA reuses from one
 step to the next. NUTS's trees are while loops too (``core.engine.nuts``); beyond the named
 arrays they hold W = 36 grid-sized buffers per chain (the two trajectory ends, the proposals, the
 momentum sums and 2 x 10 U-turn checkpoints), with its own program size (NUTS_PROGRAM_BYTES).
