@@ -5,9 +5,10 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
   posterior (a run's chains; each simulation's chains in a calibration batch);
 * ``mass_matrix``: the metric from those sums (Stan's regularisation; diagonal, or dense for the
   sampled hyperparameters), with the parts a preconditioner already scales held at 1;
-* ``dual_averaging``: the state of the step-size adaptation that HMC and NUTS run in
-  (TensorFlow Probability's ``DualAveragingStepSizeAdaptation``), started from a step size, and
-  one step of the same rule for MAMS (``dual_averaging_update``);
+* ``dual_averaging``: the step-size adaptation of HMC and NUTS, a state started from a step
+  size and one update from each step's acceptance (``dual_averaging_step``: TensorFlow
+  Probability's ``DualAveragingStepSizeAdaptation`` arithmetic), and Stan's form of the same
+  rule for MAMS (``dual_averaging_update``);
 * ``mclmc_tuning``, ``mams_tuning``: the staged tunings of MCLMC's step size and L and of
   MAMS's, their per-step updates from the kernel's statistics and their stage transitions
   between chunks, on what they share (``microcanonical_stages``: the stages, the chunk
@@ -15,9 +16,14 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
 * ``core.engine.step_search``: the initial step size, searched at a state.
 """
 
-from core.engine.adaptation.dual_averaging import dual_averaging_update, fresh_dual_averaging
+from core.engine.adaptation.dual_averaging import (
+    DualAveragingState,
+    dual_averaging_step,
+    dual_averaging_update,
+    fresh_dual_averaging,
+)
 from core.engine.adaptation.mass_matrix import adapted_scale
 from core.engine.adaptation.welford import Welford, welford_fresh, welford_update
 
 __all__ = ["Welford", "welford_fresh", "welford_update", "adapted_scale", "fresh_dual_averaging",
-           "dual_averaging_update"]
+           "DualAveragingState", "dual_averaging_step", "dual_averaging_update"]

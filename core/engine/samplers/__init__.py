@@ -9,7 +9,9 @@ no algorithm by name. Two families carry what their members share:
   one update from each step's acceptance), the initial step searched at the fresh state and again
   when the diagonal is set (HMC: ``hmc.py``, NUTS: ``nuts.py``, jittered HMC: ``hmc_jittered.py``);
 * ``MicrocanonicalKernel`` (``microcanonical_kernel.py``): MCLMC (``mclmc.py``) and MAMS
-  (``mams.py``) with their own staged tuning (``core.engine.microcanonical``).
+  (``mams.py``), each its pure kernel (``init`` / ``build_kernel``: ``step(seed, state, params)
+  -> (state, info)``, on the dynamics of ``core.engine.microcanonical``) composed with its staged
+  tuning (``core.engine.adaptation.mclmc_tuning``, ``mams_tuning``).
 
 Every kernel has (``d`` the driver, ``st`` its state dict, ``da`` the tuning state: a dict of
 tensors, carried through the chunks and the checkpoint):
