@@ -38,7 +38,7 @@ class WarmupWatch:
       averaging shrinks the step without bound when no proposal is ever accepted; with
       NUTS a tiny step makes each draw take the maximum 1023 leapfrog steps); the engine
       gives the initial step per chain as the larger of ``sampler.step_size`` and the step
-      its initial search (``core.engine.step_search``) found, so a search that had to go
+      its initial search (``core.engine.adaptation.step_search``) found, so a search that had to go
       down that far is a collapse as well;
     * every chain's acceptance stayed below ACCEPT_FLOOR for STALL_CHUNKS chunks in a row
       and at least STALL_MIN_STEPS steps.

@@ -13,7 +13,7 @@ the driver that runs them (as BlackJAX's ``adaptation/``).
   MAMS's, their per-step updates from the kernel's statistics and their stage transitions
   between chunks, on what they share (``microcanonical_stages``: the stages, the chunk
   stops, the moments of z);
-* ``core.engine.step_search``: the initial step size, searched at a state.
+* ``step_search``: the initial step size, searched at a state.
 """
 
 from core.engine.adaptation.dual_averaging import (

@@ -6,7 +6,7 @@ state, step_size) -> (state, info)``) with the step sizes of the dual-averaging 
 update of that state from the step's acceptance (``core.engine.adaptation.dual_averaging``:
 ``dual_averaging_step``, TFP's ``DualAveragingStepSizeAdaptation`` arithmetic; after
 ``num_adapt`` steps it holds the step size). Each chain has its own step size, adapted for
-``num_warmup`` steps towards ``target_accept`` from the one ``core.engine.step_search`` finds at
+``num_warmup`` steps towards ``target_accept`` from the one ``core.engine.adaptation.step_search`` finds at
 the fresh state (``sampler.step_size`` is the search's first guess; its momenta come from
 fold_in((seed, 104729), step), so the search is reproducible). With the diagonal, dual averaging
 first runs to the window's end, where the step size is searched again in the new coordinates and
@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from core.engine.adaptation.dual_averaging import DualAveragingState, dual_averaging_step, fresh_dual_averaging
 from core.engine.adaptation.metric import to_x
-from core.engine.step_search import find_initial_step_size
+from core.engine.adaptation.step_search import find_initial_step_size
 
 __all__ = ["DualAveragingKernel", "DualAveragingResults", "SEARCH_STREAM"]
 
@@ -94,7 +94,7 @@ class DualAveragingKernel:
         return fresh_dual_averaging(step_size, self.d.chains, self.d.dtype, da_step, num_adapt)
 
     def searched_step(self, state, tlp, grads, scale, first_guess, g, seed: int, data=None):
-        """Per-part step sizes (chains, 1, ...) from ``core.engine.step_search`` at ``state`` (in
+        """Per-part step sizes (chains, 1, ...) from ``core.engine.adaptation.step_search`` at ``state`` (in
         z, with x = scale * z), its momenta seeded by fold_in((seed, 104729), g)."""
         d = self.d
         if self._search_fn is None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from core.engine import nuts
+from core.engine.adaptation.step_search import NUTS_SEARCH_ACCEPT
 from core.engine.samplers.dual_averaging_kernel import DualAveragingKernel
-from core.engine.step_search import NUTS_SEARCH_ACCEPT
 
 __all__ = ["Nuts"]
 

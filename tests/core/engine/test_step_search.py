@@ -1,4 +1,4 @@
-"""The initial step-size search (``core.engine.step_search``) in engine runs from bad starts.
+"""The initial step-size search (``core.engine.adaptation.step_search``) in engine runs from bad starts.
 
 References: dual averaging itself (the step size a 100-step warmup settles on, with the search
 or without it), and the same runs on the engine before the search: from ``step_size = 10`` the
