@@ -42,6 +42,7 @@ import cases  # noqa: E402  (bench/cases.py)
 
 from core.run import resources  # noqa: E402
 from core.run.engine_limits import field_buffer_draws  # noqa: E402
+from core.samplers import sampler_info  # noqa: E402
 
 WARMUP, SAMPLES, CHUNK, THIN = 30, 10, 5, 5
 
@@ -136,7 +137,7 @@ def main():
         data_dir = Path(tmp) / "data"
         cases.write_data(data_dir, n)
         for algorithm in args.algorithms:
-            micro = algorithm in ("mclmc", "mams")
+            micro = sampler_info(algorithm).microcanonical
             for preconditioner in args.preconditioners:
                 for apart in ((False, True) if micro and preconditioner == "identity" else (False,)):
                     got = {chains: run_case(dict(size=n, chains=chains, algorithm=algorithm,

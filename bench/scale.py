@@ -16,9 +16,9 @@ reports
              above TensorFlow's runtime (the named arrays, data and moments included)
 
 Kernels: ``looped`` (tfp.mcmc.HamiltonianMonteCarlo, its leapfrog a tf.while_loop),
-``loopK`` (core.engine.kernels.LoopedHamiltonianMonteCarlo, K straight-line steps per
-iteration of its while loop) and ``unrolled`` (core.engine.kernels.UnrolledHamiltonianMonteCarlo,
-the engine before issue #13 for L <= 64), and ``engine``: the engine's own choice (the
+``loopK`` (core.engine.hmc's step with ``looped_leapfrog``, K straight-line steps per iteration
+of its while loop) and ``unrolled`` (the same with every step straight-line, the engine before
+issue #13 for L <= 64), and ``engine``: the engine's own choice (the
 unrolled kernel where it costs at most core.run.engine_limits.UNROLL_BUDGET_BYTES, else the loop). Cases alternate kernels so that both see the same machine load; with
 ``--repeats`` > 1 the medians are printed. NUTS with ``--algorithm nuts`` (L ignored; kernels
 ``engine``, core.engine.nuts, and ``tfp``, TFP's NoUTurnSampler that the engine used before);
@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402  (bench/cases.py)
 
 from core.run import resources  # noqa: E402
+from core.samplers import sampler_info  # noqa: E402
 
 
 def sampler_settings(chains, leapfrog, chunk, chunks, algorithm):
@@ -55,17 +56,57 @@ def sampler_settings(chains, leapfrog, chunk, chunks, algorithm):
             "thin": chunk, "chunk_size": chunk, "adapt_mass_matrix": False}
 
 
+def _tfp_step(make_kernel, nuts: bool, steps: int = 0):
+    """A TFP kernel as the driver's step(seed, state, step_size) -> (state, info): its
+    results bootstrapped at the state and given the state's log-density and gradient (XLA
+    drops the bootstrap's own evaluation, unused), then one ``one_step``."""
+    import tensorflow as tf
+
+    from core.engine import hmc
+    from core.engine import nuts as engine_nuts
+
+    def step(seed, state, step_size):
+        kernel = make_kernel(step_size)
+        results = kernel.bootstrap_results(list(state.position))
+        held = dict(target_log_prob=state.logdensity, grads_target_log_prob=list(state.logdensity_grad))
+        if nuts:
+            results = results._replace(**held)
+        else:
+            results = results._replace(accepted_results=results.accepted_results._replace(**held))
+        position, results = kernel.one_step(list(state.position), results, seed=seed)
+        if nuts:
+            info = engine_nuts.NUTSInfo(results.log_accept_ratio, results.leapfrogs_taken, results.is_accepted,
+                                        results.reach_max_depth, results.has_divergence, results.energy)
+            return type(state)(position, results.target_log_prob, results.grads_target_log_prob), info
+        accepted = results.accepted_results
+        info = hmc.HMCInfo(results.log_accept_ratio, results.is_accepted, tf.constant(steps, tf.int32))
+        return type(state)(position, accepted.target_log_prob, accepted.grads_target_log_prob), info
+    return step
+
+
+def _case_kernel(name: str, target_z, steps: int, nuts: bool):
+    """The step on z of kernel ``name`` (module docstring's kernels)."""
+    import tensorflow_probability as tfp
+
+    from core.engine import hmc
+
+    if nuts:
+        return _tfp_step(lambda eps: tfp.mcmc.NoUTurnSampler(target_z, eps), nuts=True)
+    if name == "looped":
+        return _tfp_step(lambda eps: tfp.mcmc.HamiltonianMonteCarlo(target_z, eps, steps), nuts=False, steps=steps)
+    per_iteration = steps if name == "unrolled" else int(name[4:])
+    return hmc.build_kernel(target_z, hmc.leapfrog_proposal(target_z, steps, per_iteration))
+
+
 def worker(spec: dict) -> dict:
     """One case in this (fresh) process: the engine's run, then the FFT floor."""
     from core.run.tensorflow_env import quiet_tensorflow
 
     quiet_tensorflow()
     import tensorflow as tf
-    import tensorflow_probability as tfp
 
     from core.config import parse_config
     from core.demo import DEMO_SPECTRUM
-    from core.engine import kernels
     from core.engine.engine import Engine
 
     directory = Path(spec["data_dir"])
@@ -74,28 +115,18 @@ def worker(spec: dict) -> dict:
                              field={"parameterisation": "whitened", "dtype": "float32"})
     config = parse_config(text, base_dir=directory)
 
-    def hmc_class(target, step_size, L):
-        if spec["kernel"] == "unrolled":
-            return kernels.UnrolledHamiltonianMonteCarlo(target, step_size, L)
-        if spec["kernel"] == "looped":
-            return tfp.mcmc.HamiltonianMonteCarlo(target, step_size, L)
-        return kernels.LoopedHamiltonianMonteCarlo(target, step_size, L,
-                                                   steps_per_iteration=int(spec["kernel"][4:]))
-
     class CaseEngine(Engine):
         """The engine with the case's HMC kernel for every L (NUTS: the engine's own, or
         with kernel "tfp" TFP's NoUTurnSampler, the engine's before issue #13)."""
 
         def _build(self, estimate=None):
             super()._build(estimate)
-            kernel = self.driver.kernel
             nuts = self.sampler.algorithm == "nuts"
             if spec["kernel"] == "engine" or (nuts and spec["kernel"] != "tfp"):
                 return
             steps = self.sampler.num_leapfrog_steps
-            # the driver's dual-averaging kernel with the case's inner kernel
-            kernel.inner = ((lambda target_z, step_size: tfp.mcmc.NoUTurnSampler(target_z, step_size)) if nuts
-                            else (lambda target_z, step_size: hmc_class(target_z, step_size, steps)))
+            # the driver's dual-averaging family with the case's step
+            self.driver.kernel.kernel = lambda target_z: _case_kernel(spec["kernel"], target_z, steps, nuts)
 
     cls = CaseEngine
     chunks = []
@@ -154,7 +185,7 @@ def main():
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; CPU cores {os.cpu_count()}; load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.algorithm}, float32, whitened; "
           f"{args.chunks} sampling chunks of {args.chunk_size} steps per case; median of {args.repeats}")
-    leapfrogs = args.leapfrog if args.algorithm == "hmc" else [0]
+    leapfrogs = args.leapfrog if sampler_info(args.algorithm).leapfrog_steps else [0]
     print(f"{'grid':>5} {'C':>2} {'L':>3} {'kernel':>8} | {'peak MiB':>8} {'est MiB':>8} {'ratio':>5} | "
           f"{'buffers':>7} | {'grad/s':>7} {'ms/grad':>7} {'/FFT':>5}")
     with tempfile.TemporaryDirectory() as tmp:

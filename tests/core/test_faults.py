@@ -307,7 +307,11 @@ def test_estimate_against_the_measured_peak_memory_of_engine_runs(tmp_path):
           f"MiB estimated (ratio {ratio_total:.2f}); grid-sized part {grid_measured / 2**20:.0f}"
           f" vs {grid_estimated / 2**20:.0f} MiB (ratio {ratio_grid:.2f}); 8^3 runtime "
           f"{peaks[8] / 2**20:.0f} vs {est[8].total / 2**20:.0f} MiB")
-    assert 0.75 < ratio_grid < 1.3
+    # the estimate may read high, not low: HMC as a pure step (issue #29) holds less than the
+    # estimate was fitted on (grid part 358 MiB against 400 before, same machine, alternating
+    # runs; XLA's buffer assignment of the chunk program unchanged, 13.0 W and 6.6 S), and the
+    # spread between processes is wide (a CI on the same commit measured 306 MiB: 0.71)
+    assert 0.65 < ratio_grid < 1.3
     assert 0.75 < ratio_total < 1.3
 
 
