@@ -31,7 +31,13 @@ class JaxDensity:
     """The engine's whitened-latent log-density in JAX (``core.engine.field_density``'s formulas,
     written again from its docstring: X[k] = sqrt(S_k)((1 + i)/2 u[k] + (1 - i)/2 u[-k]) on the
     half grid, x = irfftn(X), a normalised Gaussian prior and likelihood). One chain; the position
-    is (u,) or (u, eta) with eta the index."""
+    is (u,) or (u, eta), eta the sampled hyperparameters (``hyper_names``, Fieldscope's order):
+    the index n and the log amplitude log A of
+
+        S_k = (n_cells^2 / V) A (k / k_p)^n exp(log_shape_k)      (log_shape: a fixed cutoff, or 0)
+
+    each with a normal prior in that coordinate (a lognormal amplitude is a normal log A, its
+    Jacobian included)."""
 
     def __init__(self, arrays):
         import jax.numpy as jnp
@@ -41,23 +47,32 @@ class JaxDensity:
         self.inv_sigma = jnp.asarray(arrays["inv_sigma"], f32)
         self.lik_const = float(arrays["lik_const"])
         self.log_k_ratio = jnp.asarray(arrays["log_k_ratio"], f32)
+        self.log_shape = jnp.asarray(arrays["log_shape"], f32)
         self.nonzero = jnp.asarray(arrays["nonzero"], f32)
-        self.log_norm = float(arrays["log_norm"])
-        self.sampled = bool(arrays["sampled"])
-        self.loc, self.scale = float(arrays["prior_loc"]), float(arrays["prior_scale"])
+        self.log_norm = float(arrays["log_norm"])            # log(n_cells^2 / V), + log A where A is fixed
+        self.names = [str(name) for name in arrays["hyper_names"]]
+        unknown = set(self.names) - {"index", "amplitude"}
+        if unknown:
+            raise ValueError(f"the JAX density samples the index and the amplitude only, not {sorted(unknown)}")
+        self.sampled = bool(self.names)
+        self.loc = [float(v) for v in arrays["hyper_loc"]]
+        self.scale = [float(v) for v in arrays["hyper_scale"]]
+        self.fixed_index = float(arrays["index"])
         self.shape = tuple(self.data.shape)
-        self.fixed_sqrt_s = self.sqrt_s(float(arrays["index"]))
+        self.fixed_sqrt_s = None if self.sampled else self.sqrt_s(None)
 
-    def sqrt_s(self, index):
+    def sqrt_s(self, eta):
         import jax.numpy as jnp
 
-        return jnp.exp(0.5 * (self.log_norm + index * self.log_k_ratio)) * self.nonzero
+        index = eta[self.names.index("index")] if "index" in self.names else self.fixed_index
+        log_a = eta[self.names.index("amplitude")] if "amplitude" in self.names else 0.0
+        return jnp.exp(0.5 * (self.log_norm + log_a + index * self.log_k_ratio + self.log_shape)) * self.nonzero
 
     def field(self, position):
         import jax.numpy as jnp
 
         u = position[0]
-        sqrt_s = self.sqrt_s(position[1][0]) if self.sampled else self.fixed_sqrt_s
+        sqrt_s = self.sqrt_s(position[1]) if self.sampled else self.fixed_sqrt_s
         m = self.shape[2] // 2 + 1
         mirrored = jnp.roll(jnp.flip(u, axis=(0, 1, 2)), 1, axis=(0, 1, 2))[..., :m]
         half = u[..., :m]
@@ -70,9 +85,9 @@ class JaxDensity:
         u = position[0]
         n = u.size
         lp = -0.5 * jnp.sum(u * u) - 0.5 * n * math.log(2 * math.pi)
-        if self.sampled:
-            z = (position[1][0] - self.loc) / self.scale
-            lp = lp - 0.5 * z * z - math.log(self.scale) - 0.5 * math.log(2 * math.pi)
+        for i, (loc, scale) in enumerate(zip(self.loc, self.scale)):
+            z = (position[1][i] - loc) / scale
+            lp = lp - 0.5 * z * z - math.log(scale) - 0.5 * math.log(2 * math.pi)
         r = (self.data - self.field(position)) * self.inv_sigma
         return lp - 0.5 * jnp.sum(r * r) + self.lik_const
 
@@ -109,7 +124,8 @@ def check_density(density, arrays, n_parts, rtol) -> str:
 
 def _moment_chunk(density, step_fn, n_steps, sampled):
     """A jitted scan of ``n_steps`` steps of one chain accumulating the field's sum and sum of
-    squares (float32 within a chunk, float64 on the host), gradients, divergences, the index."""
+    squares (float32 within a chunk, float64 on the host), gradients, divergences, the sampled
+    hyperparameters."""
     import jax
     import jax.numpy as jnp
 
@@ -118,13 +134,13 @@ def _moment_chunk(density, step_fn, n_steps, sampled):
             state, total, total_sq = carry
             state, grads, diverged = step_fn(key, state, params)
             x = density.field(state.position)
-            index = state.position[1][0] if sampled else jnp.float32(0)
-            return (state, total + x, total_sq + x * x), (grads, diverged, index)
+            hyper = state.position[1] if sampled else jnp.zeros(0, jnp.float32)
+            return (state, total + x, total_sq + x * x), (grads, diverged, hyper)
 
         zeros = jnp.zeros(density.shape, jnp.float32)
-        (state, total, total_sq), (grads, diverged, index) = jax.lax.scan(
+        (state, total, total_sq), (grads, diverged, hyper) = jax.lax.scan(
             body, (state, zeros, zeros), jax.random.split(key, n_steps))
-        return state, total, total_sq, jnp.sum(grads), jnp.sum(diverged), index
+        return state, total, total_sq, jnp.sum(grads), jnp.sum(diverged), hyper
 
     return jax.jit(jax.vmap(run))
 
@@ -136,26 +152,28 @@ def _sample(density, chunk_fn, keys, state, params, budget, sampled):
     total = np.zeros(density.shape)
     total_sq = np.zeros(density.shape)
     grads = np.zeros(keys.shape[0])
-    count, divergences, index = 0, 0, []
+    count, divergences, hyper = 0, 0, []
     t0 = time.perf_counter()
     while grads.mean() < budget:
         split = jax.vmap(jax.random.split)(keys)
         keys, chunk_keys = split[:, 0], split[:, 1]
-        state, s1, s2, g, d, idx = chunk_fn(chunk_keys, state, params)
+        state, s1, s2, g, d, h = chunk_fn(chunk_keys, state, params)
         total += np.asarray(s1, np.float64).sum(axis=0)
         total_sq += np.asarray(s2, np.float64).sum(axis=0)
         grads += np.asarray(g)
         divergences += int(np.asarray(d).sum())
-        count += idx.shape[0] * idx.shape[1]
+        count += h.shape[0] * h.shape[1]
         if sampled:
-            index.append(np.asarray(idx, np.float64))
+            hyper.append(np.asarray(h, np.float64))
     seconds = time.perf_counter() - t0
     mean = total / count
     std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0) * count / (count - 1))
     out = {"mean": mean, "std": std, "grads": int(grads.sum()), "seconds": seconds,
            "divergences": divergences}
-    if sampled:
-        out["index_chain"] = np.concatenate(index, axis=1)
+    if sampled:       # (chains, draws, hyperparameters), and the index's alone
+        out["hyper_chain"] = np.concatenate(hyper, axis=1)
+        if "index" in density.names:
+            out["index_chain"] = out["hyper_chain"][..., density.names.index("index")]
     return out
 
 
@@ -242,7 +260,7 @@ def main(spec_path: str) -> None:
     for case in spec["cases"]:
         with np.load(case["inputs"], allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
-        n_parts = 2 if bool(arrays["sampled"]) else 1
+        n_parts = 2 if len(arrays["hyper_names"]) else 1
         density = JaxDensity(arrays)
         start = tuple(jnp.asarray(arrays[f"start_{i}"], jnp.float32) for i in range(n_parts))
         check = check_density(density, arrays, n_parts, spec["rtol"])
@@ -259,7 +277,7 @@ def main(spec_path: str) -> None:
                     res = peer_mclmc(density, start, case["budget"], case["seed"], spec["chunk_steps"]["mclmc"],
                                      spec["mclmc_gradients_per_step"])
                 res["wall"] = time.perf_counter() - t0
-                for key in ("mean", "std", "index_chain"):
+                for key in ("mean", "std", "index_chain", "hyper_chain"):
                     if key in res:
                         arrays_out[f"{case['name']}:{peer}:{key}"] = res.pop(key)
                 results[peer] = res

@@ -40,8 +40,17 @@ The cases (``CASES``; data drawn in the run, fixed seeds):
                  family, its index sampled), the noise sd given as 0.3. No exact answer (a cube
                  is not a slab): R-hat and ESS only.
 
+Peers (``--peers blackjax/nuts blackjax/mclmc``): BlackJAX NUTS (window adaptation, the new
+config's warmup steps) and BlackJAX MCLMC (its own tuner) on the identical density written in
+JAX (``bench/blackjax_peers.py``, checked against Fieldscope's at six points first), in a process
+of their own, with as many post-warmup gradients per chain as the first sampler of ``--samplers``
+used; the cases whose density the JAX twin knows: a power law, with or without a fixed cutoff,
+its index and / or amplitude sampled, Gaussian noise of one sd, any mask (hi_sn, lo_sn,
+hi_sn64, slab2, pair).
+
 Usage: python bench/hyper_efficiency.py [--cases hi_sn lo_sn slab2 user48]
-       [--samplers mclmc/fourier mclmc/conditional nuts/conditional] [--json out.json]
+       [--samplers mclmc/fourier mclmc/conditional nuts/conditional]
+       [--peers blackjax/nuts blackjax/mclmc] [--json out.json]
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # bench/sampler_efficiency.py's peers
 
 CHAINS = 2
 BOX = 200.0
@@ -233,11 +243,94 @@ def exact_for(document: dict, folder: Path):
         return None
 
 
+def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
+    """The inputs of bench/blackjax_peers.py for a case whose density its JAX twin knows (the
+    module docstring), else None: the data, the whitened map's constants (from the case's
+    document, not read from Fieldscope), the sampled hyperparameters in Fieldscope's order with
+    their priors in the unconstrained coordinate, and Fieldscope's log-density and gradient at
+    six check points (``sampler_efficiency.density_checkpoints``)."""
+    from sampler_efficiency import density_checkpoints
+
+    from core.engine.models import build_model
+    from core.field.grid import Grid
+
+    prior, data = document["prior"], document["data"]
+    if (prior["kind"] not in ("power_law", "power_law_cutoff") or "noise_sigma" not in data
+            or document["likelihood"]["kind"] != "gaussian"):
+        return None
+    config, _ = _config({**document, "sampler": {"chains": CHAINS, "seed": seed}}, folder)
+    names = list(build_model(config).param_names)
+    with np.load(folder / data["path"]) as archive:
+        values = np.asarray(archive[data["key"]], float)
+        mask = np.asarray(archive[data["mask"]], bool) if "mask" in data else np.ones(values.shape, bool)
+    grid, noise = Grid(values.shape, BOX), float(data["noise_sigma"])
+    k = grid.k_magnitude_half()
+    fixed = {name: prior[name] for name in ("amplitude", "index") if not isinstance(prior[name], dict)}
+    # the unconstrained coordinates: the index itself (normal), log A (lognormal)
+    loc = [prior[name]["loc"] for name in names]
+    scale = [prior[name]["scale"] for name in names]
+    log_norm = math.log(grid.n_cells**2 / grid.volume) + math.log(fixed.get("amplitude", 1.0))
+    log_shape = -np.square(k * prior["cutoff_scale"]) if prior["kind"] == "power_law_cutoff" else np.zeros(k.shape)
+    checks = density_checkpoints(config)
+    arrays = {"data": np.where(mask, values, 0.0), "inv_sigma": np.where(mask, 1.0 / noise, 0.0),
+              "lik_const": np.array(-mask.sum() * (math.log(noise) + 0.5 * math.log(2 * math.pi))),
+              "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / prior["k_pivot"]), "nonzero": (k > 0).astype(float),
+              "log_shape": log_shape, "log_norm": np.array(log_norm), "index": np.array(fixed.get("index", 0.0)),
+              "hyper_names": np.array(names, str), "hyper_loc": np.array(loc, float),
+              "hyper_scale": np.array(scale, float)}
+    for i, part in enumerate(checks["start"]):
+        arrays[f"start_{i}"] = part
+    for j, (parts, value, grads) in enumerate(zip(checks["points"], checks["values"], checks["grads"])):
+        arrays[f"value_{j}"] = value
+        for i, (p, g) in enumerate(zip(parts, grads)):
+            arrays[f"point_{j}_{i}"], arrays[f"grad_{j}_{i}"] = p, g
+    path = folder / "peer.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def peer_results(name: str, document: dict, folder: Path, peers: list[str], budget: int, seed: int) -> dict:
+    """{peer: {"params": {name: draws (chains, n)}, "grads", "warmup_grads", "seconds"}} of the
+    BlackJAX peers on the case, or {"skipped": why}."""
+    from sampler_efficiency import run_peers
+
+    from core.config import NEW_CONFIG_SAMPLERS
+
+    inputs = peer_inputs(document, folder, seed)
+    if inputs is None:
+        return {"skipped": "the JAX twin knows power laws under Gaussian noise of one sd only"}
+    spec = [{"name": name, "inputs": str(inputs), "peers": peers, "budget": budget,
+             "num_warmup": NEW_CONFIG_SAMPLERS["field"]["num_warmup"], "seed": seed}]
+    results = run_peers(spec, folder, timeout=3600)
+    if "error" in results:
+        return {"skipped": results["error"]}
+    check = results[name].pop("check")
+    print(f"  peers: {check['versions']}; density check: {check['text']}")
+    if check.get("refused"):
+        return {"skipped": f"the density check refused them: {check['text']}"}
+    with np.load(inputs) as archive:
+        names = [str(n) for n in archive["hyper_names"]]
+    # the peers' chains are in the unconstrained coordinates: the amplitude's is log A
+    return {peer: {"params": {n: (np.exp if n == "amplitude" else np.asarray)(res["hyper_chain"][..., i])
+                              for i, n in enumerate(names)}, "grads": res["grads"],
+                   "warmup_grads": res["warmup_grads"], "seconds": res["wall"]}
+            for peer, res in results[name].items()}
+
+
+def _print_rows(label: str, rows: list[dict], result: dict) -> None:
+    for row in rows:
+        print(f"  {label:<20} {row['name']:<10} {row['rhat']:6.3f} {row['ess_bulk']:7.0f} "
+              f"{row['ess_tail']:7.0f} {row['per_1000']:10.2f} {row.get('err_sd', math.nan):7.2f} "
+              f"{row.get('sd_ratio', math.nan):8.3f} {result['warmup_grads']:12d} {result['seconds']:6.0f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--samplers", nargs="+", default=list(DEFAULT_SAMPLERS),
                         help="algorithm/preconditioner pairs (the rest: a new config's settings)")
+    parser.add_argument("--peers", nargs="*", default=[], choices=["blackjax/nuts", "blackjax/mclmc"],
+                        help="BlackJAX peers on the same density (the cases the JAX twin knows)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -260,18 +353,27 @@ def main(argv=None) -> int:
                 print("  exact: " + ", ".join(f"{n} {exact.mean[n]:.4g} +- {exact.sd[n]:.3g}" for n in exact.names))
             print(f"  {'sampler':<20} {'param':<10} {'R-hat':>6} {'bulk':>7} {'tail':>7} {'/1000 grad':>10} "
                   f"{'err/sd':>7} {'sd ratio':>8} {'warmup grads':>12} {'s':>6}")
+            budget = None
             for label in args.samplers:
                 algorithm, _, preconditioner = label.partition("/")
                 result = run_one(document, folder, algorithm, preconditioner or "identity", args.seed)
+                budget = budget or result["grads"] // CHAINS
                 rows = hyper_rows(result, exact)
                 out.setdefault(name, {})[label] = {"rows": rows, "grads": result["grads"],
                                                    "warmup_grads": result["warmup_grads"],
                                                    "seconds": result["seconds"]}
-                for row in rows:
-                    print(f"  {label:<20} {row['name']:<10} {row['rhat']:6.3f} {row['ess_bulk']:7.0f} "
-                          f"{row['ess_tail']:7.0f} {row['per_1000']:10.2f} {row.get('err_sd', math.nan):7.2f} "
-                          f"{row.get('sd_ratio', math.nan):8.3f} {result['warmup_grads']:12d} "
-                          f"{result['seconds']:6.0f}")
+                _print_rows(label, rows, result)
+            if args.peers:
+                peers = peer_results(name, document, folder, args.peers, budget, args.seed)
+                if "skipped" in peers:
+                    print(f"  peers: skipped ({peers['skipped']})")
+                    peers = {}
+                for label, result in peers.items():
+                    rows = hyper_rows(result, exact)
+                    out.setdefault(name, {})[label] = {"rows": rows, "grads": result["grads"],
+                                                       "warmup_grads": result["warmup_grads"],
+                                                       "seconds": result["seconds"]}
+                    _print_rows(label, rows, result)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

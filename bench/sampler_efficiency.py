@@ -521,9 +521,9 @@ def peer_inputs(case: Case, folder: Path, amplitude: float, checks: dict) -> Pat
     arrays = {"data": np.where(mask, dataset.data, 0.0), "inv_sigma": np.where(mask, 1.0 / NOISE, 0.0),
               "lik_const": np.array(-mask.sum() * (math.log(NOISE) + 0.5 * math.log(2 * math.pi))),
               "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / K_PIVOT), "nonzero": (k > 0).astype(float),
-              "log_norm": np.array(math.log(amplitude * grid.n_cells**2 / grid.volume)),
-              "index": np.array(INDEX), "sampled": np.array(case.sampled_index),
-              "prior_loc": np.array(INDEX_PRIOR["loc"]), "prior_scale": np.array(INDEX_PRIOR["scale"])}
+              "log_shape": np.zeros(k.shape), "log_norm": np.array(math.log(amplitude * grid.n_cells**2 / grid.volume)),
+              "index": np.array(INDEX), "hyper_names": np.array(["index"][:case.sampled_index], str),
+              **{f"hyper_{key}": np.array([INDEX_PRIOR[key]][:case.sampled_index], float) for key in ("loc", "scale")}}
     for i, part in enumerate(checks["start"]):
         arrays[f"start_{i}"] = part
     for j, (parts, value, grads) in enumerate(zip(checks["points"], checks["values"], checks["grads"])):
@@ -555,7 +555,7 @@ def run_peers(specs: list[dict], folder: Path, timeout: float) -> dict:
     for case_name, peers in meta.items():
         results[case_name] = {}
         for peer, info in peers.items():
-            for key in ("mean", "std", "index_chain"):
+            for key in ("mean", "std", "index_chain", "hyper_chain"):
                 if f"{case_name}:{peer}:{key}" in arrays:
                     info[key] = arrays[f"{case_name}:{peer}:{key}"]
             results[case_name][peer] = info
