@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["JaxDensity", "check_density", "peer_nuts", "peer_mclmc", "main"]
+__all__ = ["JaxDensity", "checkpoint_arrays", "check_density", "peer_nuts", "peer_mclmc", "main"]
 
 
 class JaxDensity:
@@ -90,6 +90,17 @@ class JaxDensity:
             lp = lp - 0.5 * z * z - math.log(scale) - 0.5 * math.log(2 * math.pi)
         r = (self.data - self.field(position)) * self.inv_sigma
         return lp - 0.5 * jnp.sum(r * r) + self.lik_const
+
+
+def checkpoint_arrays(checks: dict) -> dict:
+    """Fieldscope's figures at the check points (``sampler_efficiency.density_checkpoints``) as the peers' inputs name them (start_i, value_j,
+    point_j_i, grad_j_i)."""
+    arrays = {f"start_{i}": part for i, part in enumerate(checks["start"])}
+    for j, (parts, value, grads) in enumerate(zip(checks["points"], checks["values"], checks["grads"])):
+        arrays[f"value_{j}"] = value
+        for i, (p, g) in enumerate(zip(parts, grads)):
+            arrays[f"point_{j}_{i}"], arrays[f"grad_{j}_{i}"] = p, g
+    return arrays
 
 
 def jax_complex(re, im):

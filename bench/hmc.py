@@ -42,6 +42,17 @@ LEAPFROG = 10
 
 
 
+def median_time(call, repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``call``, after one that compiles."""
+    call()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def write_case(directory: Path, n: int) -> None:
     cases.write_data(directory, n)
 
@@ -61,13 +72,7 @@ def time_density(directory, chains, repeats):
     state = model.initial_state(chains, 0)
     fn = tf.function(lambda *p: tfp.math.value_and_gradient(model.target_log_prob_fn, list(p)),
                      jit_compile=True)
-    fn(*state)[0].numpy()
-    samples = []
-    for _ in range(repeats * 20):
-        t0 = time.perf_counter()
-        fn(*state)[0].numpy()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median_time(lambda: fn(*state)[0].numpy(), repeats * 20)
 
 
 def time_bare(directory, chains, steps, repeats, kernel_cls):
@@ -83,13 +88,7 @@ def time_bare(directory, chains, steps, repeats, kernel_cls):
     def chain(state):
         return tfp.mcmc.sample_chain(steps, state, kernel=kernel, trace_fn=None, seed=[1, 2])
 
-    chain(state)[0].numpy()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        chain(state)[0].numpy()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median_time(lambda: chain(state)[0].numpy(), repeats)
 
 
 def time_bare_step(directory, chains, steps, repeats):
@@ -112,13 +111,7 @@ def time_bare_step(directory, chains, steps, repeats):
                                                                adaptation))
         return s.position
 
-    chain(state)[0].numpy()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        chain(state)[0].numpy()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median_time(lambda: chain(state)[0].numpy(), repeats)
 
 
 def time_engine(directory, chains, steps, repeats):

@@ -249,6 +249,7 @@ def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
     document, not read from Fieldscope), the sampled hyperparameters in Fieldscope's order with
     their priors in the unconstrained coordinate, and Fieldscope's log-density and gradient at
     six check points (``sampler_efficiency.density_checkpoints``)."""
+    from blackjax_peers import checkpoint_arrays
     from sampler_efficiency import density_checkpoints
 
     from core.engine.models import build_model
@@ -271,19 +272,13 @@ def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
     scale = [prior[name]["scale"] for name in names]
     log_norm = math.log(grid.n_cells**2 / grid.volume) + math.log(fixed.get("amplitude", 1.0))
     log_shape = -np.square(k * prior["cutoff_scale"]) if prior["kind"] == "power_law_cutoff" else np.zeros(k.shape)
-    checks = density_checkpoints(config)
     arrays = {"data": np.where(mask, values, 0.0), "inv_sigma": np.where(mask, 1.0 / noise, 0.0),
               "lik_const": np.array(-mask.sum() * (math.log(noise) + 0.5 * math.log(2 * math.pi))),
               "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / prior["k_pivot"]), "nonzero": (k > 0).astype(float),
               "log_shape": log_shape, "log_norm": np.array(log_norm), "index": np.array(fixed.get("index", 0.0)),
               "hyper_names": np.array(names, str), "hyper_loc": np.array(loc, float),
               "hyper_scale": np.array(scale, float)}
-    for i, part in enumerate(checks["start"]):
-        arrays[f"start_{i}"] = part
-    for j, (parts, value, grads) in enumerate(zip(checks["points"], checks["values"], checks["grads"])):
-        arrays[f"value_{j}"] = value
-        for i, (p, g) in enumerate(zip(parts, grads)):
-            arrays[f"point_{j}_{i}"], arrays[f"grad_{j}_{i}"] = p, g
+    arrays.update(checkpoint_arrays(density_checkpoints(config)))
     path = folder / "peer.npz"
     np.savez(path, **arrays)
     return path

@@ -511,6 +511,8 @@ def peer_inputs(case: Case, folder: Path, amplitude: float, checks: dict) -> Pat
     """What the peer process needs for ``case``, in folder/<case>.peer.npz: the data, the noise,
     the whitened map's constants (computed here from the case, not read from Fieldscope), the
     starting points and Fieldscope's log-density and gradient at the check points."""
+    from blackjax_peers import checkpoint_arrays
+
     from core.field.grid import Grid
     from core.field.synthetic import load_dataset
 
@@ -524,12 +526,7 @@ def peer_inputs(case: Case, folder: Path, amplitude: float, checks: dict) -> Pat
               "log_shape": np.zeros(k.shape), "log_norm": np.array(math.log(amplitude * grid.n_cells**2 / grid.volume)),
               "index": np.array(INDEX), "hyper_names": np.array(["index"][:case.sampled_index], str),
               **{f"hyper_{key}": np.array([INDEX_PRIOR[key]][:case.sampled_index], float) for key in ("loc", "scale")}}
-    for i, part in enumerate(checks["start"]):
-        arrays[f"start_{i}"] = part
-    for j, (parts, value, grads) in enumerate(zip(checks["points"], checks["values"], checks["grads"])):
-        arrays[f"value_{j}"] = value
-        for i, (p, g) in enumerate(zip(parts, grads)):
-            arrays[f"point_{j}_{i}"], arrays[f"grad_{j}_{i}"] = p, g
+    arrays.update(checkpoint_arrays(checks))
     path = folder / f"{case.name}.peer.npz"
     np.savez(path, **arrays)
     return path

@@ -23,11 +23,11 @@ same arithmetic, so the step sizes are TFP's bit for bit: with t the step (from 
 for t < N; at t = N the step size becomes eps_avg (the end of adaptation), after it nothing
 changes.
 
-``dual_averaging_update`` is one step of Stan's form of the rule written out (t0 = 10, gamma = 0.05,
-kappa = 0.75, Stan's and BlackJAX's constants), for MAMS (``core.engine.adaptation.mams_tuning``). It is
-``dual_averaging_step``'s rule (H_t there is t + t0 times this one's) but for the average, which
-takes eps_{t-1} here, and for the floating-point order: each keeps its family's draws as they
-were):
+``dual_averaging_update`` is one step of Stan's form of the rule written out (t0 = 10,
+gamma = 0.05, kappa = 0.75, Stan's and BlackJAX's constants), for MAMS
+(``core.engine.adaptation.mams_tuning``). It is ``dual_averaging_step``'s rule (H_t there is
+t + t0 times this one's) but for the average, which takes eps_{t-1} here, and for the
+floating-point order: each keeps its family's draws as they were:
 
     H_t = (1 - 1 / (t + t0)) H_{t-1} + (target - accept) / (t + t0)
     log eps_t = mu - sqrt(t) / gamma H_t
