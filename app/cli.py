@@ -361,7 +361,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise UserError(str(err)) from None
     _refuse_early(config)
+    config = _with_devices(config, args.devices)
     return _run_engine(args.out, run_folder.claim_new, config, text, lambda engine: engine.start())
+
+
+_DEVICES_HELP = ("spread the chains over N devices (GPUs; on a CPU, N logical devices) or \"all\" GPUs, "
+                 "instead of the config's sampler.devices: the draws are the same")
+
+
+def _with_devices(config, option):
+    """``config`` with ``--devices`` in place of its ``sampler.devices`` (the config text, which
+    the run stores, is unchanged: the devices do not change the draws)."""
+    if option is None:
+        return config
+    from dataclasses import replace
+
+    from core.config import ConfigError, devices_setting
+
+    value = option if option == "all" else (int(option) if option.strip().isdigit() else option)
+    try:
+        devices = devices_setting(value, config.sampler.chains)
+    except ConfigError as err:
+        raise UserError(str(err).replace("sampler.devices", "--devices", 1)) from None
+    return replace(config, sampler=replace(config.sampler, devices=devices))
 
 
 def _refuse_early(config) -> None:
@@ -389,6 +411,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     except _store_errors() as err:
         raise UserError(str(err)) from None
     _refuse_early(config)
+    config = _with_devices(config, args.devices)
     if note:
         _say(f"fieldscope: {note}")
 
@@ -681,6 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="sample a config into a run directory")
     p.add_argument("config")
     p.add_argument("--out", required=True, help="run directory to create")
+    p.add_argument("--devices", default=None, metavar="N|all", help=_DEVICES_HELP)
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("resume", help="continue a stopped run (or extend a finished one)")
     p.add_argument("rundir")
@@ -688,6 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-changed-data", action="store_true",
                    help="resume although a data, mask, noise, P(k) or model file differs from the one the "
                         "run began with (the change is recorded in the store)")
+    p.add_argument("--devices", default=None, metavar="N|all", help=_DEVICES_HELP)
     p.set_defaults(func=_cmd_resume)
     p = sub.add_parser("summary", help="print the diagnostics table of a run")
     p.add_argument("rundir")

@@ -54,7 +54,7 @@ imported here, it reads files through ``core.io``).
 from __future__ import annotations
 
 from core.config.limits import MAX_CONFIG_BYTES, check_text_size, read_config_text
-from core.config.parse import config_from_dict, default_config, load_config, new_config, parse_config
+from core.config.parse import config_from_dict, default_config, devices_setting, load_config, new_config, parse_config
 from core.config.schema import (
     ALGORITHMS,
     DTYPES,
@@ -89,6 +89,7 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "check_text_size",
     "parse_config",
+    "devices_setting",
     "config_from_dict",
     "default_config",
     "new_config",

@@ -30,6 +30,9 @@ refusal a ``ConfigError`` naming the key, the limit and why:
                          twice a gradient (2 x 16.8 M multiply-adds a chain, several FFTs of
                          64^3); the low-k modes where it helps number hundreds to a few
                          thousand
+    MAX_DEVICES          64 for sampler.devices: the devices a run's chains spread over (each
+                         device runs whole chains; on a CPU, that many logical devices share
+                         its cores: beyond the cores they gain nothing)
 
 Float settings and the run's dtype (``field.dtype``; the integral model always runs in
 float64, which ``_float`` already bounds). A float32 run casts every number to float32:
@@ -51,7 +54,7 @@ import numpy as np
 from core.config.schema import ConfigError
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_PATH_CHARS", "MAX_STRING_CHARS", "MAX_ARRAY_ITEMS", "MAX_BANDS", "LONG_ARRAYS",
-           "MAX_DRAWS", "MAX_LEAPFROG_STEPS", "MAX_DENSE_MODES", "PATH_KEYS", "read_config_text",
+           "MAX_DRAWS", "MAX_LEAPFROG_STEPS", "MAX_DENSE_MODES", "MAX_DEVICES", "PATH_KEYS", "read_config_text",
            "check_text_size", "check_document_sizes", "check_dtype_range"]
 
 MAX_CONFIG_BYTES = 2**20
@@ -64,6 +67,7 @@ LONG_ARRAYS = {"prior.edges": MAX_BANDS + 1}
 MAX_DRAWS = 10**7
 MAX_LEAPFROG_STEPS = 2048
 MAX_DENSE_MODES = 4096
+MAX_DEVICES = 64
 
 #: Keys whose value is a file name (or "file.npz:key").
 PATH_KEYS = ("data.path", "data.mask", "data.noise_map", "prior.table")

@@ -20,6 +20,7 @@ from typing import Mapping
 from core.config.limits import (
     MAX_BANDS,
     MAX_DENSE_MODES,
+    MAX_DEVICES,
     MAX_DRAWS,
     MAX_LEAPFROG_STEPS,
     check_document_sizes,
@@ -254,7 +255,22 @@ def _parse_sampler(raw) -> SamplerSection:
         thin=_int("sampler.thin", get("thin"), 1),
         chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1, MAX_DRAWS,
                         "a chunk is at most a whole run's draws"),
+        devices=devices_setting(get("devices"), get("chains")),
     )
+
+
+def devices_setting(value, chains):
+    """``sampler.devices`` (or ``--devices``): "all" (every GPU; one device on a CPU) or a number
+    of devices the chains spread over, at most ``MAX_DEVICES`` and at most the chains."""
+    if value == "all":
+        return value
+    if isinstance(value, str):
+        _fail("sampler.devices", 'must be "all" or a positive integer', value)
+    n = _int("sampler.devices", value, 1, MAX_DEVICES, "logical devices beyond the cores gain nothing")
+    if _is_int(chains) and n > chains:
+        _fail("sampler.devices", f"may be at most sampler.chains = {chains} (each device runs whole "
+              "chains)", value)
+    return n
 
 
 def _preconditioner(t) -> str:

@@ -215,6 +215,7 @@ class SamplerSection:
     seed: int = 42
     thin: int = 5
     chunk_size: int = 25
+    devices: int | str = 1            # the chains spread over N devices, or "all" the GPUs (MAX_DEVICES)
 
     @property
     def adapt_mass_matrix(self) -> bool:

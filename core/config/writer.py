@@ -115,6 +115,7 @@ _COMMENTS = {
     ("sampler", "target_accept"): "in (0, 1)",
     ("sampler", "preconditioner"): " | ".join(PRECONDITIONERS),
     ("sampler", "dense_modes"): "fourier: low-k modes in its dense block; 0 = none",
+    ("sampler", "devices"): "the chains spread over N devices, or \"all\" GPUs",
     ("integral", "refine"): "trapezoid steps per data interval",
 }
 

@@ -67,6 +67,7 @@ from core.calibration import (
 from core.calibration.cluster import Scheduler
 from core.calibration.store import STORE_NAME, plan_differences
 from core.config import RunConfig, dump_config
+from core.engine.devices import DeviceError, chain_devices
 from core.engine.driver import Driver, DriverError, hyper_metric, schedule_for
 from core.engine.engine import Control, EngineError
 from core.engine.model_file import ARGUMENTS, ModelFileError, failure_of
@@ -211,6 +212,28 @@ class _TestQuantities:
     def start(self, carry, view, draws: bool):
         return carry, True
 
+    # chains spread over devices (core.engine.driver.DeviceSplit): the carry split by rows and joined
+
+    def for_chains(self, chains: int):
+        return self           # its shapes come with the carry
+
+    @staticmethod
+    def split(carry, rows):
+        keep_buf, below, kept, truth_c = carry
+        field = len(below.shape) > 1
+        return (tf.gather(keep_buf, rows, axis=1), tf.gather(below, rows, axis=0) if field else below, kept,
+                tf.gather(truth_c, rows, axis=0) if field else truth_c)
+
+    @staticmethod
+    def merge(carries, sizes):
+        keep_bufs, belows, kept, truths = zip(*carries)
+        field = len(belows[0].shape) > 1
+
+        def join(parts, axis):
+            return tf.concat([p[(slice(None),) * axis + (slice(0, k),)] for p, k in zip(parts, sizes)], axis)
+        return (join(keep_bufs, 1), join(belows, 0) if field else belows[0], kept[0],
+                join(truths, 0) if field else truths[0])
+
     def observe(self, carry, view, g, x_parts, field_now):
         keep_buf, below, kept, truth_c = carry
         p = self.program
@@ -252,7 +275,8 @@ class _Program:
             # autograph off: the loops are explicit, and converting TFP and the densities costs most
             # of the tracing time (56 of 68 s at 4^3 on a loaded machine)
             self.driver = Driver(model, self.sampler, self.schedule, hyper_metric=hyper_metric(config),
-                                 chains_per_posterior=plan.chains, observer=self.observer, autograph=False)
+                                 chains_per_posterior=plan.chains, observer=self.observer, autograph=False,
+                                 devices=_devices(config))
         except DriverError as err:
             raise EngineError(str(err)) from None
 
@@ -392,7 +416,17 @@ def _program_key(config: RunConfig, plan: CalibrationPlan):
     return dump_config(neutral), str(config.base_dir), dataclasses.replace(plan, seed=0, simulations=plan.batch_size)
 
 
+def _devices(config: RunConfig) -> list[str]:
+    """The devices a batch's chains spread over (``sampler.devices``; on a CPU split before
+    TensorFlow starts, so called before any model is built)."""
+    try:
+        return chain_devices(config.sampler.devices)
+    except DeviceError as err:
+        raise PlanError(str(err)) from None
+
+
 def _program(config: RunConfig, plan: CalibrationPlan, model=None) -> _Program:
+    _devices(config)
     key = _program_key(config, plan)
     if key not in _PROGRAMS:
         _PROGRAMS.clear()            # one at a time: a program holds its model's constants
@@ -403,6 +437,7 @@ def _program(config: RunConfig, plan: CalibrationPlan, model=None) -> _Program:
 def calibration_models(config: RunConfig, simulate_config: RunConfig | None, plan: CalibrationPlan):
     """(the config's model, the model that simulates: ``simulate_config``'s or the same, the
     compiled program of ``plan``'s batches); PlanError when the pair cannot be calibrated."""
+    _devices(config)
     try:
         model = build_model(config)
     except ModelFileError as err:

@@ -10,7 +10,7 @@ Format ``FORMAT`` (1), named arrays (``i`` the state part):
 
     state_i, grads_i, tlp          the kernel's position z, its gradient and log-density
     scale_i                        the diagonal's scale (x = scale * z)
-    mass_count, mass_mean_i, mass_m2_i    the Welford sums of the diagonal's window
+    mass_count, mass_mean_i, mass_m2_i    each chain's Welford sums over the metric's window
     mom_count, mom_sum, mom_sumsq  the run's float64 totals of the field draws
     watch_step                     the step size the warmup watch measures a collapse against
     ...                            the kernel's tuning state (``checkpoint`` / ``restore`` of
@@ -87,13 +87,15 @@ def _state(arrays, meta, kernel, sampler) -> dict:
 
     state = get("state")
 
-    def grouped(parts):
-        # the Welford sums are (groups, ...) a part (a dense part's m2 (groups, d, d));
-        # checkpoints from before issue #29 hold a run's one group as (...)
-        return [p[None] if len(p.shape) == len(s.shape) - 1 else p for p, s in zip(parts, state)]
+    def per_chain(parts):
+        # the Welford sums are each chain's, (chains, ...) a part (a dense part's m2 (chains, d,
+        # d)); checkpoints from before issue #34 hold each posterior's pooled sums, (groups, ...)
+        # (before #29 a run's one group as (...)): each chain takes its group's
+        parts = [p[None] if len(p.shape) == len(s.shape) - 1 else p for p, s in zip(parts, state)]
+        return [tf.repeat(p, s.shape[0] // p.shape[0], axis=0) for p, s in zip(parts, state)]
 
     st = dict(state=state, grads=get("grads"), tlp=tf.constant(arrays["tlp"]), scale=get("scale"),
-              mass_acc=(tf.constant(arrays["mass_count"]), grouped(get("mass_mean")), grouped(get("mass_m2"))),
+              mass_acc=(tf.constant(arrays["mass_count"]), per_chain(get("mass_mean")), per_chain(get("mass_m2"))),
               moments=(np.float64(arrays["mom_count"]), np.array(arrays["mom_sum"], np.float64),
                        np.array(arrays["mom_sumsq"], np.float64)),
               step=int(meta["step"]), progress=dict(meta["progress"]), seed=sampler.seed,

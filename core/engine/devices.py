@@ -1,4 +1,5 @@
-"""Where the engine computes: the device TensorFlow places the sampler on, in words.
+"""Where the engine computes: the device TensorFlow places the sampler on, in words, and the
+devices a run's chains spread over (``chain_devices``).
 
 TensorFlow puts every op on the first visible GPU when it sees one (float32 and float64
 FFTs run in cuFFT there; ``core.engine.fft`` projects the Hermitian planes that cuFFT
@@ -14,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-__all__ = ["compute_device", "memory_kind", "gpu_free_memory", "hide_gpus"]
+__all__ = ["compute_device", "memory_kind", "gpu_free_memory", "hide_gpus", "chain_devices", "device_count", "DeviceError"]
 
 
 def _gpu_name(device) -> str:
@@ -67,3 +68,43 @@ def hide_gpus() -> bool:
     except (RuntimeError, ValueError):
         return False
     return True
+
+
+def device_count(requested: int | str) -> int:
+    """How many devices ``sampler.devices`` names here: "all" is the GPUs (1 without one)."""
+    if requested == "all":
+        return max(1, len(tf.config.list_physical_devices("GPU")))
+    return int(requested)
+
+
+class DeviceError(RuntimeError):
+    """Devices asked for that this process cannot give, with the reason."""
+
+
+def chain_devices(requested: int | str) -> list[str]:
+    """The devices a run's chains spread over (``sampler.devices``): "all" is every GPU (one
+    device on a machine without one: the CPU's thread pool already uses every core); N is the
+    first N GPUs, or on a machine without GPUs N logical CPU devices, which this process splits
+    its CPU into (``tf.config.set_logical_device_configuration``, possible only before
+    TensorFlow has started: the engine calls this before it builds the model). One device: [].
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    n = device_count(requested)
+    if n <= 1:
+        return []
+    if gpus:
+        if n > len(gpus):
+            raise DeviceError(f"sampler.devices = {n}, but this machine shows {len(gpus)} GPU"
+                              f"{'s' if len(gpus) != 1 else ''}: ask for at most {len(gpus)}, or \"all\"")
+        return [device.name for device in tf.config.list_logical_devices("GPU")[:n]]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    logical = tf.config.get_logical_device_configuration(cpu)
+    if logical is None or len(logical) < n:
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+        except RuntimeError:
+            have = len(logical or [None])
+            raise DeviceError(f"sampler.devices = {n}: TensorFlow has already started in this process "
+                              f"with {have} CPU device{'s' if have != 1 else ''}; run the config in "
+                              "a fresh process (the window and fieldscope run always do)") from None
+    return [device.name for device in tf.config.list_logical_devices("CPU")[:n]]

@@ -13,7 +13,7 @@ run: all; a calibration batch: each simulation's). Its state is a dict of named 
                          ``core.engine.adaptation.dual_averaging``; MCLMC / MAMS: their tuning)
     scale                the metric's per-chain scale S of each part (ones until it is set; the
                          sampled hyperparameters' Cholesky factor where they are 2 or more)
-    mass_acc             the Welford sums of x over the metric's window (``adaptation.welford``)
+    mass_acc             each chain's Welford sums of x over the metric's window (``adaptation.welford``)
     step, watch_step     the next step; the step size the warmup watch measures a collapse against
 
 Use: ``st = driver.fresh_state(data)``, then for each (first, n) of ``schedule.boundaries(step)``:
@@ -27,7 +27,9 @@ the engine's keeps thinned field draws, their P(k) and the field's moments
 (``FieldDraws``); calibration's keeps its test quantities. Every chunk also returns each step's
 statistics (``core.run.messages.STAT_NAMES``) and parameters.
 
-Reproducibility. The random seed of step g is fold_in((seed, 7919), g), and each chunk starts from
+Reproducibility. The random seed of step g is fold_in((seed, 7919), g), chain i's fold_in(that, i)
+(``core.engine.chain_seeds``: a chain's random numbers depend on its seed alone, and its Welford
+sums on its states alone, so chains split over devices draw what they draw together), and each chunk starts from
 the state, log-density and gradient the previous one ended with, so the draws do not depend on
 where chunks begin: a run stopped and resumed gives the draws of one run straight through.
 
@@ -53,15 +55,16 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core.config import PER_MODE_PRECONDITIONERS
+from core.engine import chain_seeds
 from core.engine.adaptation import Welford, adapted_scale, welford_fresh, welford_update
 from core.engine.adaptation.metric import grad_to_x, grad_to_z, is_dense, marginal_sd, rescaled, to_x, to_z
 from core.engine.models import nonfinite_report
 from core.engine.samplers import kernel_class
 from core.field.power_spectrum import hyperparameter_priors
-from core.run.engine_limits import field_buffer_draws
+from core.run.engine_limits import device_chain_groups, field_buffer_draws
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 
-__all__ = ["Driver", "DriverError", "FieldDraws", "Schedule", "DIVERGENCE_THRESHOLD", "SEED_STREAM",
+__all__ = ["Driver", "DriverError", "DeviceSplit", "FieldDraws", "Schedule", "DIVERGENCE_THRESHOLD", "SEED_STREAM",
            "schedule_for", "samples_hyperparameters", "hyper_metric"]
 
 DIVERGENCE_THRESHOLD = 1000.0   # energy error beyond which a transition counts as divergent
@@ -153,6 +156,33 @@ class FieldDraws:
         moments = (tf.constant(0.0, tf.float64), tf.zeros(moment_shape, dtype), tf.zeros(moment_shape, dtype))
         return (field_buf, power_buf, tf.constant(0), moments), keeps
 
+    def for_chains(self, chains: int) -> "FieldDraws":
+        """The same observer for ``chains`` of the run's chains (``DeviceSplit``)."""
+        return FieldDraws(self.model, self.schedule, chains, self.thin)
+
+    @staticmethod
+    def split(carry, rows):
+        """The carry of the chains ``rows`` (``DeviceSplit``): none (``start`` makes its own)."""
+        return carry
+
+    def merge(self, carries, sizes):
+        """One carry from the carries of consecutive groups of chains (``DeviceSplit``), the
+        first ``sizes[i]`` chains of carry i (a lone chain ran twice): the draws side by side,
+        the moments' sums added (a lone chain's halved: its two copies are the same)."""
+        field_bufs, power_bufs, n_fields, moments = zip(*carries)
+        keeps = len(field_bufs[0].shape) > 1
+
+        def join(parts):
+            return tf.concat([p[:, :k] for p, k in zip(parts, sizes)], axis=1) if keeps else parts[0]
+
+        def share(m, k, i):
+            runs = int(carries_chains[i])
+            return m if runs == k else m * tf.constant(k / runs, m.dtype)
+        carries_chains = [f.shape[1] if keeps else k for f, k in zip(field_bufs, sizes)]
+        totals = tuple(tf.add_n([share(m[j], k, i) for i, (m, k) in enumerate(zip(moments, sizes))])
+                       for j in range(3))
+        return join(field_bufs), join(power_bufs), n_fields[0], totals
+
     def observe(self, carry, view, g, x_parts, field_now):
         field_buf, power_buf, n_fields, moments = carry
         sched, thin, chains, dtype = self.schedule, self.thin, self.chains, view.dtype
@@ -182,19 +212,24 @@ class Driver:
     """Runs one kernel over a model's chains in compiled chunks (module docstring)."""
 
     def __init__(self, model, sampler, schedule: Schedule, *, hyper_metric: bool = False,
-                 chains_per_posterior: int | None = None, observer=None, autograph: bool = True):
+                 chains_per_posterior: int | None = None, observer=None, autograph: bool = True,
+                 devices=(), chain_ids=None):
         self.model, self.sampler, self.schedule = model, sampler, schedule
         self.dtype = model.dtype
         self.chains = sampler.chains
         self.chains_per_posterior = int(chains_per_posterior or sampler.chains)
         self.groups = self.chains // self.chains_per_posterior
+        # each chain's seeds: fold_in(step seed, its index in the run), wherever it runs
+        self.chain_ids = tf.constant(range(self.chains) if chain_ids is None else chain_ids, tf.int32)
         self.hyper_metric = hyper_metric
         self.autograph = autograph       # the chunk's loops are explicit: autograph only costs tracing time
         self.observer = observer if observer is not None else FieldDraws(model, schedule, sampler.chains,
                                                                          sampler.thin)
         self._lp_and_grad = None
         self.kernel = kernel_class(sampler.algorithm)(self)     # core.engine.samplers
-        self.run_chunk = self._make_chunk_fn()
+        self.devices = list(devices)
+        self.run_chunk = (DeviceSplit(self, self.devices).run_chunk if len(self.devices) > 1
+                          else self._make_chunk_fn())
 
     # -- the model ------------------------------------------------------------------
 
@@ -210,8 +245,8 @@ class Driver:
         n_params = len(model.param_names)
         observer, kernel = self.observer, self.kernel
 
-        def chunk(state, tlp, grads, da, read_only, scale, mass_acc, observed, data, base_seed, step0, n_steps,
-                  with_mass, draws):
+        def chunk(state, tlp, grads, da, read_only, scale, mass_acc, observed, data, base_seed, chain_ids, step0,
+                  n_steps, with_mass, draws):
             # da: the kernel's tuning state, the part of it this chunk carries, and read_only
             # the part it reads but does not return (MCLMC / MAMS: their tuning's chunk_keys,
             # core.engine.adaptation.microcanonical_stages). mass_acc: the Welford sums if
@@ -236,7 +271,7 @@ class Driver:
 
             def body(t, state, results, traces, params_ta, observed, mass_acc):
                 g = step0 + t
-                seed = tf.random.experimental.stateless_fold_in(base_seed, g)
+                seed = chain_seeds.for_chains(tf.random.experimental.stateless_fold_in(base_seed, g), chain_ids)
                 state, results, stats, grads_now = kernel_step(state, results, seed, g)
                 # the gradient with respect to x: d/dx = S^-T d/dz
                 grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gx, [chains, -1])**2, axis=1)
@@ -267,7 +302,7 @@ class Driver:
             fixed = {k: v for k, v in st["da"].items() if k in read_only}
             out = dict(program(st["state"], st["tlp"], st["grads"], da, fixed, st["scale"],
                                st["mass_acc"] if with_mass else (), observed, data,
-                               tf.constant([st["seed"], SEED_STREAM], tf.int32),
+                               tf.constant([st["seed"], SEED_STREAM], tf.int32), self.chain_ids,
                                tf.constant(first, tf.int32), tf.constant(n, tf.int32)))
             if held or fixed:     # the tuning arrays this chunk did not carry, as they were
                 out["da"] = {**{k: st["da"][k] for k in held | read_only}, **out["da"]}
@@ -301,7 +336,7 @@ class Driver:
             parts, grads = to_z(scale, parts), grad_to_z(scale, grads)
         da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
         return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
-                    mass_acc=tuple(welford_fresh(parts, self.groups, self.dtype, dense)), step=0,
+                    mass_acc=tuple(welford_fresh(parts, self.dtype, dense)), step=0,
                     watch_step=watch_step, seed=seed)
 
     def _value_and_gradient(self, parts, data):
@@ -395,7 +430,7 @@ class Driver:
             return
         count, mean, m2 = st["mass_acc"]
         new_scale = adapted_scale(Welford(count, list(mean), list(m2)), self.chains,
-                                  unit_parts=(0,) if self.hyper_metric else ())
+                                  unit_parts=(0,) if self.hyper_metric else (), groups=self.groups)
         if new_scale is None:
             return
         new_scale = self._guard_runaway_scale(new_scale, st, data)
@@ -403,3 +438,95 @@ class Driver:
         st["state"], st["grads"] = rescaled(st["scale"], new_scale, st["state"], st["grads"])
         st["scale"] = new_scale
         self.kernel.after_rescale(st, data)       # HMC / NUTS: the step searched again
+
+
+class DeviceSplit:
+    """A run's chains spread over devices (``sampler.devices``, ``core.engine.devices.chain_devices``):
+    consecutive groups of chains, one a device, each run by a driver of its own (its chunk
+    programs compiled for its device), all chunks at once (one thread each; TensorFlow runs
+    them side by side), their results joined in the chains' order. A chain's random numbers
+    and Welford sums are its own (module docstring), the tuning's per-chain state is split
+    along its chain axis (``kernel.chain_axis``) and everything between chunks (adaptation,
+    checkpoints) runs on the joined state as on one device: the draws are those of one device,
+    bit for bit.
+
+    That needs XLA to compute a chain alike in a batch of any size. It does with two chains or
+    more (measured: every kernel, 2-4 chains a device against 4 on one), not with one: a lone
+    chain's per-chain scalars are compiled as scalar code, whose fused log / square / exp
+    rounds differently from the vector code of a batch (1 ulp in 987 of 4200 values, measured;
+    MCLMC's step-size predictor then drifts). So a device given one chain runs it twice (the
+    same chain index: the same numbers) and keeps one: its memory is two chains'. Only field
+    models spread: the integral model's arrays are a few dozen numbers a chain, whose
+    compiled code differs between batches of 2 and 4, and a step takes microseconds anyway.
+    """
+
+    def __init__(self, d: Driver, devices):
+        from dataclasses import replace
+
+        chains, n = d.chains, len(devices)
+        if chains < n:
+            raise DriverError(f"sampler.devices = {n} but sampler.chains = {chains}: each device runs whole "
+                              "chains; ask for at most as many devices as chains")
+        if not getattr(d.model, "has_field", False):
+            raise DriverError(f"sampler.devices = {n}: only a field model's chains spread over devices (this "
+                              f"model's state is {sum(int(np.prod(p.shape[1:])) for p in d.model.initial_state(1, 0))} "
+                              "numbers a chain, a step microseconds on one device); set devices = 1")
+        sizes = [chains // n + (1 if i < chains % n else 0) for i in range(n)]
+        starts = np.cumsum([0, *sizes])
+        self.d, self.devices = d, list(devices)
+        self.slices = [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+        offset = int(d.chain_ids[0])
+        # a lone chain runs twice (class docstring): rows (a, a)
+        self.rows = [list(range(a, b)) if b - a > 1 else [a, a] for a, b in self.slices]
+        assert [len(r) for r in self.rows] == device_chain_groups(chains, n)      # the estimate's
+        self.subs = [Driver(d.model, replace(d.sampler, chains=len(rows), devices=1), d.schedule,
+                            hyper_metric=d.hyper_metric, chains_per_posterior=len(rows),
+                            observer=d.observer.for_chains(len(rows)), autograph=d.autograph,
+                            chain_ids=[offset + r for r in rows])
+                     for rows in self.rows]
+
+    @staticmethod
+    def _take(value, axis, rows):
+        if axis is None:
+            return value
+        if isinstance(value, (list, tuple)):
+            return [DeviceSplit._take(v, axis, rows) for v in value]
+        return tf.gather(value, rows, axis=axis)
+
+    @staticmethod
+    def _join(values, axis, sizes):
+        if axis is None:
+            return values[0]
+        if isinstance(values[0], (list, tuple)):
+            return [DeviceSplit._join([v[i] for v in values], axis, sizes) for i in range(len(values[0]))]
+        return tf.concat([v[(slice(None),) * axis + (slice(0, k),)] for v, k in zip(values, sizes)], axis)
+
+    def _part(self, st, i):
+        rows, axis = self.rows[i], self.d.kernel.chain_axis
+        count, mean, m2 = st["mass_acc"]
+        return {**{key: self._take(st[key], 0, rows) for key in ("state", "tlp", "grads", "scale")},
+                "da": {key: self._take(v, axis(key), rows) for key, v in st["da"].items()},
+                "mass_acc": (count, self._take(mean, 0, rows), self._take(m2, 0, rows)), "seed": st["seed"]}
+
+    def run_chunk(self, st, first, n, data=None, observed=None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        def run(i):
+            with tf.device(self.devices[i]):
+                return self.subs[i].run_chunk(self._part(st, i), first, n,
+                                              None if data is None else tf.gather(data, self.rows[i]),
+                                              self.d.observer.split(observed, self.rows[i]))
+
+        with ThreadPoolExecutor(len(self.subs)) as pool:
+            outs = list(pool.map(run, range(len(self.subs))))
+        self.placed = [out["tlp"].device for out in outs]      # where each group's chunk ran
+        axis, sizes = self.d.kernel.chain_axis, [b - a for a, b in self.slices]
+        joined = {key: self._join([o[key] for o in outs], 0, sizes) for key in ("state", "tlp", "grads")}
+        joined["da"] = {key: self._join([o["da"][key] for o in outs], axis(key), sizes) for key in outs[0]["da"]}
+        joined["mass_acc"] = (outs[0]["mass_acc"][0], *(self._join([o["mass_acc"][j] for o in outs], 0, sizes)
+                                                        for j in (1, 2)))
+        joined["traces"] = {name: self._join([o["traces"][name] for o in outs], 1, sizes)
+                            for name in outs[0]["traces"]}
+        joined["params"] = self._join([o["params"] for o in outs], 1, sizes)
+        joined["observed"] = self.d.observer.merge([o["observed"] for o in outs], sizes)
+        return joined

@@ -39,7 +39,7 @@ import numpy as np
 
 from core import config as cfgmod
 from core.engine import checkpoint
-from core.engine.devices import compute_device, gpu_free_memory, memory_kind
+from core.engine.devices import DeviceError, chain_devices, compute_device, device_count, gpu_free_memory, memory_kind
 from core.engine.driver import (
     DIVERGENCE_THRESHOLD,
     Driver,
@@ -118,11 +118,14 @@ class Engine:
             raise EngineError(str(err)) from None
         self.dtype = self.model.dtype
         self.device = compute_device()
+        if self.devices:
+            names = ", ".join(name.rsplit("device:", 1)[-1] for name in self.devices)
+            self.device += f"; the chains over {len(self.devices)} devices ({names})"
         self._status("compiling", device=self.device)
         self.recorder = Recorder(self.model, self.schedule, self.sampler.thin)
         try:
             self.driver = Driver(self.model, self.sampler, self.schedule,
-                                 hyper_metric=hyper_metric(self.config))
+                                 hyper_metric=hyper_metric(self.config), devices=self.devices)
         except DriverError as err:
             raise EngineError(str(err)) from None
 
@@ -164,7 +167,12 @@ class Engine:
         """Refuse a field run this machine cannot hold or whose grid is too small
         (``core.run.resources``; a new run: also a store its disk cannot hold), before the
         model loads. Returns the estimate for the "loading" status event: bytes,
-        available, gradient_seconds, run_seconds, text."""
+        available, gradient_seconds, run_seconds, text. First the devices the chains spread
+        over (``sampler.devices``): on a CPU split before TensorFlow starts."""
+        try:
+            self.devices = chain_devices(self.sampler.devices)
+        except DeviceError as err:
+            raise EngineError(str(err)) from None
         if self.config.model.kind != "field":
             return None
         from core import io as loaders
@@ -176,7 +184,7 @@ class Engine:
             return None       # loading the model reports it, with every check
         if info.shape is None or len(info.shape) != 3 or 0 in info.shape:
             return None
-        estimate = resources.estimate_for_config(self.config, info.shape)
+        estimate = resources.estimate_for_config(self.config, info.shape, devices=device_count(self.sampler.devices))
         available = resources.available_memory()
         kind = memory_kind()       # a GPU: its own memory for the model, the host's for the rest
         device_free = gpu_free_memory() if kind == "gpu" else None

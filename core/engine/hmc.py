@@ -5,10 +5,11 @@
     state, info = step(seed, state, step_size)                 # HMCState, HMCInfo
 
 ``position`` is a list of state parts with the chains first, ``step_size`` one tensor per part
-broadcastable against it (the engine's are (chains, 1, ...)), ``seed`` a stateless seed. The
+broadcastable against it (the engine's are (chains, 1, ...)), ``seed`` each chain's seeds
+(``core.engine.chain_seeds.ChainSeeds``: a chain draws from its own) or a stateless seed. The
 step is ``tfp.mcmc.HamiltonianMonteCarlo.one_step``'s arithmetic and random numbers (TFP 0.25:
 MetropolisHastings over UncalibratedHamiltonianMonteCarlo, written out with TFP's own helpers),
-so a chain draws what TFP's kernel draws bit for bit: the seed split into a proposal seed and an
+so a chain draws what TFP's kernel given that chain's seed draws bit for bit: the seed split into a proposal seed and an
 acceptance seed, momenta p ~ N(0, 1) from the proposal seed, the trajectory, then
 
     log r = log p(q') - log p(q) + (|p|^2 - |p'|^2) / 2      (-inf where not finite)
@@ -36,6 +37,8 @@ from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc import hmc as tfp_hmc
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
+
+from core.engine import chain_seeds
 
 __all__ = ["HMCState", "HMCInfo", "init", "build_kernel", "leapfrog_proposal", "looped_leapfrog",
            "unrolled_leapfrog"]
@@ -113,9 +116,8 @@ def leapfrog_proposal(logdensity_fn, num_steps: int, steps_per_iteration: int = 
     num_steps = int(num_steps)
 
     def proposal(seed, position):
-        seeds = list(samplers.split_seed(seed, n=len(position)))
-        momenta = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
-                   for part_seed, x in zip(seeds, position)]
+        momenta = [chain_seeds.normal(part_seed, x)
+                   for part_seed, x in zip(chain_seeds.split(seed, len(position)), position)]
 
         def integrate(step_sizes, *args):
             return looped_leapfrog(logdensity_fn, step_sizes, num_steps, *args,
@@ -129,20 +131,20 @@ def build_kernel(logdensity_fn, proposal) -> Callable:
     trajectory of ``proposal`` (module docstring)."""
 
     def step(seed, state: HMCState, step_size):
-        seed = samplers.sanitize_seed(seed)
-        proposal_seed, acceptance_seed = samplers.split_seed(seed)      # MetropolisHastings'
+        if not isinstance(seed, chain_seeds.ChainSeeds):
+            seed = samplers.sanitize_seed(seed)
+        proposal_seed, acceptance_seed = chain_seeds.split(seed, 2)     # MetropolisHastings'
         (position, step_sizes, logdensity, grads) = tfp_hmc._prepare_args(  # noqa: SLF001
             logdensity_fn, list(state.position), step_size, state.logdensity, list(state.logdensity_grad),
             maybe_expand=True)
-        proposal_seed = samplers.sanitize_seed(proposal_seed)           # the inner kernel's
         momenta, integrate, num_steps = proposal(proposal_seed, position)
         next_momenta, next_position, next_logdensity, next_grads = integrate(
             step_sizes, momenta, position, logdensity, grads)
         correction = tfp_hmc._compute_log_acceptance_correction(  # noqa: SLF001
             momenta, next_momenta, ps.rank(logdensity))
         log_accept_ratio = mcmc_util.safe_sum([next_logdensity, -state.logdensity, correction])
-        log_uniform = tf.math.log(samplers.uniform(shape=ps.shape(next_logdensity),
-                                                   dtype=next_logdensity.dtype.base_dtype, seed=acceptance_seed))
+        log_uniform = tf.math.log(chain_seeds.uniform(acceptance_seed, next_logdensity.shape[0],
+                                                      next_logdensity.dtype.base_dtype))
         is_accepted = log_uniform < log_accept_ratio
         chosen = mcmc_util.choose(is_accepted, HMCState(next_position, next_logdensity, next_grads),
                                   HMCState(list(state.position), state.logdensity, list(state.logdensity_grad)))

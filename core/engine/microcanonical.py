@@ -44,6 +44,7 @@ import math
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from core.engine import chain_seeds
 from core.engine.devices import memory_kind
 
 __all__ = ["B1", "chain_dot", "n_dims", "per_chain", "unit_velocity", "partial_refresh", "esh_velocity_update",
@@ -182,6 +183,10 @@ def chunk_rng() -> str:
 
 
 def normal_parts(seed, like, alg: str = "auto_select"):
+    """Standard normals shaped as each part of ``like``: from each chain's own seed where
+    ``seed`` is a ``ChainSeeds`` (``core.engine.chain_seeds``), else one draw over the batch."""
+    if isinstance(seed, chain_seeds.ChainSeeds):
+        return [chain_seeds.normal(s, p, alg=alg) for s, p in zip(chain_seeds.split(seed, len(like)), like)]
     seeds = tf.random.experimental.stateless_split(seed, len(like))
     return [tf.random.stateless_normal(tf.shape(p), seeds[i], dtype=p.dtype, alg=alg) for i, p in enumerate(like)]
 

@@ -7,7 +7,8 @@ shaped as BlackJAX's (``blackjax/mcmc/nuts.py``):
 
 for an identity mass matrix (the engine preconditions by a change of variables, x = scale * z)
 and every chain vectorised (``position`` a list of parts with the chains first, ``step_size``
-one tensor per part broadcastable against it). ``IterativeNoUTurnSampler`` is the same step as a
+one tensor per part broadcastable against it; ``seed`` each chain's seeds,
+``core.engine.chain_seeds``, or one stateless seed for the batch). ``IterativeNoUTurnSampler`` is the same step as a
 TFP transition kernel (``one_step(state, results, seed)``, results in a named tuple with TFP's
 NUTS fields), for tests and for code that composes TFP kernels.
 
@@ -45,6 +46,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
+
+from core.engine import chain_seeds
 
 __all__ = ["NUTSState", "NUTSInfo", "init", "build_kernel", "IterativeNoUTurnSampler", "NUTSResults",
            "MAX_TREE_DEPTH", "MAX_ENERGY_DIFF"]
@@ -148,10 +151,10 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
         chains = lp0.shape[0]               # static: the engine's chains
         depth_max = max_tree_depth
 
-        seed = samplers.sanitize_seed(seed)
-        momentum_seed, direction_seed, leaf_seed, merge_seed = samplers.split_seed(seed, n=4)
-        p0 = [samplers.normal(tf.shape(x), dtype=dtype, seed=s)
-              for x, s in zip(q0, samplers.split_seed(momentum_seed, n=len(q0)))]
+        if not isinstance(seed, chain_seeds.ChainSeeds):
+            seed = samplers.sanitize_seed(seed)
+        momentum_seed, direction_seed, leaf_seed, merge_seed = chain_seeds.split(seed, 4)
+        p0 = [chain_seeds.normal(s, x) for x, s in zip(q0, chain_seeds.split(momentum_seed, len(q0)))]
         h0 = -lp0 + 0.5 * _dot(p0, p0)
 
         def leapfrog(q, p, g, eps):
@@ -176,7 +179,7 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
                 rho=[tf.zeros_like(x) for x in p], live=active,
                 diverged=tf.zeros([chains], tf.bool), turned=tf.zeros([chains], tf.bool),
                 n=tf.zeros([chains], tf.int32), accept=zero, ckpt_p=ckpt_p, ckpt_rho=ckpt_rho)
-            leaf_seed_d = tf.random.experimental.stateless_fold_in(leaf_seed, d)
+            leaf_seed_d = chain_seeds.fold_in(leaf_seed, d)
 
             def body(c):
                 i = c["i"]
@@ -188,8 +191,7 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
                 diverging = live & (error > max_energy_diff)
                 log_w = tf.where(live, tf.math.reduce_logsumexp(tf.stack([c["log_w"], -error]), 0),
                                  c["log_w"])
-                u = samplers.uniform([chains], dtype=dtype,
-                                     seed=tf.random.experimental.stateless_fold_in(leaf_seed_d, i))
+                u = chain_seeds.uniform(chain_seeds.fold_in(leaf_seed_d, i), chains, dtype)
                 take = live & (tf.math.log(u) < -error - log_w)
                 rho = [r + x for r, x in zip(c["rho"], p)]
                 lo, hi = _checkpoint_slots(i)
@@ -225,8 +227,7 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
 
         def doubling(c):
             d = c["depth"]
-            u = samplers.uniform([chains], dtype=dtype,
-                                 seed=tf.random.experimental.stateless_fold_in(direction_seed, d))
+            u = chain_seeds.uniform(chain_seeds.fold_in(direction_seed, d), chains, dtype)
             right = u < 0.5
             # the end last extended becomes the trajectory's `right` or left end
             swap = c["end_right"] != right
@@ -236,8 +237,7 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
             active = c["active"]
             s = subtree(d, end, eps, active, c["ckpt_p"], c["ckpt_rho"])
             done = active & ~(s["diverged"] | s["turned"])          # a subtree accepted whole
-            u_merge = samplers.uniform([chains], dtype=dtype,
-                                       seed=tf.random.experimental.stateless_fold_in(merge_seed, d))
+            u_merge = chain_seeds.uniform(chain_seeds.fold_in(merge_seed, d), chains, dtype)
             take = done & (tf.math.log(u_merge) < s["log_w"] - c["log_w"])
             rho = _pick(done, [r + x for r, x in zip(c["rho"], s["rho"])], c["rho"])
             turning = _is_turning(s["end"][1], other[1], rho)

@@ -124,6 +124,7 @@ from core.run.engine_limits import (
     UNROLLED_BUFFERS_PER_STEP,
     UNROLLED_PROGRAM_STEP_BYTES,
     MiB,
+    device_chain_groups,
     field_buffer_draws,
     stage2_apart,
     unrolls,
@@ -336,12 +337,16 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
                  num_leapfrog_steps: int = 10, chunk_size: int = 25, thin: int = 5,
                  num_warmup: int = 0, num_samples: int = 0,
                  parameterisation: str = "whitened", noise_map: bool = False,
-                 truth: bool = True, dense_modes: int = 0) -> RunEstimate:
-    """The estimate for a field run on a grid of ``shape`` (see the module docstring)."""
+                 truth: bool = True, dense_modes: int = 0, devices: int = 1) -> RunEstimate:
+    """The estimate for a field run on a grid of ``shape`` (see the module docstring). With the
+    chains spread over ``devices`` (``sampler.devices``), the compute memory is counted for the
+    chains the devices run (``device_chain_groups``: a lone chain runs twice): all of them in
+    the one memory of a CPU's logical devices, the largest group's on each GPU."""
     shape = tuple(int(n) for n in shape)
     grid = Grid(shape, 1.0)
     b = np.dtype(dtype).itemsize
-    c, n = int(chains), grid.n_cells
+    groups = device_chain_groups(int(chains), int(devices))
+    c_run, c, n = int(chains), sum(groups), grid.n_cells
     kept = field_buffer_draws(chunk_size, thin)
     model = grid.memory_estimate(chains=c, dtype=dtype, n_field_draws_kept=kept).total
     maps = 1 + 1 + int(noise_map) + int(truth)           # data, mask, noise, truth
@@ -352,11 +357,11 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         "model_constants": 2 * n * b + 2 * int(dense_modes) ** 2 * b,
         # the draws as the store takes them, the run's float64 moment totals, their mean / std
         # and float32 copies
-        "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
+        "chunk_copies": 2 * kept * c_run * n * 4 + 4 * n * 8 + 2 * n * 4,
     }
     gpu_host = {    # on a GPU: the draws copied off the device, the moments (host memory), one checkpoint array
-        "chunk_copies": 2 * kept * c * n * 4 + 4 * n * 8 + 2 * n * 4,
-        "checkpoint": max(c * n * b, n * 8),
+        "chunk_copies": 2 * kept * c_run * n * 4 + 4 * n * 8 + 2 * n * 4,
+        "checkpoint": max(c_run * n * b, n * 8),
     }
     # the loaded maps and the store's observed_data copies; the dense block's float64 build
     # (the mode couplings, the precision, its factor and the inverse)
@@ -370,19 +375,19 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     else:
         xla = (xla_buffers_per_chain(algorithm) * c + xla_shared_buffers(algorithm)) * n * b
         program = program_bytes(algorithm)
-    field_buffer = kept * c * n * b + 2 * kept * c * n * 4      # model state + chunk copies
+    field_buffer = kept * c * n * b + 2 * kept * c_run * n * 4      # model state + chunk copies
     n_fields = -(-int(num_samples) // int(thin))
     n_shells = int(math.sqrt(sum((m // 2) ** 2 for m in shape))) + 2
     steps = int(num_warmup) + int(num_samples)
     draw_bytes = field_draw_disk_bytes(shape, 4)
-    store = (c * n_fields * (draw_bytes + n_shells * 8)           # field draws and P(k)
-             + c * steps * (STORE_BYTES_PER_DRAW + 8 * 3)          # stats, parameters
+    store = (c_run * n_fields * (draw_bytes + n_shells * 8)       # field draws and P(k)
+             + c_run * steps * (STORE_BYTES_PER_DRAW + 8 * 3)      # stats, parameters
              + (2 + maps) * n * 8                                  # moments, observed maps
-             + 2 * c * n * b + 2 * n * 8)                          # checkpoint
+             + 2 * c_run * n * b + 2 * n * 8)                      # checkpoint
     return RunEstimate(
-        shape=shape, chains=c, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
+        shape=shape, chains=c_run, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
         arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
-        device_program=0 if unrolled else device_program_bytes(algorithm, c, n, b, kept, dense_modes),
+        device_program=0 if unrolled else device_program_bytes(algorithm, max(groups), n, b, kept, dense_modes),
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=info.gradients_per_step(num_leapfrog_steps),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
@@ -390,10 +395,14 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         num_samples=int(num_samples), setup=setup, gpu_host=gpu_host)
 
 
-def estimate_for_config(config, shape) -> RunEstimate:
-    """``estimate_run`` with the settings of a field ``core.config.RunConfig``."""
+def estimate_for_config(config, shape, devices: int | None = None) -> RunEstimate:
+    """``estimate_run`` with the settings of a field ``core.config.RunConfig``; ``devices`` the
+    devices its chains spread over (default: ``sampler.devices``, "all" counted as one: the
+    engine, which sees the GPUs, passes their number)."""
     s, f = config.sampler, config.field
-    return estimate_run(shape, chains=s.chains, dtype=f.dtype, algorithm=s.algorithm,
+    if devices is None:
+        devices = s.devices if isinstance(s.devices, int) else 1
+    return estimate_run(shape, chains=s.chains, dtype=f.dtype, algorithm=s.algorithm, devices=devices,
                         num_leapfrog_steps=s.num_leapfrog_steps, chunk_size=s.chunk_size,
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
                         parameterisation=f.parameterisation,

@@ -339,3 +339,14 @@ def test_a_simulate_with_config_that_samples_other_parameters_is_named_at_once(t
 
     config = parse_config(config_path.read_text(), base_dir=tmp_path)
     check_simulate_with(config, config, str(config_path))
+
+
+@pytest.mark.parametrize("option,needle", [("0", "--devices: must be a positive integer"),
+                                           ("gpu", '--devices: must be "all" or a positive integer'),
+                                           ("9", "--devices: may be at most sampler.chains = 2")])
+def test_a_devices_option_that_cannot_work_is_refused_before_tensorflow_loads(tmp_path, capsys, option, needle):
+    config = tiny_case(tmp_path)
+    line = refused(capsys, ["run", str(config), "--out", str(tmp_path / "run"), "--devices", option])
+    assert needle in line
+    assert not (tmp_path / "run" / STORE_NAME).exists()
+    assert _no_tensorflow()

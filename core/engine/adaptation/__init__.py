@@ -1,8 +1,9 @@
 """Adaptation: functions from a sampler's statistics to its parameters, apart from the kernels and
 the driver that runs them (as BlackJAX's ``adaptation/``).
 
-* ``welford``: running means and squared deviations of the state, pooled over the chains of each
-  posterior (a run's chains; each simulation's chains in a calibration batch);
+* ``welford``: running means and squared deviations of the state, each chain's, pooled over the
+  chains of each posterior (a run's chains; each simulation's chains in a calibration batch)
+  when the metric is set;
 * ``mass_matrix``: the metric from those sums (Stan's regularisation; diagonal, or dense for the
   sampled hyperparameters), with the parts a preconditioner already scales held at 1;
 * ``dual_averaging``: the step-size adaptation of HMC and NUTS, a state started from a step
@@ -23,7 +24,7 @@ from core.engine.adaptation.dual_averaging import (
     fresh_dual_averaging,
 )
 from core.engine.adaptation.mass_matrix import adapted_scale
-from core.engine.adaptation.welford import Welford, welford_fresh, welford_update
+from core.engine.adaptation.welford import Welford, pooled, welford_fresh, welford_update
 
-__all__ = ["Welford", "welford_fresh", "welford_update", "adapted_scale", "fresh_dual_averaging",
+__all__ = ["Welford", "pooled", "welford_fresh", "welford_update", "adapted_scale", "fresh_dual_averaging",
            "DualAveragingState", "dual_averaging_step", "dual_averaging_update"]

@@ -62,6 +62,7 @@ class MclmcTuning(StagedTuning):
     dimension aimed at."""
 
     READ_ONLY_KEYS = ("proj_inv_sd",)     # set between chunks (end of stage 2), read in stage 3
+    STEP_RECORDS = ("proj_buf", "energy_buf")
 
     def __init__(self, *args, energy_var: float = DESIRED_ENERGY_VAR, **kwargs):
         super().__init__(*args, **kwargs)
@@ -135,7 +136,9 @@ class MclmcTuning(StagedTuning):
                 n = math.prod(self.part_shapes[i])
                 w = tf.random.stateless_normal([N_PROJECTIONS, n], tf.random.experimental.stateless_fold_in(pseed, i),
                                                dtype=self.dtype) * tf.reshape(si, [1, n])
-                row = row + tf.matmul(tf.reshape(xi, [self.chains, n]), w, transpose_b=True)
+                # a product and a sum, not a matmul: a chain's projection must not depend on
+                # the batch (XLA's dot of one chain rounds unlike its dot of several)
+                row = row + tf.reduce_sum(tf.reshape(xi, [self.chains, 1, n]) * w[None], axis=-1)
             row = tf.cast(row, tf.float64)
             buf = tf.tensor_scatter_nd_update(tune["proj_buf"], [[step_index - st.b3]], row[None])
             e = tf.where(ok, tf.cast(energy, tf.float64), tf.constant(np.nan, tf.float64))

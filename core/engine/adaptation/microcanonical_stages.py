@@ -124,6 +124,14 @@ class StagedTuning:
         straddles its end, one of the ``stops``, so such a chunk ends in warmup)."""
         return first < self.stages.b2 and first + n > self.stages.b1
 
+    #: tuning arrays recorded step by step, (steps, chains, ...): their chain axis is 1
+    STEP_RECORDS: tuple[str, ...] = ()
+
+    def chain_axis(self, key: str):
+        """The chain axis of the tuning state's ``key``: None for what all chains share (the
+        read-only keys), 1 for the step records, else 0."""
+        return None if key in self.READ_ONLY_KEYS else 1 if key in self.STEP_RECORDS else 0
+
     def chunk_keys(self, stage2: bool | None) -> tuple[frozenset, frozenset]:
         """(held, read_only): the tuning keys a chunk program does not take (the driver keeps
         them on the host) and those it takes but does not return (a value returned unchanged

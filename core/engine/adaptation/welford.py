@@ -1,15 +1,19 @@
-"""Running moments of the state for the diagonal mass matrix (Welford's algorithm), pooled over
-the chains of each posterior.
+"""Running moments of the state for the metric (Welford's algorithm), each chain's own, pooled
+over the chains of each posterior when the metric is set (``mass_matrix``).
 
-The chains are G consecutive groups of k = chains / G (a run: one group of all its chains; a
-calibration batch: one group per simulation). Each step adds one observation per group: the mean
-of its chains' states, and the squared deviations averaged over its chains,
+Each step adds each chain's state to that chain's sums,
 
-    n <- n + 1,   mu' = mu + (xbar - mu) / n,   m2 <- m2 + mean_c[(x_c - mu)(x_c - mu')]
+    n <- n + 1,   mu_c' = mu_c + (x_c - mu_c) / n,   m2_c <- m2_c + (x_c - mu_c)(x_c - mu_c')
 
-so that m2 / (n - 1) estimates the posterior variance of each coordinate (the within-step spread
-of the chains counts with the spread along the run). A part named in ``dense`` (shape (chains, d))
-gathers the outer products instead, m2 (G, d, d): its covariance, for the dense metric.
+so that a chain's sums depend on that chain alone: chains run on several devices gather what
+they gather on one (issue #34), and ``pooled`` combines them, in the order of the chains, into
+each posterior's (G consecutive groups of k = chains / G: a run is one group of all its chains,
+a calibration batch one group per simulation; Chan et al.'s pairwise formula with equal counts):
+
+    mu = mean_c mu_c,   m2 = sum_c m2_c + n sum_c (mu_c - mu)(mu_c - mu),   over k n draws.
+
+A part named in ``dense`` (shape (chains, d)) gathers the outer products instead, m2 (chains, d,
+d): its covariance, for the dense metric.
 """
 
 from __future__ import annotations
@@ -20,27 +24,23 @@ import tensorflow as tf
 
 from core.engine.adaptation.metric import is_dense
 
-__all__ = ["Welford", "welford_fresh", "welford_update"]
+__all__ = ["Welford", "welford_fresh", "welford_update", "pooled"]
 
 
 class Welford(NamedTuple):
-    """count: steps gathered (scalar); mean, m2: per state part, (G, ...) each."""
+    """count: steps gathered (scalar); mean, m2: per state part, (chains, ...) each."""
 
     count: tf.Tensor
     mean: list
     m2: list
 
 
-def welford_fresh(parts, groups: int, dtype, dense=()) -> Welford:
-    """No observation yet, for state ``parts`` ((chains, ...) each) in ``groups`` groups; the
-    parts whose index is in ``dense`` ((chains, d) each) gather their covariance."""
-    return Welford(tf.constant(0.0, dtype), [tf.zeros([groups, *p.shape[1:]], dtype) for p in parts],
-                   [tf.zeros([groups, *p.shape[1:], *(p.shape[1:] if i in dense else ())], dtype)
+def welford_fresh(parts, dtype, dense=()) -> Welford:
+    """No observation yet, for state ``parts`` ((chains, ...) each); the parts whose index is in
+    ``dense`` ((chains, d) each) gather their covariance."""
+    return Welford(tf.constant(0.0, dtype), [tf.zeros(p.shape, dtype) for p in parts],
+                   [tf.zeros([*p.shape, *(p.shape[1:] if i in dense else ())], dtype)
                     for i, p in enumerate(parts)])
-
-
-def _group_mean(x, groups: int):
-    return tf.reduce_mean(tf.reshape(x, [groups, -1, *x.shape[1:]]), axis=1)
 
 
 def welford_update(acc: Welford, parts) -> Welford:
@@ -49,13 +49,34 @@ def welford_update(acc: Welford, parts) -> Welford:
     n = count + 1.0
     new_mean, new_m2 = [], []
     for part, mu, q in zip(parts, mean, m2):
-        groups = mu.shape[0]
-        per_group = part.shape[0] // groups
-        mu_new = mu + (_group_mean(part, groups) - mu) / n
-        rep_mu, rep_new = tf.repeat(mu, per_group, axis=0), tf.repeat(mu_new, per_group, axis=0)
+        mu_new = mu + (part - mu) / n
         new_mean.append(mu_new)
         if is_dense(q, part):        # dense: outer products
-            new_m2.append(q + _group_mean((part - rep_mu)[..., :, None] * (part - rep_new)[..., None, :], groups))
+            new_m2.append(q + (part - mu)[..., :, None] * (part - mu_new)[..., None, :])
         else:
-            new_m2.append(q + _group_mean((part - rep_mu) * (part - rep_new), groups))
+            new_m2.append(q + (part - mu) * (part - mu_new))
     return Welford(n, new_mean, new_m2)
+
+
+def pooled(acc: Welford, groups: int) -> tuple[float, list, list]:
+    """(draws per group, each group's mean (G, ...), each group's m2 (G, ...)) from the chains'
+    sums, combined chain by chain in their order (module docstring)."""
+    count, mean, m2 = acc
+    n = float(count.numpy())
+    means, m2s = [], []
+    for mu, q in zip(mean, m2):
+        k = int(mu.shape[0]) // groups
+        dense = is_dense(q, mu)
+        group_means, group_m2 = [], []
+        for g in range(groups):
+            rows = range(g * k, (g + 1) * k)
+            centre = tf.add_n([mu[c] for c in rows]) / float(k)
+            total = tf.add_n([q[c] for c in rows])
+            for c in rows:
+                dev = mu[c] - centre
+                total = total + n * (dev[:, None] * dev[None, :] if dense else dev * dev)
+            group_means.append(centre)
+            group_m2.append(total)
+        means.append(tf.stack(group_means))
+        m2s.append(tf.stack(group_m2))
+    return n * (int(mean[0].shape[0]) // groups), means, m2s

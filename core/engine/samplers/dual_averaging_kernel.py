@@ -169,6 +169,11 @@ class DualAveragingKernel:
         pass
 
     @staticmethod
+    def chain_axis(key):
+        """The chain axis of the tuning state's ``key`` (None: one value for all chains)."""
+        return None if key in ("da_step", "num_adapt") else 0
+
+    @staticmethod
     def checkpoint(da, put, arrays) -> dict:
         for key in _DA_KEYS:
             put(f"da_{key}", da[key])

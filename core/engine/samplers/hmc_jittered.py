@@ -21,11 +21,10 @@ takes. ``JitteredHamiltonianMonteCarlo`` is the same as a TFP kernel (for tests)
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow_probability.python.internal import prefer_static as ps
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 
-from core.engine import hmc
+from core.engine import chain_seeds, hmc
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UncalibratedLoopedHMC
 from core.engine.samplers.hmc import Hmc
 
@@ -40,9 +39,10 @@ def jittered_steps(seed, mean_steps: int):
 
 
 def _seeds(seed, n_parts: int):
-    """(the momenta's seeds, the jitter's seed) of a transition from its seed."""
-    seeds = list(samplers.split_seed(seed, n=n_parts + 1))
-    return seeds[:-1], seeds[-1]
+    """(the momenta's seeds, the jitter's seed) of a transition from its seed: the jitter's is
+    the one every chain shares (``chain_seeds.common``)."""
+    seeds = chain_seeds.split(seed, n_parts + 1)
+    return seeds[:-1], chain_seeds.common(seeds[-1])
 
 
 def jittered_proposal(logdensity_fn, mean_steps: int):
@@ -52,8 +52,7 @@ def jittered_proposal(logdensity_fn, mean_steps: int):
 
     def proposal(seed, state_parts):
         momentum_seeds, jitter_seed = _seeds(seed, len(state_parts))
-        momenta = [samplers.normal(shape=ps.shape(x), dtype=x.dtype.base_dtype, seed=part_seed)
-                   for part_seed, x in zip(momentum_seeds, state_parts)]
+        momenta = [chain_seeds.normal(part_seed, x) for part_seed, x in zip(momentum_seeds, state_parts)]
         n = jittered_steps(jitter_seed, mean_steps)
 
         def integrate(step_sizes, momentum, state, target, grads):

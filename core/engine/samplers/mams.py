@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from core.engine import chain_seeds
 from core.engine.adaptation.mams_tuning import MamsTuning
 from core.engine.driver import DIVERGENCE_THRESHOLD
 from core.engine.microcanonical import (
@@ -67,9 +68,9 @@ def build_kernel(logdensity_fn, has_aux: bool = False):
         x, lp, g, aux = state
         step, L = params
         chains, dim = int(lp.shape[0]), n_dims(x)
-        seeds = tf.random.experimental.stateless_split(seed, 4)
+        seeds = chain_seeds.split(seed, 4)
         u = unit_velocity(normal_parts(seeds[0], x, chunk_rng()))
-        uniform = tf.random.stateless_uniform([], seeds[1], dtype=tf.float64)
+        uniform = tf.random.stateless_uniform([], chain_seeds.common(seeds[1]), dtype=tf.float64)   # shared
         n = mams_trajectory_steps(uniform, L / step)          # (C,)
 
         def body(i, xt, ut, lpt, gt, at, kin):
@@ -85,7 +86,7 @@ def build_kernel(logdensity_fn, has_aux: bool = False):
         finite = tf.math.is_finite(delta) & all_finite(xe)
         delta = tf.where(finite, delta, tf.fill(tf.shape(delta), tf.constant(-np.inf, tf.float64)))
         p_accept = tf.minimum(tf.exp(delta), 1.0)
-        accept = tf.random.stateless_uniform([chains], seeds[2], dtype=tf.float64) < p_accept
+        accept = chain_seeds.uniform(seeds[2], chains, tf.float64) < p_accept
         new = MamsState(select(accept, xe, x), tf.where(accept, lpe, lp), select(accept, ge, g), select(accept, ae, aux))
         return new, MamsInfo(p_accept, delta, finite, n)
     return step

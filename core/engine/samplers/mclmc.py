@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from core.engine import chain_seeds
 from core.engine.adaptation.mclmc_tuning import DESIRED_ENERGY_VAR, HYPER_ENERGY_VAR, MclmcTuning
 from core.engine.driver import DIVERGENCE_THRESHOLD
 from core.engine.microcanonical import chunk_rng, mclmc_transition, normal_parts, unit_velocity, value_and_grad_fn
@@ -58,7 +59,7 @@ def build_kernel(logdensity_fn, has_aux: bool = False):
     value_and_grad = value_and_grad_fn(logdensity_fn, has_aux)
 
     def step(seed, state: MclmcState, params: MclmcParams):
-        seeds = tf.random.experimental.stateless_split(seed, 2)
+        seeds = chain_seeds.split(seed, 2)
         x, alg = state.position, chunk_rng()
         x2, u2, lp2, g2, aux2, energy, ok = mclmc_transition(
             value_and_grad, x, state.velocity, state.logdensity, state.logdensity_grad, params.step_size, params.L,

@@ -134,6 +134,10 @@ class MicrocanonicalKernel:
         if st["step"] in self.d.schedule.tune_stops:
             st["da"] = self.tuner.at_boundary(st["step"], st["da"])
 
+    def chain_axis(self, key):
+        """The chain axis of the tuning state's ``key`` (None: one value for all chains)."""
+        return self.tuner.chain_axis(key)
+
     def checkpoint(self, da, put, arrays) -> dict:
         # the tuning state as it is: a tensor, or a list of tensors (one per state part)
         parts = {}

@@ -219,6 +219,12 @@ BAD = [
     (F + "[sampler]\ndense_modes = -1\n", "sampler.dense_modes: must be a non-negative integer",
      'sampler.dense_modes'),
     (F + "[sampler]\ndense_modes = 2.5\n", "sampler.dense_modes", 'sampler.dense_modes'),
+    (F + "[sampler]\ndevices = 0\n", "sampler.devices: must be a positive integer", 'sampler.devices'),
+    (F + "[sampler]\ndevices = \"gpu\"\n", 'sampler.devices: must be "all" or a positive integer',
+     'sampler.devices'),
+    (F + "[sampler]\nchains = 2\ndevices = 4\n", "sampler.devices: may be at most sampler.chains = 2",
+     'sampler.devices'),
+    (F + "[sampler]\nchains = 100\ndevices = 65\n", "sampler.devices: may be at most 64", 'sampler.devices'),
     (F + "[sampler]\nseed = 1.5\n", "sampler.seed", 'sampler.seed'),
     (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number", 'sampler.step_size'),
     (F + "[sampler]\nstep_size = inf\n", "sampler.step_size", 'sampler.step_size'),
@@ -393,6 +399,7 @@ def samplers(positive, preconditioners=("identity", "diagonal")):
         "seed": st.integers(0, 2**63 - 1),
         "thin": st.integers(1, 100),
         "chunk_size": st.integers(1, 10**6),
+        "devices": st.just("all"),
     })
 
 

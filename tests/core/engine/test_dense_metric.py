@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from core.engine.adaptation import Welford, adapted_scale, welford_fresh, welford_update
+from core.engine.adaptation import Welford, adapted_scale, pooled, welford_fresh, welford_update
 from core.engine.adaptation.metric import grad_to_x, grad_to_z, marginal_sd, rescaled, to_x, to_z
 
 
@@ -66,31 +66,36 @@ def test_the_change_of_variables_is_x_equal_L_z_with_its_chain_rule():
 
 
 def test_the_dense_sums_are_numpys_covariance_and_their_diagonal_the_diagonals():
-    """One chain a group: each group's sums are the sample covariance of its chain (np.cov);
-    two chains a group: the diagonal of the dense sums equals the diagonal sums'."""
+    """Each chain's sums are the sample covariance of its draws (np.cov), the diagonal of the
+    dense sums equals the diagonal sums', and pooled over groups of 2 chains they are the
+    sample covariance of the group's draws together (np.cov of both chains' 400 draws)."""
     rng = np.random.default_rng(1)
     draws = rng.normal(size=(200, 4, 3)) @ np.array([[1.0, 0.8, 0.0], [0.0, 0.6, 0.3], [0.0, 0.0, 0.2]])
+    draws[:, 1] += 0.3            # chains with different means: the pooled sums count the spread
     like = [tf.zeros((4, 3), tf.float64)]
-    for groups in (4, 2):
-        dense = welford_fresh(like, groups, tf.float64, dense=(0,))
-        diag = welford_fresh(like, groups, tf.float64)
-        for x in draws:
-            dense = welford_update(dense, [tf.constant(x)])
-            diag = welford_update(diag, [tf.constant(x)])
-        assert dense.m2[0].shape == (groups, 3, 3)
-        np.testing.assert_allclose(np.diagonal(dense.m2[0].numpy(), axis1=1, axis2=2), diag.m2[0].numpy(),
-                                   rtol=1e-12)
-        if groups == 4:
-            for c in range(4):
-                np.testing.assert_allclose(dense.m2[0].numpy()[c] / 199.0, np.cov(draws[:, c].T), rtol=1e-10)
-    # the factor: L L^T is Stan's regularised covariance, repeated over each group's chains
-    scale = adapted_scale(Welford(dense.count, dense.mean, dense.m2), 4)
-    n = 200.0
+    dense = welford_fresh(like, tf.float64, dense=(0,))
+    diag = welford_fresh(like, tf.float64)
+    for x in draws:
+        dense = welford_update(dense, [tf.constant(x)])
+        diag = welford_update(diag, [tf.constant(x)])
+    assert dense.m2[0].shape == (4, 3, 3)
+    np.testing.assert_allclose(np.diagonal(dense.m2[0].numpy(), axis1=1, axis2=2), diag.m2[0].numpy(),
+                               rtol=1e-12)
     for c in range(4):
-        cov = dense.m2[0].numpy()[c // 2] / (n - 1)
+        np.testing.assert_allclose(dense.m2[0].numpy()[c] / 199.0, np.cov(draws[:, c].T), rtol=1e-10)
+    n, means, m2 = pooled(dense, 2)
+    assert n == 400.0
+    for g in range(2):
+        together = draws[:, 2 * g:2 * g + 2].reshape(-1, 3)
+        np.testing.assert_allclose(means[0].numpy()[g], together.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(m2[0].numpy()[g] / (n - 1), np.cov(together.T), rtol=1e-10)
+    # the factor: L L^T is Stan's regularised covariance, repeated over each group's chains
+    scale = adapted_scale(Welford(dense.count, dense.mean, dense.m2), 4, groups=2)
+    for c in range(4):
+        cov = np.cov(draws[:, 2 * (c // 2):2 * (c // 2) + 2].reshape(-1, 3).T)
         want = (n / (n + 5)) * cov + 1e-3 * (5 / (n + 5)) * np.eye(3)
         L = scale[0].numpy()[c]
-        np.testing.assert_allclose(L @ L.T, want, rtol=1e-12)
+        np.testing.assert_allclose(L @ L.T, want, rtol=1e-10)
         assert np.allclose(L, np.tril(L))
 
 
@@ -211,9 +216,11 @@ def test_a_runaway_window_covariance_shrinks_to_the_curvatures_marginal_sd_keepi
         curvature = d._curvature_scale(x, None, dense=True).numpy()
         c_cov = curvature @ np.swapaxes(curvature, 1, 2)
         count, mean, m2 = st["mass_acc"]
-        n = 1000.0
+        steps, chains = 1000.0, int(x[1].shape[0])
+        n = steps * chains                     # the draws pooled (every chain's sums: mean 0, m2 its share)
         window = factor**2 * c_cov.mean(axis=0)
-        st["mass_acc"] = (tf.constant(n, count.dtype), mean, [m2[0] + n, tf.constant((n - 1) * window[None])])
+        share = np.broadcast_to((n - 1) / chains * window, (chains, 2, 2))
+        st["mass_acc"] = (tf.constant(steps, count.dtype), mean, [m2[0] + steps, tf.constant(share)])
         st["step"] = d.schedule.mass_end
         d._rescale_at_mass_end(st, None)
         L = st["scale"][1].numpy()

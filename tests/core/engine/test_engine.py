@@ -142,6 +142,33 @@ def test_resume_refuses_a_finished_run_and_a_damaged_checkpoint(tmp_path):
         Engine(cfg, txt, tmp_path / "run").resume(num_samples=20)
 
 
+def test_a_checkpoint_with_the_older_pooled_adaptation_sums_resumes(tmp_path):
+    """Checkpoints from before issue #34 hold the diagonal's Welford sums pooled over the chains,
+    (1, ...) a part; each chain takes them (``core.engine.checkpoint``) and the run finishes."""
+    from core.engine.engine import Control
+
+    config, text, *_ = write_field_case(tmp_path, warmup=60, samples=20, chunk=20, shape=(8, 8, 8))
+    assert config.sampler.preconditioner == "diagonal"
+    control = Control()
+
+    def emit(event):          # stop after the first chunk: inside the window [9, 45)
+        if event.get("type") == "chunk":
+            control.stop = True
+
+    assert Engine(config, text, tmp_path / "run", emit=emit, control=control).start() == "stopped"
+    path = tmp_path / "run" / "checkpoint.npz"
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    assert arrays["mass_mean_0"].shape == (2, 8, 8, 8) and float(arrays["mass_count"]) == 11.0
+    for key in ("mass_mean_0", "mass_m2_0"):
+        arrays[key] = arrays[key].mean(axis=0, keepdims=True)           # the older layout
+    np.savez(path, **arrays)
+    cfg, txt = stored_run_config(tmp_path / "run")
+    assert Engine(cfg, txt, tmp_path / "run").resume() == "finished"
+    reader = RunReader(tmp_path / "run")
+    assert reader.stat("lp").shape == (2, 20) and np.all(np.isfinite(reader.stat("lp")))
+
+
 def test_seed_reproducibility(tmp_path):
     config, text, *_ = write_field_case(tmp_path, warmup=20, samples=30, shape=(8, 8, 8))
     run(config, text, tmp_path / "a")

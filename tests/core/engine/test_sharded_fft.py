@@ -10,25 +10,16 @@ The device split must come before TensorFlow starts, so the checks run in a fres
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from support.fresh_process import json_report
+
 TOLERANCE = 1e-13          # float64: the measured errors are 0 to 7e-16
 
 
 @pytest.fixture(scope="module")
 def report():
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "support" / "sharded_fft_check.py")],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return json_report("sharded_fft_check.py", timeout=600)
 
 
 CASES = [f"{mesh} {grid}" for mesh in ("slab", "pencil")

@@ -74,3 +74,29 @@ def test_one_141_gib_gpu_holds_512_cubed_with_4_chains_and_1024_cubed_with_1_by_
     small = resources.estimate_run((8,) * 3, chains=2, algorithm="mclmc", chunk_size=25, thin=20)
     assert small.device_bytes("gpu") - resources.GPU_RUNTIME_BYTES == math.ceil(
         (17.8 * 2 + 16.8 + 3 * 2) * 8**3 * 4)
+
+
+def test_the_estimate_counts_each_devices_chains_when_they_spread():
+    """``sampler.devices``: on a GPU the largest device's chains (a lone chain runs twice:
+    ``device_chain_groups``), in a CPU's one memory every device's; the store keeps the run's."""
+    from core.run.engine_limits import device_chain_groups
+
+    assert device_chain_groups(4, 1) == [4]
+    assert device_chain_groups(4, 2) == [2, 2]
+    assert device_chain_groups(5, 2) == [3, 2]
+    assert device_chain_groups(3, 2) == [2, 2]          # 2 + a lone chain run twice
+    assert device_chain_groups(4, 4) == [2, 2, 2, 2]
+    assert device_chain_groups(8, 4) == [2, 2, 2, 2]
+    side = (256,) * 3
+    kw = dict(algorithm="mclmc", chunk_size=25, thin=20)
+    one = resources.estimate_run(side, chains=8, **kw)
+    four = resources.estimate_run(side, chains=8, devices=4, **kw)
+    two_each = resources.estimate_run(side, chains=2, **kw)
+    assert four.device_bytes("gpu") == two_each.device_bytes("gpu") < one.device_bytes("gpu")
+    assert four.host_bytes("cpu") == one.host_bytes("cpu")           # 8 chains in one memory either way
+    assert four.store_bytes == one.store_bytes and four.chains == 8
+    lone = resources.estimate_run(side, chains=4, devices=4, **kw)    # each device: its chain twice
+    assert lone.device_bytes("gpu") == two_each.device_bytes("gpu")
+    assert lone.arrays["model_state"] == one.arrays["model_state"]   # 4 devices x 2 copies computed
+    assert lone.xla_working_set == one.xla_working_set
+    assert lone.store_bytes == resources.estimate_run(side, chains=4, **kw).store_bytes      # 4 stored
