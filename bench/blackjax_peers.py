@@ -36,8 +36,14 @@ class JaxDensity:
 
         S_k = (n_cells^2 / V) A (k / k_p)^n exp(log_shape_k)      (log_shape: a fixed cutoff, or 0)
 
-    each with a normal prior in that coordinate (a lognormal amplitude is a normal log A, its
-    Jacobian included)."""
+    or, for band powers (the inputs have ``bin_half``), the log powers eta_b = log P_b of
+
+        S_k = (n_cells^2 / V) P_{b(k)}      (b(k): the mode's bin, ``BandPowers.bin_index``)
+
+    each with a normal prior in that coordinate (a lognormal amplitude or band power is a normal
+    in its log, the Jacobian included); band powers add the random walk of their family,
+    sum_b log N(log P_{b+1} - log P_b; 0, tau) over every bin, fixed ones at their own power
+    (``field_density._random_walk_log_prior``; tau = ``random_walk_scale``, 0 for none)."""
 
     def __init__(self, arrays):
         import jax.numpy as jnp
@@ -51,9 +57,16 @@ class JaxDensity:
         self.nonzero = jnp.asarray(arrays["nonzero"], f32)
         self.log_norm = float(arrays["log_norm"])            # log(n_cells^2 / V), + log A where A is fixed
         self.names = [str(name) for name in arrays["hyper_names"]]
-        unknown = set(self.names) - {"index", "amplitude"}
+        self.bands = "bin_half" in arrays          # band powers: each half-grid mode's bin (0 at k = 0)
+        if self.bands:
+            self.bins = jnp.asarray(arrays["bin_half"], jnp.int32)
+            self.band_names = [str(name) for name in arrays["band_names"]]
+            self.band_log_powers = [float(v) for v in arrays["band_log_powers"]]     # a fixed bin's own
+            self.walk = float(arrays["random_walk_scale"])
+        known = set(self.band_names) if self.bands else {"index", "amplitude"}
+        unknown = set(self.names) - known
         if unknown:
-            raise ValueError(f"the JAX density samples the index and the amplitude only, not {sorted(unknown)}")
+            raise ValueError(f"the JAX density samples {sorted(known)} only, not {sorted(unknown)}")
         self.sampled = bool(self.names)
         self.loc = [float(v) for v in arrays["hyper_loc"]]
         self.scale = [float(v) for v in arrays["hyper_scale"]]
@@ -61,9 +74,18 @@ class JaxDensity:
         self.shape = tuple(self.data.shape)
         self.fixed_sqrt_s = None if self.sampled else self.sqrt_s(None)
 
+    def log_bins(self, eta):
+        """Band powers: log P_b of every bin, sampled (eta) or fixed."""
+        import jax.numpy as jnp
+
+        return jnp.stack([eta[self.names.index(name)] if name in self.names else jnp.float32(value)
+                          for name, value in zip(self.band_names, self.band_log_powers)])
+
     def sqrt_s(self, eta):
         import jax.numpy as jnp
 
+        if self.bands:
+            return jnp.exp(0.5 * (self.log_norm + self.log_bins(eta)[self.bins])) * self.nonzero
         index = eta[self.names.index("index")] if "index" in self.names else self.fixed_index
         log_a = eta[self.names.index("amplitude")] if "amplitude" in self.names else 0.0
         return jnp.exp(0.5 * (self.log_norm + log_a + index * self.log_k_ratio + self.log_shape)) * self.nonzero
@@ -88,6 +110,9 @@ class JaxDensity:
         for i, (loc, scale) in enumerate(zip(self.loc, self.scale)):
             z = (position[1][i] - loc) / scale
             lp = lp - 0.5 * z * z - math.log(scale) - 0.5 * math.log(2 * math.pi)
+        if self.bands and self.walk > 0 and self.sampled:
+            step = jnp.diff(self.log_bins(position[1])) / self.walk
+            lp = lp + jnp.sum(-0.5 * step * step) - step.size * (math.log(self.walk) + 0.5 * math.log(2 * math.pi))
         r = (self.data - self.field(position)) * self.inv_sigma
         return lp - 0.5 * jnp.sum(r * r) + self.lik_const
 

@@ -45,8 +45,8 @@ config's warmup steps) and BlackJAX MCLMC (its own tuner) on the identical densi
 JAX (``bench/blackjax_peers.py``, checked against Fieldscope's at six points first), in a process
 of their own, with as many post-warmup gradients per chain as the first sampler of ``--samplers``
 used; the cases whose density the JAX twin knows: a power law, with or without a fixed cutoff,
-its index and / or amplitude sampled, Gaussian noise of one sd, any mask (hi_sn, lo_sn,
-hi_sn64, slab2, pair).
+its index and / or amplitude sampled, or band powers (lognormal bins, with or without the random
+walk), Gaussian noise of one sd, any mask (hi_sn, lo_sn, hi_sn64, slab2, pair, bands16).
 
 Usage: python bench/hyper_efficiency.py [--cases hi_sn lo_sn slab2 user48]
        [--samplers mclmc/fourier mclmc/conditional nuts/conditional]
@@ -256,7 +256,7 @@ def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
     from core.field.grid import Grid
 
     prior, data = document["prior"], document["data"]
-    if (prior["kind"] not in ("power_law", "power_law_cutoff") or "noise_sigma" not in data
+    if (prior["kind"] not in ("power_law", "power_law_cutoff", "band_powers") or "noise_sigma" not in data
             or document["likelihood"]["kind"] != "gaussian"):
         return None
     config, _ = _config({**document, "sampler": {"chains": CHAINS, "seed": seed}}, folder)
@@ -266,22 +266,38 @@ def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
         mask = np.asarray(archive[data["mask"]], bool) if "mask" in data else np.ones(values.shape, bool)
     grid, noise = Grid(values.shape, BOX), float(data["noise_sigma"])
     k = grid.k_magnitude_half()
-    fixed = {name: prior[name] for name in ("amplitude", "index") if not isinstance(prior[name], dict)}
-    # the unconstrained coordinates: the index itself (normal), log A (lognormal)
-    loc = [prior[name]["loc"] for name in names]
-    scale = [prior[name]["scale"] for name in names]
+    bands = prior["kind"] == "band_powers"
+    fixed = {} if bands else {name: prior[name] for name in ("amplitude", "index") if not isinstance(prior[name], dict)}
+    # the unconstrained coordinates: the index itself (normal), log A and log P_b (lognormal)
+    loc = [(prior["band_power"] if bands else prior[name])["loc"] for name in names]
+    scale = [(prior["band_power"] if bands else prior[name])["scale"] for name in names]
     log_norm = math.log(grid.n_cells**2 / grid.volume) + math.log(fixed.get("amplitude", 1.0))
     log_shape = -np.square(k * prior["cutoff_scale"]) if prior["kind"] == "power_law_cutoff" else np.zeros(k.shape)
     arrays = {"data": np.where(mask, values, 0.0), "inv_sigma": np.where(mask, 1.0 / noise, 0.0),
               "lik_const": np.array(-mask.sum() * (math.log(noise) + 0.5 * math.log(2 * math.pi))),
-              "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / prior["k_pivot"]), "nonzero": (k > 0).astype(float),
+              "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / prior.get("k_pivot", 1.0)), "nonzero": (k > 0).astype(float),
               "log_shape": log_shape, "log_norm": np.array(log_norm), "index": np.array(fixed.get("index", 0.0)),
               "hyper_names": np.array(names, str), "hyper_loc": np.array(loc, float),
               "hyper_scale": np.array(scale, float)}
+    if bands:
+        arrays.update(_band_arrays(config, grid, k))
     arrays.update(checkpoint_arrays(density_checkpoints(config)))
     path = folder / "peer.npz"
     np.savez(path, **arrays)
     return path
+
+
+def _band_arrays(config, grid, k) -> dict:
+    """Band powers for the JAX twin: each half-grid mode's bin (0 at k = 0, whose S_0 is 0, as
+    the engine's), every bin's name and log power (a fixed bin keeps its own) and the random
+    walk's scale (0: none), from the spectrum the engine and the exact posterior build."""
+    from core.field.power_spectrum import hyperparameter_priors, prior_spectrum
+
+    priors = hyperparameter_priors(config.prior)
+    spectrum = prior_spectrum(config.prior, None, {name: p.median() for name, p in priors.items()}, grid=grid)
+    return {"bin_half": np.maximum(spectrum.bin_index(k), 0), "band_names": np.array(spectrum.parameters, str),
+            "band_log_powers": np.log(np.asarray(spectrum.powers)),
+            "random_walk_scale": np.array(spectrum.random_walk_scale or 0.0)}
 
 
 def peer_results(name: str, document: dict, folder: Path, peers: list[str], budget: int, seed: int) -> dict:
@@ -293,7 +309,7 @@ def peer_results(name: str, document: dict, folder: Path, peers: list[str], budg
 
     inputs = peer_inputs(document, folder, seed)
     if inputs is None:
-        return {"skipped": "the JAX twin knows power laws under Gaussian noise of one sd only"}
+        return {"skipped": "the JAX twin knows power laws and band powers under Gaussian noise of one sd only"}
     spec = [{"name": name, "inputs": str(inputs), "peers": peers, "budget": budget,
              "num_warmup": NEW_CONFIG_SAMPLERS["field"]["num_warmup"], "seed": seed}]
     results = run_peers(spec, folder, timeout=3600)
@@ -305,8 +321,9 @@ def peer_results(name: str, document: dict, folder: Path, peers: list[str], budg
         return {"skipped": f"the density check refused them: {check['text']}"}
     with np.load(inputs) as archive:
         names = [str(n) for n in archive["hyper_names"]]
-    # the peers' chains are in the unconstrained coordinates: the amplitude's is log A
-    return {peer: {"params": {n: (np.exp if n == "amplitude" else np.asarray)(res["hyper_chain"][..., i])
+    # the peers' chains are in the unconstrained coordinates: the amplitude's is log A, a band's log P_b
+    return {peer: {"params": {n: (np.exp if n == "amplitude" or n.startswith("band_power") else np.asarray)(
+                                  res["hyper_chain"][..., i])
                               for i, n in enumerate(names)}, "grads": res["grads"],
                    "warmup_grads": res["warmup_grads"], "seconds": res["wall"]}
             for peer, res in results[name].items()}

@@ -11,6 +11,7 @@ The posteriors (issue #12; all from one data set, ``write_cases``):
     nomask  n^3 Gaussian field (n = 32), box 200, P(k) = A (k / 0.1)^-2 with A set so that the
             field's variance is 1, uniform noise sigma 0.5, every voxel observed, P(k) fixed
     slab    the same data with a slab of 25 % of the planes (axis 0) masked
+    sphere  the same data with a central sphere of 25 % of the volume masked
     index   as nomask, with the P(k) index sampled (prior normal(-2, 0.5))
     slab_index  as slab, with the index sampled
 
@@ -22,7 +23,7 @@ Exact answers (numpy, ``core.reference``):
 
     nomask  the Wiener filter in closed form: mean, std and the posterior variance of every
             Fourier mode
-    slab    the Wiener mean by conjugate gradients; std per voxel and variance per mode from
+    slab, sphere  the Wiener mean by conjugate gradients; std per voxel and variance per mode from
             ``--reference-draws`` exact posterior draws (perturbation sampling), whose Monte-Carlo
             error is taken out of n_eff on average (E[1/var_hat] = var^-1 n / (n - 2) for a variance
             from n draws; n / (n - 1) for a complex mode's) and is printed
@@ -48,14 +49,14 @@ both chains) - (exact mean),
 
 For the index case also the index's ESS (bulk, ``core.store.diagnostics.ess_bulk``, equal to
 ArviZ's) from the autocorrelation of its chains, and its mean and std against the quadrature.
-Per 1000 gradients = n_eff / (post-warmup gradient evaluations of all chains / 1000); per second
-= n_eff / post-warmup wall time (all chains vectorised in one program).
+Per 1000 gradients = n_eff / (post-warmup gradient evaluations of all chains / 1000); warmup
+counted: over the warmup's and the sampling's gradients (the peers' tuning included); per second =
+n_eff / post-warmup wall time (all chains vectorised in one program).
 
 Fieldscope side: the real engine (``core.engine.engine.Engine``, in this process) for every
 registered sampler (``core.samplers``) x preconditioner (``core.config.schema.PRECONDITIONERS``),
 with the config's defaults for everything else, one config per combination written by
-``core.config``'s writer; a combination
-the config refuses is skipped with the reason. Gradient evaluations are the store's
+``core.config``'s writer; a combination the config refuses is skipped with the reason. Gradient evaluations are the store's
 ``sample_stats.n_steps`` (post-warmup) and ``warmup_sample_stats.n_steps``, times its ``timing``
 attribute (warmup_seconds includes the XLA compilation). Warmup: the config's ``num_warmup``
 (``--num-warmup``) for HMC and NUTS; the MCLMC / MAMS combinations tune for as many steps as
@@ -74,7 +75,7 @@ beyond float32 tolerance gets no peer figures, only the refusal. The peers' warm
 their compilation (the sampling loop is compiled before its clock starts, as the engine's is).
 
 Usage:
-python bench/sampler_efficiency.py [--quick] [--cases nomask slab index slab_index] [--algorithms hmc nuts/diagonal]
+python bench/sampler_efficiency.py [--quick] [--cases nomask slab sphere index slab_index] [--algorithms hmc]
        [--peers | --no-peers] [--grid 32] [--budget 24000] [--reference-draws 256] [--json out.json]
        [--num-warmup N] [--microcanonical-warmup peer|config|N] [--peer-algorithms nuts mclmc]
        [--chunk-size peer|config|N]
@@ -84,8 +85,9 @@ writes every chunk to its store (statistics, moments, a checkpoint). By default 
 ``sampler.chunk_size`` is the peer chunk of its kind (``--chunk-size``), so both pay their per-chunk
 costs as often; the draws do not depend on it (every step's seed is the run's seed and its index).
 
-``--quick``: a 16^3 grid, 4000 gradients per chain, 64 reference draws (a few minutes). The
-machine's timings are noisy when its cores are shared; the gradient counts are not.
+``--quick``: a 16^3 grid, 4000 gradients per chain, 64 reference draws (a few minutes). A new
+config's run length: ``--budget 4000 --microcanonical-warmup 1000`` (2000 MCLMC draws of 2 gradients
+after 1000 warmup steps). Timings are noisy when the cores are shared; gradient counts are not.
 """
 
 from __future__ import annotations
@@ -143,15 +145,20 @@ DENSITY_RTOL, GRADIENT_RTOL = 2e-5, 1e-4
 class Case:
     name: str
     title: str
-    masked: bool
+    data: str               # the data set: nomask, slab or sphere (its mask kind), folder/<data>.npz
     sampled_index: bool
+
+    @property
+    def masked(self) -> bool:
+        return self.data != "nomask"
 
 
 CASES = {
-    "nomask": Case("nomask", "no mask", masked=False, sampled_index=False),
-    "slab": Case("slab", "25 % slab masked", masked=True, sampled_index=False),
-    "index": Case("index", "P(k) index sampled (no mask)", masked=False, sampled_index=True),
-    "slab_index": Case("slab_index", "P(k) index sampled, 25 % slab masked", masked=True, sampled_index=True),
+    "nomask": Case("nomask", "no mask", "nomask", sampled_index=False),
+    "slab": Case("slab", "25 % slab masked", "slab", sampled_index=False),
+    "sphere": Case("sphere", "a central sphere of 25 % of the volume masked", "sphere", sampled_index=False),
+    "index": Case("index", "P(k) index sampled (no mask)", "nomask", sampled_index=True),
+    "slab_index": Case("slab_index", "P(k) index sampled, 25 % slab masked", "slab", sampled_index=True),
 }
 
 
@@ -166,8 +173,8 @@ def unit_variance_amplitude(grid) -> float:
 
 
 def write_cases(folder: Path, n: int) -> dict:
-    """folder/nomask.npz and folder/slab.npz (one truth and one noise draw; the slab masks
-    25 % of the planes along axis 0). Returns {"amplitude": A}."""
+    """folder/nomask.npz, slab.npz and sphere.npz (one truth and one noise draw; the slab masks
+    25 % of the planes along axis 0, the sphere 25 % of the volume). Returns {"amplitude": A}."""
     from core.field.grid import Grid
     from core.field.power_spectrum import PowerLaw
     from core.field.synthetic import make_dataset, save_dataset
@@ -176,15 +183,15 @@ def write_cases(folder: Path, n: int) -> dict:
     amplitude = unit_variance_amplitude(grid)
     spectrum = PowerLaw(amplitude=amplitude, index=INDEX, k_pivot=K_PIVOT)
     folder.mkdir(parents=True, exist_ok=True)
-    save_dataset(folder / "nomask.npz", make_dataset(grid, spectrum, NOISE, seed=DATA_SEED))
-    save_dataset(folder / "slab.npz", make_dataset(grid, spectrum, NOISE, mask="slab",
-                                                   mask_fraction=SLAB_FRACTION, seed=DATA_SEED))
+    for kind in ("none", "slab", "sphere"):     # one truth and noise draw (the seed), three masks
+        dataset = make_dataset(grid, spectrum, NOISE, mask=kind, mask_fraction=SLAB_FRACTION, seed=DATA_SEED)
+        save_dataset(folder / f"{'nomask' if kind == 'none' else kind}.npz", dataset)
     return {"amplitude": amplitude}
 
 
 def case_document(case: Case, amplitude: float, sampler: dict) -> dict:
     """The config document of ``case`` with ``sampler`` settings (core.config validates it)."""
-    data = {"path": "slab.npz" if case.masked else "nomask.npz", "noise_sigma": NOISE}
+    data = {"path": f"{case.data}.npz", "noise_sigma": NOISE}
     if case.masked:
         data["mask"] = "mask"
     prior = {"kind": "power_law", "k_pivot": K_PIVOT, "amplitude": amplitude,
@@ -195,21 +202,11 @@ def case_document(case: Case, amplitude: float, sampler: dict) -> dict:
 
 def fieldscope_combinations() -> list[tuple[str, dict]]:
     """(label "algorithm/preconditioner", sampler settings) for every algorithm x preconditioner
-    of ``core.config.schema``: ``PRECONDITIONERS`` and ``[sampler] preconditioner`` where the schema
-    has them, else ``adapt_mass_matrix`` false ("identity") and true ("diagonal")."""
+    of ``core.config.schema`` (``ALGORITHMS`` x ``PRECONDITIONERS``)."""
     from core.config import schema
 
-    fields = {f.name for f in dataclasses.fields(schema.SamplerSection)}
-    preconditioners = getattr(schema, "PRECONDITIONERS", None)
-    out = []
-    for algorithm in schema.ALGORITHMS:
-        if preconditioners is not None and "preconditioner" in fields:
-            for p in preconditioners:
-                out.append((f"{algorithm}/{p}", {"algorithm": algorithm, "preconditioner": p}))
-        else:
-            out.append((f"{algorithm}/identity", {"algorithm": algorithm, "adapt_mass_matrix": False}))
-            out.append((f"{algorithm}/diagonal", {"algorithm": algorithm, "adapt_mass_matrix": True}))
-    return out
+    return [(f"{algorithm}/{p}", {"algorithm": algorithm, "preconditioner": p})
+            for algorithm in schema.ALGORITHMS for p in schema.PRECONDITIONERS]
 
 
 def with_dense_modes(combos, values) -> list[tuple[str, dict]]:
@@ -256,7 +253,7 @@ def exact_reference(case: Case, folder: Path, amplitude: float, draws: int) -> R
     from core.field.synthetic import load_dataset
     from core.reference.wiener import posterior_samples, wiener_posterior
 
-    dataset = load_dataset(folder / ("slab.npz" if case.masked else "nomask.npz"))
+    dataset = load_dataset(folder / f"{case.data}.npz")
     grid = Grid(dataset.data.shape, BOX)
     if case.sampled_index:
         return (masked_index_reference(dataset, grid, amplitude, draws) if case.masked
@@ -516,7 +513,7 @@ def peer_inputs(case: Case, folder: Path, amplitude: float, checks: dict) -> Pat
     from core.field.grid import Grid
     from core.field.synthetic import load_dataset
 
-    dataset = load_dataset(folder / ("slab.npz" if case.masked else "nomask.npz"))
+    dataset = load_dataset(folder / f"{case.data}.npz")
     grid = Grid(dataset.data.shape, BOX)
     mask = np.asarray(dataset.mask, bool)
     k = grid.k_magnitude_half()
@@ -567,6 +564,7 @@ def _summarise(result: dict, reference: Reference, grid, case: Case) -> dict:
     per_k = 1000.0 / result["grads"]
     row = {**{k: v for k, v in result.items() if k not in ("mean", "std", "index_chain")}, **eff}
     row["per_1000"] = eff["n_eff"] * per_k
+    row["per_1000_warm"] = 1000.0 * eff["n_eff"] / (result["grads"] + result["warmup_grads"])
     row["per_s"] = eff["n_eff"] / result["seconds"]
     row["shell_per_1000"] = [v * per_k for v in eff["shell_n_eff"]]
     if case.sampled_index and "index_chain" in result:
@@ -585,7 +583,7 @@ def _print_case(case: Case, n: int, rows: list[dict], skipped: list[str], refere
     print(f"\n== {case.name}: {case.title}; {n}^3, box {BOX:g}, P(k) ~ k^{INDEX:g} (unit variance), "
           f"sigma {NOISE}, float32, {CHAINS} chains")
     print(f"   exact: {reference.text}")
-    head = (f"{'sampler':<16} | {'grads':>6} | {'n_eff':>7} | {'/1000 grad':>10} | {'/s':>7} | "
+    head = (f"{'sampler':<16} | {'grads':>6} | {'n_eff':>7} | {'/1000 grad':>10} | {'w/ warmup':>9} | {'/s':>7} | "
             f"{'min shell /1000 (k)':>19} | {'k1 /1000':>8} | {'std/exact':>9} | {'z rms':>6} | "
             f"{'warmup grads':>12} | {'warmup s':>8} | {'sampling s':>10} | {'div':>4}")
     if case.sampled_index:
@@ -596,6 +594,7 @@ def _print_case(case: Case, n: int, rows: list[dict], skipped: list[str], refere
         shells = r["shell_per_1000"]
         worst = int(np.argmin(shells))
         line = (f"{r['label']:<16} | {r['grads'] / CHAINS:6.0f} | {r['n_eff']:7.0f} | {r['per_1000']:10.1f} | "
+                f"{r['per_1000_warm']:9.1f} | "
                 f"{r['per_s']:7.1f} | {shells[worst]:10.1f} ({r['shell_k'][worst]:.3f}) | {shells[0]:8.1f} | "
                 f"{r['std_ratio']:9.3f} | {r['z_rms']:6.3f} | {r['warmup_grads'] / CHAINS:12.0f} | "
                 f"{r['warmup_seconds']:8.1f} | {r['seconds']:10.1f} | {r['divergences']:4d}")
@@ -644,7 +643,8 @@ def comparison_lines(rows: list[dict]) -> list[str]:
     fs = [r for r in good if not r["label"].startswith("blackjax")]
     peers = [r for r in good if r["label"].startswith("blackjax")]
     if fs and peers:
-        for key, what in (("per_1000", "per 1000 gradients"), ("per_s", "per second")):
+        for key, what in (("per_1000", "per 1000 gradients"), ("per_1000_warm", "per 1000 gradients, warmup counted"),
+                          ("per_s", "per second")):
             best_f = max(fs, key=lambda r: r[key])
             best_p = max(peers, key=lambda r: r[key])
             lines.append(f"best Fieldscope / best peer, n_eff {what}: {best_f['label']} {best_f[key]:.1f} / "

@@ -51,7 +51,7 @@ def test_the_signal_has_unit_variance_and_the_slab_masks_a_quarter(cases):
     assert 1 - load_dataset(folder / "slab.npz").mask.mean() == pytest.approx(se.SLAB_FRACTION, abs=1 / N)
 
 
-@pytest.mark.parametrize("case_name, n_draws", [("nomask", 40), ("slab", 40)])
+@pytest.mark.parametrize("case_name, n_draws", [("nomask", 40), ("slab", 40), ("sphere", 40)])
 def test_n_eff_of_independent_exact_draws_is_their_number(cases, case_name, n_draws):
     folder, amplitude = cases
     reference = se.exact_reference(se.CASES[case_name], folder, amplitude, draws=100)
@@ -203,17 +203,21 @@ print(int(n))
 
 
 def test_a_run_that_did_not_sample_the_posterior_is_named_not_compared():
-    def row(label, n_eff, per_1000, per_s, std_ratio):
-        return {"label": label, "n_eff": n_eff, "per_1000": per_1000, "per_s": per_s, "std_ratio": std_ratio}
+    def row(label, n_eff, per_1000, per_s, std_ratio, per_1000_warm=0.0):
+        return {"label": label, "n_eff": n_eff, "per_1000": per_1000, "per_s": per_s, "std_ratio": std_ratio,
+                "per_1000_warm": per_1000_warm}
 
     good = [row("mclmc/diagonal", 2585.0, 53.8, 35.9, 0.999), row("mclmc/fourier", 135.0, 2.8, 1.7, 0.994)]
     collapsed = row("blackjax/mclmc", 0.0, 0.0, 0.0, 2181704.651)     # the 32^3 index case's peer
     lines = se.comparison_lines([*good, collapsed])
     assert lines[0].startswith("blackjax/mclmc did not sample this posterior (median std / exact 2.18e+06)")
     assert lines[1:] == ["no peer sampled this posterior: no ratio"]
-    lines = se.comparison_lines([*good, row("blackjax/mclmc", 4801.0, 100.0, 89.2, 1.001)])
+    good[0]["per_1000_warm"] = 49.7
+    lines = se.comparison_lines([*good, row("blackjax/mclmc", 4801.0, 100.0, 89.2, 1.001, 75.0)])
     assert lines == ["best Fieldscope / best peer, n_eff per 1000 gradients: mclmc/diagonal 53.8 / "
                      "blackjax/mclmc 100.0 = 0.54",
+                     "best Fieldscope / best peer, n_eff per 1000 gradients, warmup counted: mclmc/diagonal 49.7 / "
+                     "blackjax/mclmc 75.0 = 0.66",
                      "best Fieldscope / best peer, n_eff per second: mclmc/diagonal 35.9 / blackjax/mclmc 89.2 = 0.40"]
     assert se.did_not_sample(row("x", 10.0, 1.0, 1.0, float("nan"))) and not se.did_not_sample(good[0])
     assert se.did_not_sample(row("x", 0.2, 1.0, 1.0, 1.0)) == "n_eff 0.2"
