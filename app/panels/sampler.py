@@ -66,6 +66,10 @@ class SamplerPanel(SetupPanel):
                 "masked benchmark this is where the fourier preconditioner gains most: "
                 "docs/benchmarks.md")
         self._number("sampler.chains", "Chains", tip="sampler.chains (run side by side)")
+        self._number("sampler.devices", "Devices",
+                     tip='sampler.devices: spread the chains over N devices (GPUs), or "all" the GPUs; '
+                         "the draws are the same as on one. On a machine without a GPU, N logical "
+                         "devices share the CPU's cores: no faster")
         self._number("sampler.seed", "Seed", tip="sampler.seed: same seed, same draws")
         self._number("sampler.thin", "Keep every", tip="sampler.thin: keep every thin-th "
                      "field draw (scalars are kept at every draw)")

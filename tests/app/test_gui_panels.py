@@ -64,6 +64,21 @@ def test_every_registered_sampler_is_offered_and_hides_what_does_not_apply(make_
                      "hmc": (True, True), "hmc_jittered": (True, True)}
 
 
+def test_the_devices_setting_takes_a_number_or_all_names_a_wrong_one_and_is_saved(make_window, qtbot, tmp_path):
+    window = make_window(tiny_case(tmp_path), engine=None)
+    devices = edit_of(window, "sampler.devices")
+    assert devices.text() == "1" and not devices.isHidden()
+    type_into(qtbot, devices, "9")
+    assert "sampler.devices: may be at most sampler.chains = 2" in message_of(window, "sampler.devices")
+    type_into(qtbot, devices, "gpu")
+    assert 'sampler.devices: must be "all" or a positive integer' in message_of(window, "sampler.devices")
+    for value, saved_as in (("all", "all"), ("2", 2)):
+        type_into(qtbot, devices, value)
+        assert message_of(window, "sampler.devices") == ""
+        out = tmp_path / f"devices_{value}.toml"
+        assert window.save_config(out) and load_config(out).sampler.devices == saved_as
+
+
 def test_the_dense_block_setting_shows_with_the_fourier_preconditioner_and_is_saved(make_window, qtbot, tmp_path):
     window = make_window(tiny_case(tmp_path), engine=None)
     box = window.findChild(QComboBox, "sampler.preconditioner")
