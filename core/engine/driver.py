@@ -443,8 +443,9 @@ class Driver:
 class DeviceSplit:
     """A run's chains spread over devices (``sampler.devices``, ``core.engine.devices.chain_devices``):
     consecutive groups of chains, one a device, each run by a driver of its own (its chunk
-    programs compiled for its device), all chunks at once (one thread each; TensorFlow runs
-    them side by side), their results joined in the chains' order. A chain's random numbers
+    programs compiled for its device), all chunks at once on GPUs (one thread each; TensorFlow
+    runs them side by side), one after the other on logical CPU devices (which share the
+    cores), their results joined in the chains' order. A chain's random numbers
     and Welford sums are its own (module docstring), the tuning's per-chain state is split
     along its chain axis (``kernel.chain_axis``) and everything between chunks (adaptation,
     checkpoints) runs on the joined state as on one device: the draws are those of one device,
@@ -517,8 +518,13 @@ class DeviceSplit:
                                               None if data is None else tf.gather(data, self.rows[i]),
                                               self.d.observer.split(observed, self.rows[i]))
 
-        with ThreadPoolExecutor(len(self.subs)) as pool:
-            outs = list(pool.map(run, range(len(self.subs))))
+        if all("CPU" in name.upper() for name in self.devices):
+            # logical CPU devices share the cores: one after the other (side by side they only
+            # oversubscribe the thread pool, and the draws are the same either way)
+            outs = [run(i) for i in range(len(self.subs))]
+        else:
+            with ThreadPoolExecutor(len(self.subs)) as pool:
+                outs = list(pool.map(run, range(len(self.subs))))
         self.placed = [out["tlp"].device for out in outs]      # where each group's chunk ran
         axis, sizes = self.d.kernel.chain_axis, [b - a for a, b in self.slices]
         joined = {key: self._join([o[key] for o in outs], 0, sizes) for key in ("state", "tlp", "grads")}

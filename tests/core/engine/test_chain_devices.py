@@ -24,7 +24,7 @@ from support.fresh_process import json_report
 
 @pytest.fixture(scope="module")
 def report():
-    return json_report("chain_devices_check.py", timeout=900)
+    return json_report("chain_devices_check.py", timeout=540)
 
 
 def _check_same(result):

@@ -19,7 +19,7 @@ TOLERANCE = 1e-13          # float64: the measured errors are 0 to 7e-16
 
 @pytest.fixture(scope="module")
 def report():
-    return json_report("sharded_fft_check.py", timeout=600)
+    return json_report("sharded_fft_check.py", timeout=540)
 
 
 CASES = [f"{mesh} {grid}" for mesh in ("slab", "pencil")
