@@ -61,7 +61,7 @@ from core.engine.adaptation.metric import grad_to_x, grad_to_z, is_dense, margin
 from core.engine.models import nonfinite_report
 from core.engine.samplers import kernel_class
 from core.field.power_spectrum import hyperparameter_priors
-from core.run.engine_limits import device_chain_groups, field_buffer_draws
+from core.run.engine_limits import device_chain_split, field_buffer_draws
 from core.run.messages import STAT_DTYPES, STAT_NAMES
 
 __all__ = ["Driver", "DriverError", "DeviceSplit", "FieldDraws", "Schedule", "DIVERGENCE_THRESHOLD", "SEED_STREAM",
@@ -175,12 +175,10 @@ class FieldDraws:
         def join(parts):
             return tf.concat([p[:, :k] for p, k in zip(parts, sizes)], axis=1) if keeps else parts[0]
 
-        def share(m, k, i):
-            runs = int(carries_chains[i])
+        def share(m, k, runs):
             return m if runs == k else m * tf.constant(k / runs, m.dtype)
-        carries_chains = [f.shape[1] if keeps else k for f, k in zip(field_bufs, sizes)]
-        totals = tuple(tf.add_n([share(m[j], k, i) for i, (m, k) in enumerate(zip(moments, sizes))])
-                       for j in range(3))
+        runs = [int(f.shape[1]) if keeps else k for f, k in zip(field_bufs, sizes)]
+        totals = tuple(tf.add_n([share(m[j], k, r) for m, k, r in zip(moments, sizes, runs)]) for j in range(3))
         return join(field_bufs), join(power_bufs), n_fields[0], totals
 
     def observe(self, carry, view, g, x_parts, field_now):
@@ -472,14 +470,12 @@ class DeviceSplit:
             raise DriverError(f"sampler.devices = {n}: only a field model's chains spread over devices (this "
                               f"model's state is {sum(int(np.prod(p.shape[1:])) for p in d.model.initial_state(1, 0))} "
                               "numbers a chain, a step microseconds on one device); set devices = 1")
-        sizes = [chains // n + (1 if i < chains % n else 0) for i in range(n)]
-        starts = np.cumsum([0, *sizes])
         self.d, self.devices = d, list(devices)
-        self.slices = [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+        self.sizes = device_chain_split(chains, n)
+        starts = np.cumsum([0, *self.sizes])
         offset = int(d.chain_ids[0])
-        # a lone chain runs twice (class docstring): rows (a, a)
-        self.rows = [list(range(a, b)) if b - a > 1 else [a, a] for a, b in self.slices]
-        assert [len(r) for r in self.rows] == device_chain_groups(chains, n)      # the estimate's
+        # a lone chain runs twice (class docstring): rows (a, a); device_chain_groups counts it
+        self.rows = [list(range(a, b)) if b - a > 1 else [a, a] for a, b in zip(starts[:-1], starts[1:])]
         self.subs = [Driver(d.model, replace(d.sampler, chains=len(rows), devices=1), d.schedule,
                             hyper_metric=d.hyper_metric, chains_per_posterior=len(rows),
                             observer=d.observer.for_chains(len(rows)), autograph=d.autograph,
@@ -526,7 +522,7 @@ class DeviceSplit:
             with ThreadPoolExecutor(len(self.subs)) as pool:
                 outs = list(pool.map(run, range(len(self.subs))))
         self.placed = [out["tlp"].device for out in outs]      # where each group's chunk ran
-        axis, sizes = self.d.kernel.chain_axis, [b - a for a, b in self.slices]
+        axis, sizes = self.d.kernel.chain_axis, self.sizes
         joined = {key: self._join([o[key] for o in outs], 0, sizes) for key in ("state", "tlp", "grads")}
         joined["da"] = {key: self._join([o["da"][key] for o in outs], axis(key), sizes) for key in outs[0]["da"]}
         joined["mass_acc"] = (outs[0]["mass_acc"][0], *(self._join([o["mass_acc"][j] for o in outs], 0, sizes)

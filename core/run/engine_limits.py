@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = ["MiB", "LEAPFROG_STEPS_PER_ITERATION", "UNROLL_BUDGET_BYTES", "UNROLLED_BUFFERS_PER_STEP",
            "UNROLLED_PROGRAM_STEP_BYTES", "STAGE2_PROGRAM_BYTES", "unrolled_extra_bytes", "unrolls",
-           "stage2_apart", "field_buffer_draws", "device_chain_groups"]
+           "stage2_apart", "field_buffer_draws", "device_chain_split", "device_chain_groups"]
 
 #: bytes in a mebibyte (the unit of every memory figure here and in core.run.resources)
 MiB = 2**20
@@ -69,13 +69,16 @@ def field_buffer_draws(chunk_size: int, thin: int) -> int:
     return -(-int(chunk_size) // int(thin)) + 1
 
 
-def device_chain_groups(chains: int, devices: int) -> list[int]:
-    """The chains each device runs when a run's ``chains`` spread over ``devices``
-    (``core.engine.driver.DeviceSplit``): consecutive groups, the first ``chains % devices`` one
-    larger, and a group of one chain run twice (XLA compiles a lone chain's arithmetic unlike a
-    batch's; the copy keeps the draws those of one device). One device: [chains]."""
+def device_chain_split(chains: int, devices: int) -> list[int]:
+    """The run's chains each device takes when ``chains`` spread over ``devices``: consecutive
+    groups, the first ``chains % devices`` one larger. One device: [chains]."""
     devices = max(1, min(int(devices), int(chains)))
-    if devices == 1:
-        return [int(chains)]
-    sizes = [chains // devices + (1 if i < chains % devices else 0) for i in range(devices)]
-    return [2 if k == 1 else k for k in sizes]
+    return [chains // devices + (1 if i < chains % devices else 0) for i in range(devices)]
+
+
+def device_chain_groups(chains: int, devices: int) -> list[int]:
+    """The chains each device runs (``core.engine.driver.DeviceSplit``): its share of
+    ``device_chain_split``, a lone chain run twice (XLA compiles a lone chain's arithmetic unlike
+    a batch's; the copy keeps the draws those of one device). One device: [chains]."""
+    sizes = device_chain_split(chains, devices)
+    return sizes if len(sizes) == 1 else [2 if k == 1 else k for k in sizes]
