@@ -21,6 +21,8 @@ import tensorflow as tf
 from tensorflow_probability.python.internal import prefer_static as ps
 from tensorflow_probability.python.internal import samplers
 
+from core.engine import placement
+
 __all__ = ["ChainSeeds", "for_chains", "split", "fold_in", "normal", "uniform", "common"]
 
 
@@ -76,10 +78,17 @@ def normal(seed, like, alg: str | None = None) -> tf.Tensor:
             return samplers.normal(shape=shape, dtype=dtype, seed=s)
         return tf.random.stateless_normal(shape, s, dtype=dtype, alg=alg)
 
-    if not isinstance(seed, ChainSeeds):
-        return draw(ps.shape(like), seed)
-    shape = ps.shape(like)[1:]
-    return tf.stack([draw(shape, seed.chains[i]) for i in range(_n(seed))])
+    def draws():
+        if not isinstance(seed, ChainSeeds):
+            return draw(ps.shape(like), seed)
+        shape = ps.shape(like)[1:]
+        return tf.stack([draw(shape, seed.chains[i]) for i in range(_n(seed))])
+
+    device = placement.device_of(like)      # a part of a sharded field: drawn where it is
+    if not device:
+        return draws()
+    with tf.device(device):
+        return draws()
 
 
 def uniform(seed, chains: int, dtype) -> tf.Tensor:

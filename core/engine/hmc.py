@@ -38,7 +38,7 @@ from tensorflow_probability.python.mcmc import hmc as tfp_hmc
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
-from core.engine import chain_seeds
+from core.engine import chain_seeds, placement
 
 __all__ = ["HMCState", "HMCInfo", "init", "build_kernel", "leapfrog_proposal", "looped_leapfrog",
            "unrolled_leapfrog"]
@@ -91,9 +91,10 @@ def looped_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, state
     iterations, rest = divmod(int(num_steps), k)
     carry = (half, state_parts, target, target_grad_parts)
     if iterations > 1:
+        devices = placement.devices_of(carry)      # a sharded field's parts stay where they are
         _, *carry = tf.while_loop(
             lambda i, *_: i < iterations,
-            lambda i, *args: (i + 1, *steps(k, *args)),
+            lambda i, *args: (i + 1, *steps(k, *placement.pinned(args, devices))),
             (tf.constant(0), *carry))
     elif iterations == 1:
         carry = steps(k, *carry)

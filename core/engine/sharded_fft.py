@@ -37,11 +37,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from core.engine.fft import complex_fft_axes, irfftnd, rfftnd
 
-__all__ = ["ShardMesh", "split_sizes", "shard", "gather", "rfft3d", "irfft3d"]
+__all__ = ["ShardMesh", "split_sizes", "cut", "shard", "gather", "rfft3d", "irfft3d"]
 
 
 def split_sizes(n: int, parts: int) -> list[int]:
@@ -93,17 +94,32 @@ class ShardMesh:
         return self.devices[i * self.rows[1] + j]
 
 
-def shard(field: tf.Tensor, mesh: ShardMesh) -> list[tf.Tensor]:
-    """The parts of ``field`` (..., N0, N1, N2) on their devices (slab: D parts; pencil: a * b
-    parts, row-major)."""
+def cut(array, mesh: ShardMesh, spectrum: bool = False) -> list:
+    """The parts of a whole array (..., N0, N1, N2), or with ``spectrum`` a half-spectrum's
+    (..., N0, N1, N2 // 2 + 1), in the mesh's layout (module docstring), part k for
+    ``mesh.devices[k]``; numpy arrays and tensors alike (``gather`` is its inverse). Where
+    they are is the caller's: ``shard`` places them."""
     a, b = mesh.rows
-    rows = tf.split(field, split_sizes(mesh.shape[0], a), axis=-3)
+    split = tf.split if isinstance(array, tf.Tensor) else \
+        (lambda t, sizes, axis: np.split(t, np.cumsum(sizes)[:-1], axis=axis))
+    if spectrum:        # all kx; ky over a; (pencils) kz over b
+        rows = split(array, split_sizes(mesh.shape[1], a), axis=-2)
+        if mesh.is_slab:
+            return list(rows)
+        return [cell for row in rows for cell in split(row, split_sizes(mesh.shape[2] // 2 + 1, b), axis=-1)]
+    rows = split(array, split_sizes(mesh.shape[0], a), axis=-3)
+    if mesh.is_slab:
+        return list(rows)
+    return [cell for row in rows for cell in split(row, split_sizes(mesh.shape[1], b), axis=-2)]
+
+
+def shard(field, mesh: ShardMesh, spectrum: bool = False) -> list[tf.Tensor]:
+    """The parts of ``field`` (..., N0, N1, N2), or of a half-spectrum with ``spectrum``, on
+    their devices (slab: D parts; pencil: a * b parts, row-major)."""
     parts = []
-    for i, row in enumerate(rows):
-        cells = [row] if mesh.is_slab else tf.split(row, split_sizes(mesh.shape[1], b), axis=-2)
-        for j, cell in enumerate(cells):
-            with tf.device(mesh.device(i, j)):
-                parts.append(tf.identity(cell))
+    for part, device in zip(cut(field, mesh, spectrum), mesh.devices):
+        with tf.device(device):
+            parts.append(tf.identity(part))
     return parts
 
 
@@ -121,15 +137,28 @@ def _exchange(parts, gather_axis: int, split_axis: int, sizes, devices):
     """All-to-all among ``parts`` (one per device of ``devices``): part k is split along
     ``split_axis`` into ``sizes``; device m receives piece m of every part, concatenated along
     ``gather_axis``."""
-    pieces = []
-    for part, device in zip(parts, devices):
-        with tf.device(device):
-            pieces.append(tf.split(part, sizes, axis=split_axis))
+    pieces = [_split_on(part, sizes, split_axis, device) for part, device in zip(parts, devices)]
     out = []
     for m, device in enumerate(devices):
         with tf.device(device):
             out.append(tf.concat([p[m] for p in pieces], axis=gather_axis))
     return out
+
+
+def _split_on(part, sizes, axis: int, device: str) -> list[tf.Tensor]:
+    """``tf.split`` on ``device``, its gradient (the pieces' gradients joined) there too: TensorFlow
+    would make that concat where no one placed it, on the default device, gathering every part
+    there. (The concat's gradient, slices of its own input, follows it: ``core.engine.placement``.)"""
+    @tf.custom_gradient
+    def split(part):
+        with tf.device(device):
+            pieces = tf.split(part, sizes, axis=axis)
+
+        def grad(*upstream):
+            with tf.device(device):
+                return tf.concat(list(upstream), axis=axis)
+        return pieces, grad
+    return list(split(part))
 
 
 def _exchange_in_groups(parts, mesh: ShardMesh, groups, gather_axis: int, split_axis: int, sizes):

@@ -41,7 +41,7 @@ def check(mesh: ShardMesh, batch: int, seed: int) -> dict:
     @tf.function
     def forward(x, spec):
         return (sharded_fft.gather(sharded_fft.rfft3d(sharded_fft.shard(x, mesh), mesh), mesh, spectrum=True),
-                sharded_fft.gather(sharded_fft.irfft3d(_spectrum_parts(spec, mesh), mesh), mesh))
+                sharded_fft.gather(sharded_fft.irfft3d(sharded_fft.shard(spec, mesh, spectrum=True), mesh), mesh))
 
     got_f, got_i = forward(x, spec)
     out["rfft3d"] = rel(got_f, fft.rfft3d(x))
@@ -54,7 +54,7 @@ def check(mesh: ShardMesh, batch: int, seed: int) -> dict:
         return tf.reduce_sum(weights * tf.math.real(X * tf.math.conj(X))) + tf.reduce_sum(tf.sin(x))
 
     def loss_i(s, sharded):
-        y = (sharded_fft.gather(sharded_fft.irfft3d(_spectrum_parts(s, mesh), mesh), mesh) if sharded
+        y = (sharded_fft.gather(sharded_fft.irfft3d(sharded_fft.shard(s, mesh, spectrum=True), mesh), mesh) if sharded
              else fft.irfft3d(s, fft_length=shape))
         return tf.reduce_sum(tf.sin(3.0 * y))
 
@@ -78,23 +78,6 @@ def check(mesh: ShardMesh, batch: int, seed: int) -> dict:
         out[f"{name} vjp"] = rel(results[True][0], results[False][0])
         out[f"{name} hvp"] = rel(results[True][1], results[False][1])
     return out
-
-
-def _spectrum_parts(spec, mesh):
-    """A whole half-spectrum cut into the mesh's spectrum layout (the inverse of gather)."""
-    a, b = mesh.rows
-    n1, n2h = mesh.shape[1], mesh.shape[2] // 2 + 1
-    parts = []
-    if mesh.is_slab:
-        for j, piece in enumerate(tf.split(spec, sharded_fft.split_sizes(n1, a), axis=-2)):
-            with tf.device(mesh.device(j)):
-                parts.append(tf.identity(piece))
-        return parts
-    for i, row in enumerate(tf.split(spec, sharded_fft.split_sizes(n1, a), axis=-2)):
-        for j, cell in enumerate(tf.split(row, sharded_fft.split_sizes(n2h, b), axis=-1)):
-            with tf.device(mesh.device(i, j)):
-                parts.append(tf.identity(cell))
-    return parts
 
 
 def main() -> None:

@@ -1,0 +1,75 @@
+"""Where a sharded field's arithmetic runs (issue #34, item 2): on the device of the part it
+works on, without the sampler's code naming devices.
+
+TensorFlow puts an op no one placed on the default device (the first GPU, or CPU:0): a
+sampler's update of a part, the gradient ops a tape makes of a part's arithmetic, a random draw
+of a part's shape. For a field cut over devices that would gather every part on the first one.
+So, inside ``tf.function``:
+
+- ``placed_by_inputs()`` is the scope of a graph device function: an op no one placed runs where
+  its placed inputs are, when they agree (through identities: a custom gradient's ``IdentityN``
+  joins tensors of several devices, each output its input's);
+- a loop's variables enter its body unplaced (the body is a function of its own), so
+  ``pinned(values, devices)`` places them again at the top of the body, on the devices the
+  values had outside (``devices_of``); a loop whose values are on no device is unchanged;
+- a draw of a part's shape is made on the part's device (``core.engine.chain_seeds``).
+
+Outside a sharded run every value is on no device and none of this changes a graph.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = ["follow_inputs", "placed_by_inputs", "device_of", "devices_of", "pinned"]
+
+
+def device_of(tensor) -> str:
+    """Where ``tensor`` was placed in the graph being traced: its op's device, or through
+    identities and loops the device of the tensor it passes on ("" for none, and for eager
+    tensors, which are where they are)."""
+    if tf.executing_eagerly() or not hasattr(tensor, "op"):
+        return ""
+    op = tensor.op
+    if op.device or op.type not in _PASSING or not op.inputs:
+        return op.device
+    return device_of(op.inputs[0 if op.type == "Identity" else tensor.value_index])
+
+
+#: ops whose output i is their input i passed on (a loop's: its variables after the last turn)
+_PASSING = ("Identity", "IdentityN", "While", "StatelessWhile")
+
+
+def follow_inputs(op) -> str:
+    """A graph device function: an op no one placed runs where its placed inputs are, when they
+    agree ("": TensorFlow's default)."""
+    if op.device:
+        return op.device
+    devices = {d for d in map(device_of, op.inputs) if d}
+    return devices.pop() if len(devices) == 1 else ""
+
+
+def placed_by_inputs():
+    """The scope of ``follow_inputs`` in the graph being traced (loop bodies inherit it)."""
+    return tf.compat.v1.get_default_graph().device(follow_inputs)
+
+
+def devices_of(values) -> list[str]:
+    """``device_of`` each tensor of the nest ``values``, flattened."""
+    return [device_of(t) if isinstance(t, tf.Tensor) else "" for t in tf.nest.flatten(values)]
+
+
+def pinned(values, devices):
+    """The nest ``values`` with each tensor whose entry of ``devices`` (``devices_of`` of the
+    values outside a loop) names one passed through an identity there: a loop body's variables
+    placed again. Unchanged where no device is named."""
+    if not any(devices):
+        return values
+    flat = tf.nest.flatten(values)
+    out = []
+    for value, device in zip(flat, devices):
+        if device and isinstance(value, tf.Tensor):
+            with tf.device(device):
+                value = tf.identity(value)
+        out.append(value)
+    return tf.nest.pack_sequence_as(values, out)
