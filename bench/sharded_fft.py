@@ -82,13 +82,7 @@ def _density_programs(shape, dtype, meshes, chains) -> dict:
     u = tf.constant(rng.normal(size=(chains, *shape)), dtype)
 
     def value_and_grad(log_prob):
-        def f(*state):
-            with placement.placed_by_inputs():
-                with tf.GradientTape() as tape:
-                    tape.watch(state)
-                    lp = log_prob(*state)
-                return lp, tape.gradient(lp, list(state))
-        return f
+        return lambda *state: placement.value_and_gradient(log_prob, *state)
 
     programs = {"xla": (tf.function(value_and_grad(whole.log_prob), jit_compile=True), [u]),
                 "whole": (tf.function(value_and_grad(whole.log_prob)), [u])}

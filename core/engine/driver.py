@@ -55,7 +55,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from core.config import PER_MODE_PRECONDITIONERS
-from core.engine import chain_seeds
+from core.engine import chain_seeds, placement
 from core.engine.adaptation import Welford, adapted_scale, welford_fresh, welford_update
 from core.engine.adaptation.metric import grad_to_x, grad_to_z, is_dense, marginal_sd, rescaled, to_x, to_z
 from core.engine.models import nonfinite_report
@@ -288,7 +288,7 @@ class Driver:
                 return t + 1, state, results, traces, params_ta, observed, mass_acc
 
             loop_vars = (tf.constant(0), state, results, traces, params_ta, observed, mass_acc)
-            (_, state, results, traces, params_ta, observed, mass_acc) = tf.while_loop(
+            (_, state, results, traces, params_ta, observed, mass_acc) = placement.while_loop(
                 lambda t, *rest: t < n_steps, body, loop_vars, maximum_iterations=s.chunk_size)
             tlp_out, grads_out, da_out = kernel.finish(results, da, read_only)
             stacked = {name: arr.stack() for name, arr in traces.items()}

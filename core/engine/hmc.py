@@ -91,10 +91,9 @@ def looped_leapfrog(target_fn, step_sizes, num_steps: int, momentum_parts, state
     iterations, rest = divmod(int(num_steps), k)
     carry = (half, state_parts, target, target_grad_parts)
     if iterations > 1:
-        devices = placement.devices_of(carry)      # a sharded field's parts stay where they are
-        _, *carry = tf.while_loop(
+        _, *carry = placement.while_loop(
             lambda i, *_: i < iterations,
-            lambda i, *args: (i + 1, *steps(k, *placement.pinned(args, devices))),
+            lambda i, *args: (i + 1, *steps(k, *args)),
             (tf.constant(0), *carry))
     elif iterations == 1:
         carry = steps(k, *carry)

@@ -47,7 +47,7 @@ import tensorflow_probability as tfp
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
-from core.engine import chain_seeds
+from core.engine import chain_seeds, placement
 
 __all__ = ["NUTSState", "NUTSInfo", "init", "build_kernel", "IterativeNoUTurnSampler", "NUTSResults",
            "MAX_TREE_DEPTH", "MAX_ENERGY_DIFF"]
@@ -176,7 +176,7 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
             carry = dict(
                 i=tf.constant(0), end=end, proposal=(q, g, lp, zero),
                 log_w=tf.fill([chains], tf.constant(-np.inf, dtype)),
-                rho=[tf.zeros_like(x) for x in p], live=active,
+                rho=[placement.zeros_like(x) for x in p], live=active,
                 diverged=tf.zeros([chains], tf.bool), turned=tf.zeros([chains], tf.bool),
                 n=tf.zeros([chains], tf.int32), accept=zero, ckpt_p=ckpt_p, ckpt_rho=ckpt_rho)
             leaf_seed_d = chain_seeds.fold_in(leaf_seed, d)
@@ -210,7 +210,7 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
                     return j - 1, turning | _is_turning(pj, p, rho_j)
 
                 lo = tf.where(even, hi + 1, lo)
-                _, turning = tf.while_loop(lambda j, t: j >= lo, turn_body, (hi, tf.zeros([chains], tf.bool)))
+                _, turning = placement.while_loop(lambda j, t: j >= lo, turn_body, (hi, tf.zeros([chains], tf.bool)))
                 turning = live & ~diverging & turning
                 return dict(
                     i=i + 1, end=(q, p, g, lp), proposal=_pick(take, (q, g, lp, h), c["proposal"]),
@@ -221,8 +221,8 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
                     ckpt_p=ckpt_p, ckpt_rho=ckpt_rho)
 
             size = tf.bitwise.left_shift(1, d)
-            c = tf.while_loop(lambda c: (c["i"] < size) & tf.reduce_any(c["live"]),
-                              lambda c: (body(c),), (carry,))[0]
+            c = placement.while_loop(lambda c: (c["i"] < size) & tf.reduce_any(c["live"]),
+                                     lambda c: (body(c),), (carry,))[0]
             return c
 
         def doubling(c):
@@ -257,10 +257,10 @@ def build_kernel(logdensity_fn, max_tree_depth: int = MAX_TREE_DEPTH,
             active=tf.ones([chains], tf.bool), accepted=tf.zeros([chains], tf.bool),
             diverged=tf.zeros([chains], tf.bool), n=tf.zeros([chains], tf.int32),
             accept=tf.zeros([chains], dtype),
-            ckpt_p=[tf.zeros([depth_max] + x.shape.as_list(), dtype) for x in q0],
-            ckpt_rho=[tf.zeros([depth_max] + x.shape.as_list(), dtype) for x in q0])
-        out = tf.while_loop(lambda c: (c["depth"] < depth_max) & tf.reduce_any(c["active"]),
-                            lambda c: (doubling(c),), (init,))[0]
+            ckpt_p=[placement.zeros([depth_max] + x.shape.as_list(), dtype, x) for x in q0],
+            ckpt_rho=[placement.zeros([depth_max] + x.shape.as_list(), dtype, x) for x in q0])
+        out = placement.while_loop(lambda c: (c["depth"] < depth_max) & tf.reduce_any(c["active"]),
+                                   lambda c: (doubling(c),), (init,))[0]
         prop_q, prop_g, prop_lp, prop_h = out["proposal"]
         n = tf.maximum(out["n"], 1)
         info = NUTSInfo(log_accept_ratio=tf.math.log(out["accept"] / tf.cast(n, dtype)), leapfrogs_taken=out["n"],

@@ -10,9 +10,13 @@ So, inside ``tf.function``:
   its placed inputs are, when they agree (through identities: a custom gradient's ``IdentityN``
   joins tensors of several devices, each output its input's);
 - a loop's variables enter its body unplaced (the body is a function of its own), so
-  ``pinned(values, devices)`` places them again at the top of the body, on the devices the
-  values had outside (``devices_of``); a loop whose values are on no device is unchanged;
-- a draw of a part's shape is made on the part's device (``core.engine.chain_seeds``).
+  ``while_loop`` (``tf.while_loop``'s drop-in, which the engine's loops use) places them again
+  at the top of the body, on the devices the values had outside (``pinned``, ``devices_of``); a
+  loop whose values are on no device is unchanged;
+- a value a loop body or a branch captures from outside is where it was outside, and a
+  conditional's output where its branch made it;
+- a draw of a part's shape is made on the part's device (``core.engine.chain_seeds``), and so
+  is a buffer made for it (``zeros``).
 
 Outside a sharded run every value is on no device and none of this changes a graph.
 """
@@ -21,19 +25,51 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["follow_inputs", "placed_by_inputs", "device_of", "devices_of", "pinned"]
+__all__ = ["follow_inputs", "placed_by_inputs", "device_of", "devices_of", "pinned", "while_loop", "zeros",
+           "zeros_like", "value_and_gradient"]
 
 
 def device_of(tensor) -> str:
     """Where ``tensor`` was placed in the graph being traced: its op's device, or through
-    identities and loops the device of the tensor it passes on ("" for none, and for eager
-    tensors, which are where they are)."""
+    identities, loops and conditionals the device of the tensor it passes on ("" for none, and
+    for eager tensors, which are where they are)."""
     if tf.executing_eagerly() or not hasattr(tensor, "op"):
         return ""
     op = tensor.op
-    if op.device or op.type not in _PASSING or not op.inputs:
+    if op.device:
         return op.device
+    if op.type == "Placeholder":        # a value a loop body or a branch captured from outside
+        outside = _captured(tensor.graph).get(tensor.name)
+        if outside is None:
+            return ""
+        return device_of(outside) if hasattr(outside, "op") else outside.device     # an eager constant
+    if op.type in ("If", "StatelessIf"):   # a conditional's output: where its branch made it
+        branch = getattr(op.graph, "_functions", {}).get(op.get_attr("then_branch").name)
+        return device_of(branch.graph.outputs[tensor.value_index]) if hasattr(branch, "graph") else ""
+    if op.type not in _PASSING or not op.inputs:
+        return ""
     return device_of(op.inputs[0 if op.type == "Identity" else tensor.value_index])
+
+
+def _captured(graph) -> dict:
+    """A function graph's captures: the name of the placeholder inside -> the tensor outside."""
+    return {inside.name: outside for outside, inside in getattr(graph, "captures", ())
+            if isinstance(outside, tf.Tensor)}
+
+
+def zeros(shape, dtype, like) -> tf.Tensor:
+    """``tf.zeros(shape, dtype)`` made on ``like``'s device (a buffer for a part of a sharded field;
+    a constant would otherwise be made on the default device)."""
+    device = device_of(like)
+    if not device:
+        return tf.zeros(shape, dtype)
+    with tf.device(device):
+        return tf.zeros(shape, dtype)
+
+
+def zeros_like(like) -> tf.Tensor:
+    """``tf.zeros_like(like)`` on ``like``'s device."""
+    return zeros(like.shape if like.shape.is_fully_defined() else tf.shape(like), like.dtype, like)
 
 
 #: ops whose output i is their input i passed on (a loop's: its variables after the last turn)
@@ -73,3 +109,22 @@ def pinned(values, devices):
                 value = tf.identity(value)
         out.append(value)
     return tf.nest.pack_sequence_as(values, out)
+
+
+def while_loop(cond, body, loop_vars, **kwargs):
+    """``tf.while_loop(cond, body, loop_vars, **kwargs)`` whose body sees each variable on the
+    device it had outside the loop (the same graph as ``tf.while_loop``'s where none had one)."""
+    devices = devices_of(loop_vars)
+    if not any(devices):
+        return tf.while_loop(cond, body, loop_vars, **kwargs)
+    return tf.while_loop(cond, lambda *args: body(*pinned(args, devices)), loop_vars, **kwargs)
+
+
+def value_and_gradient(fn, *state):
+    """``fn(*state)`` and its gradient in each state part, the gradient's ops (a tape places none)
+    following the parts' devices: a sharded density as a sampler calls it, inside ``tf.function``."""
+    with placed_by_inputs():
+        with tf.GradientTape() as tape:
+            tape.watch(state)
+            value = fn(*state)
+        return value, tape.gradient(value, list(state))

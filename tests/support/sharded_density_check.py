@@ -6,20 +6,20 @@ posterior. Prints one JSON object; used by tests/core/engine/test_sharded_densit
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
+from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support.logical_devices import DEVICES, rel  # noqa: E402  (first: it splits the CPU before TensorFlow starts)
+
+# isort: split
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-tf.get_logger().setLevel("ERROR")
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
-
-from core.engine import hmc, placement, sharded_fft  # noqa: E402
+from core.engine import hmc, nuts, placement, sharded_fft  # noqa: E402
 from core.engine.field_density import FieldPosterior  # noqa: E402
 from core.engine.sharded_density import ShardedFieldPosterior  # noqa: E402
 from core.engine.sharded_fft import ShardMesh  # noqa: E402
@@ -28,13 +28,6 @@ from core.field.observations import Observations  # noqa: E402
 from core.field.power_spectrum import BandPowers, PowerLaw, PowerLawCutoff, band_edges  # noqa: E402
 from core.priors import LogNormalPrior, NormalPrior  # noqa: E402
 from core.reference.wiener import wiener_posterior  # noqa: E402
-
-DEVICES = [d.name for d in tf.config.list_logical_devices("CPU")]
-
-
-def rel(a, b) -> float:
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def _observations(grid, rng, *, noise_map: bool, beam):
@@ -95,10 +88,15 @@ def density_cases() -> dict:
     return out
 
 
+_CONTROL_FLOW = ("While", "StatelessWhile", "If", "StatelessIf")
+
+
 def unplaced_grid_ops(graph, part_cells: int) -> list[str]:
-    """The op types, in ``graph`` and every function it calls (loop bodies), that make
+    """The op types, in ``graph`` and every function it calls (loop bodies, branches), that make
     part-sized values (``part_cells`` elements or more) no one placed and something uses: they
-    would run on the default device."""
+    would run on the default device. Loops and conditionals are calls of those functions and
+    are not counted themselves (their outputs are followed through to where their bodies made
+    them); where TensorFlow puts the switches it lowers them to is not checked here."""
     found, seen = set(), set()
 
     def walk(g):
@@ -106,7 +104,7 @@ def unplaced_grid_ops(graph, part_cells: int) -> list[str]:
         for op in g.get_operations():
             if (not op.device and op.outputs and op.outputs[0].shape.is_fully_defined()
                     and op.outputs[0].shape.num_elements() >= part_cells and op.name in used
-                    and op.type not in ("Placeholder", "NoOp")):
+                    and op.type not in ("Placeholder", "NoOp", *_CONTROL_FLOW)):
                 found.add(op.type)
         for name, function in getattr(g, "_functions", {}).items():
             if name not in seen and hasattr(function, "graph"):
@@ -118,13 +116,7 @@ def unplaced_grid_ops(graph, part_cells: int) -> list[str]:
 
 def _value_and_grads(fn, state, part_cells=None):
     """log p, its gradient, and with ``part_cells`` the ``unplaced_grid_ops`` of the traced function."""
-    @tf.function
-    def f(*state):
-        with placement.placed_by_inputs():
-            with tf.GradientTape() as tape:
-                tape.watch(state)
-                lp = fn(*state)
-            return lp, tape.gradient(lp, list(state))
+    f = tf.function(lambda *state: placement.value_and_gradient(fn, *state))
     lp, grads = f(*state)
     unplaced = None if part_cells is None else unplaced_grid_ops(f.get_concrete_function(*state).graph, part_cells)
     return lp.numpy(), grads, unplaced
@@ -173,10 +165,12 @@ def wiener_run(steps: int = 400, burn: int = 100, chains: int = 4, leapfrog: int
                 # the step jittered (0.7-1.3 x): a fixed trajectory length resonates with some modes
                 jitter = 0.7 + 0.6 * tf.random.stateless_uniform([], tf.stack([12, t]), dtype=tf.float64)
                 state, info = step(tf.stack([11, t]), state, [eps * jitter for eps in step_sizes])
-                keep = tf.cast(t >= burn, tf.float64)
                 x = sharded.field(state.position)
-                sums = [s + keep * tf.reduce_sum(xk, axis=0) for s, xk in zip(sums, x)]
-                squares = [s + keep * tf.reduce_sum(xk**2, axis=0) for s, xk in zip(squares, x)]
+
+                def accumulate():       # a conditional over every part, as the driver's mass window
+                    return ([s + tf.reduce_sum(xk, axis=0) for s, xk in zip(sums, x)],
+                            [s + tf.reduce_sum(xk**2, axis=0) for s, xk in zip(squares, x)])
+                sums, squares = tf.cond(t >= burn, accumulate, lambda: (list(sums), list(squares)))
                 return t + 1, state, sums, squares, accepted + tf.reduce_sum(tf.cast(info.is_accepted, tf.float64))
 
             _, state, sums, squares, accepted = tf.while_loop(lambda t, *_: t < steps, body, loop_vars)
@@ -198,6 +192,35 @@ def wiener_run(steps: int = 400, burn: int = 100, chains: int = 4, leapfrog: int
             "unplaced grid ops": unplaced}
 
 
+def nuts_census(steps: int = 5) -> dict:
+    """The engine's NUTS (``core.engine.nuts``: loops within loops, conditionals) on the sharded
+    density of a 12^3 field as pencils: ``unplaced_grid_ops`` of a few steps, and that they moved.
+    (Parts of 12^3, not 8^3: TensorFlow writes a captured constant of at most 128 values into a
+    function as a constant of its own, which no one places; a bigger one it captures.)"""
+    grid = Grid((12, 12, 12), 24.0)
+    rng = np.random.default_rng(5)
+    whole = FieldPosterior(grid, PowerLaw(amplitude=30.0, index=-1.5, k_pivot=0.2),
+                           _observations(grid, rng, noise_map=False, beam=None),
+                           parameterisation="white_noise", dtype=tf.float64)
+    mesh = ShardMesh.pencils(DEVICES, grid.shape, 2, 2)
+    target = ShardedFieldPosterior(whole, mesh).log_prob
+    step = nuts.build_kernel(target, max_tree_depth=4)
+    start = sharded_fft.shard(tf.constant(rng.normal(size=(2, *grid.shape))), mesh)
+
+    @tf.function
+    def run(position):
+        with placement.placed_by_inputs():
+            state = nuts.init(placement.pinned(position, mesh.devices), target)
+            step_sizes = [tf.constant(0.2, tf.float64)] * len(position)
+            for t in range(steps):
+                state, info = step(tf.constant([3, t]), state, step_sizes)
+            return state.position
+
+    moved = float(tf.add_n([tf.reduce_sum(tf.abs(a - b)) for a, b in zip(run(start), start)]).numpy())
+    cells = min(int(np.prod(p.shape[1:])) for p in start)
+    return {"moved": moved, "unplaced grid ops": unplaced_grid_ops(run.get_concrete_function(start).graph, cells)}
+
+
 def refused() -> dict:
     grid = Grid((8, 8, 8), 16.0)
     obs = Observations.create(np.zeros(grid.shape), noise_sigma=1.0)
@@ -214,8 +237,8 @@ def refused() -> dict:
 
 
 def main() -> None:
-    json.dump({"devices": DEVICES, "density": density_cases(), "refused": refused(), "wiener": wiener_run()},
-              sys.stdout)
+    json.dump({"devices": DEVICES, "density": density_cases(), "refused": refused(), "wiener": wiener_run(),
+               "nuts": nuts_census()}, sys.stdout)
 
 
 if __name__ == "__main__":

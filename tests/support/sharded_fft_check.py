@@ -6,27 +6,20 @@ device names}; used by tests/core/engine/test_sharded_fft.py."""
 from __future__ import annotations
 
 import json
-import os
 import sys
+from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support.logical_devices import DEVICES, rel  # noqa: E402  (first: it splits the CPU before TensorFlow starts)
+
+# isort: split
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-tf.get_logger().setLevel("ERROR")       # each case traces its own functions: no retracing notes
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
-
 from core.engine import fft, sharded_fft  # noqa: E402
 from core.engine.sharded_fft import ShardMesh  # noqa: E402
-
-DEVICES = [d.name for d in tf.config.list_logical_devices("CPU")]
-
-
-def rel(a, b) -> float:
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def check(mesh: ShardMesh, batch: int, seed: int) -> dict:

@@ -40,6 +40,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from core.engine import placement
+
 __all__ = ["find_initial_step_size", "MAX_DOUBLINGS", "MAX_HALVINGS", "NUTS_SEARCH_ACCEPT"]
 
 MAX_DOUBLINGS = 30     # 2^30 ~ 1e9 x the first guess, at most
@@ -71,7 +73,7 @@ def _log_accept(target, state, tlp, grads, eps, seed, num_leapfrog_steps):
         p = [pi + h * gi for pi, h, gi in zip(p, half, g)]
         return i + 1, q, p, lp, list(g)
 
-    _, q, p, lp, _ = tf.while_loop(
+    _, q, p, lp, _ = placement.while_loop(
         lambda i, *rest: i < num_leapfrog_steps, leapfrog,
         (tf.constant(0), list(state), momentum, tlp, list(grads)))
     kinetic = tf.add_n([_sum_per_chain(pi * pi) for pi in p]) / 2
@@ -122,7 +124,7 @@ def find_initial_step_size(target, state, tlp, grads, first_guess, seed, *, num_
         direction = tf.where(done, direction, new_direction)
         return i + 1, eps, direction, result, done
 
-    n, _, _, result, _ = tf.while_loop(
+    n, _, _, result, _ = placement.while_loop(
         lambda i, eps, direction, result, done: ~tf.reduce_all(done), body,
         (tf.constant(0), eps0, tf.zeros([chains], tf.int32), eps0, tf.zeros([chains], tf.bool)),
         maximum_iterations=limit)

@@ -24,7 +24,7 @@ import tensorflow as tf
 from tensorflow_probability.python.internal import samplers
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 
-from core.engine import chain_seeds, hmc
+from core.engine import chain_seeds, hmc, placement
 from core.engine.kernels import LoopedHamiltonianMonteCarlo, UncalibratedLoopedHMC
 from core.engine.samplers.hmc import Hmc
 
@@ -65,7 +65,7 @@ def jittered_proposal(logdensity_fn, mean_steps: int):
                     logdensity_fn, step_sizes, lambda x: x, half, state, target, grads)
                 return i + 1, half, state, target, grads
 
-            _, half, state, target, grads = tf.while_loop(
+            _, half, state, target, grads = placement.while_loop(
                 lambda i, *_: i < n, one, (tf.constant(0), half, state, target, grads),
                 maximum_iterations=2 * mean_steps - 1)
             momentum = [v - 0.5 * tf.cast(eps, v.dtype) * g for v, eps, g in zip(half, step_sizes, grads)]

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from core.engine import chain_seeds
+from core.engine import chain_seeds, placement
 from core.engine.adaptation.mams_tuning import MamsTuning
 from core.engine.driver import DIVERGENCE_THRESHOLD
 from core.engine.microcanonical import (
@@ -79,7 +79,7 @@ def build_kernel(logdensity_fn, has_aux: bool = False):
             return (i + 1, select(active, x2, xt), select(active, u2, ut), tf.where(active, lp2, lpt),
                     select(active, g2, gt), select(active, a2, at), tf.where(active, kin + k, kin))
 
-        _, xe, _, lpe, ge, ae, kin = tf.while_loop(
+        _, xe, _, lpe, ge, ae, kin = placement.while_loop(
             lambda i, *_: i < tf.reduce_max(n), body,
             (tf.constant(0, tf.int32), list(x), u, lp, list(g), list(aux), tf.zeros([chains], tf.float64)))
         delta = tf.cast(lpe, tf.float64) - tf.cast(lp, tf.float64) - kin      # log acceptance ratio

@@ -6,8 +6,9 @@ map, a beam, a field mean, a power law, a cutoff with its amplitude and index sa
 powers; every part-sized op of the value and its gradient runs on its part's device
 (``core.engine.placement``; TensorFlow's default would gather them on the first device); a
 16^3 HMC run (``core.engine.hmc``, the leapfrog's own loop inside the run's) on the sharded
-density, every part-sized op placed, draws the exact Wiener posterior's mean and sd; the
-parameterisations whose latent is not cut as the field is are refused by name.
+density, every part-sized op placed, draws the exact Wiener posterior's mean and sd; NUTS
+(``core.engine.nuts``: loops in loops, buffers of its own) moves on it with every part-sized op
+placed; the parameterisations whose latent is not cut as the field is are refused by name.
 
 The device split must come before TensorFlow starts: the checks run in a fresh process
 (``tests/support/sharded_density_check.py``, ~1 minute alone) and report as JSON."""
@@ -50,6 +51,11 @@ def test_hmc_on_the_sharded_density_draws_the_wiener_posterior(report):
     low, high = result["sd ratio 5-95 %"]
     assert 0.8 < low and high < 1.2
     assert result["unplaced grid ops"] == []
+
+
+def test_nuts_on_the_sharded_density_keeps_every_part_on_its_device(report):
+    assert report["nuts"]["moved"] > 0
+    assert report["nuts"]["unplaced grid ops"] == []
 
 
 def test_a_latent_not_cut_as_the_field_is_refused(report):
