@@ -96,11 +96,26 @@ run_tests() {
   # A process that compiles XLA programs keeps every one of them (TensorFlow's compilation cache is
   # never evicted, and each engine run's programs are new), so a worker's memory grows with every
   # in-process run it makes: over all of tests/core one worker reached ~11 GiB and the machine ran
-  # out (runs refused for want of memory, 2026-12-05). The engine's tests and the rest therefore run
-  # in two sets of workers, one after the other.
+  # out (runs refused for want of memory, 2026-12-05), and over tests/core/engine alone the two
+  # workers reached 13 and 9 GiB of 24 (2026-12-06: a check's fresh process beside them timed out,
+  # an engine run was refused). So the tests run in sets of workers, one set after the other: the
+  # engine's tests that start processes of their own (logical devices, signals) while the machine
+  # is empty, then the engine's other tests in two halves, then the rest.
   local workers=${FIELDSCOPE_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); echo $(( n < 4 ? n : 4 )))}
   say "tests: numerical core (TensorFlow) and the benchmarks' measures ($workers worker processes)"
-  "$py" -m pytest tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  local own=(tests/core/engine/test_chain_devices.py tests/core/engine/test_chain_devices_resumed.py
+             tests/core/engine/test_sharded_density.py tests/core/engine/test_sharded_fft.py
+             tests/core/engine/test_engine_signals.py)
+  local rest=() f
+  for f in tests/core/engine/test_*.py; do
+    [[ " ${own[*]} " == *" $f "* ]] || rest+=("$f")
+  done
+  local half=$(( (${#rest[@]} + 1) / 2 ))
+  local set
+  for set in "${own[*]}" "${rest[*]:0:$half}" "${rest[*]:$half}"; do
+    # shellcheck disable=SC2086  # a set is a list of file names without spaces
+    "$py" -m pytest $set -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  done
   "$py" -m pytest tests/core tests/bench tests/test_file_budget.py --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test process)"
   # A crash of the Qt process (a signal) ends its output with every thread's stack, the GUI
