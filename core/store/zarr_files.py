@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import warnings
@@ -61,6 +62,10 @@ WRITE_EVERY_CHUNK = {"array.write_empty_chunks": True}
 def utc_now() -> str:
     """The time now, UTC, ISO 8601 to the second (the stores' time stamps)."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+#: zarr's temporary name of a file being written (``zarr.storage._local._atomic_write``)
+_PARTIAL = re.compile(r"\.[0-9a-f]{32}\.partial$")
 
 
 class RegularFileStore(LocalStore):
@@ -110,6 +115,24 @@ class RegularFileStore(LocalStore):
             else:
                 raise TypeError(f"Unexpected byte_range, got {byte_range}.")
         return prototype.buffer.from_bytes(data)
+
+    # zarr writes a file as NAME.<32 hex digits>.partial, then renames it: a writer killed in
+    # between (kill -9, a power cut) leaves it behind, and a reader may list one mid-write. Not a
+    # member of the store: listed, zarr would take it for a child array or group and read below it.
+    async def list(self):
+        async for key in super().list():
+            if not _PARTIAL.search(key):
+                yield key
+
+    async def list_prefix(self, prefix: str):
+        async for key in super().list_prefix(prefix):
+            if not _PARTIAL.search(key):
+                yield key
+
+    async def list_dir(self, prefix: str):
+        async for key in super().list_dir(prefix):
+            if not _PARTIAL.search(key):
+                yield key
 
     def get_sync(self, key: str, *, prototype=None, byte_range=None):
         self._ensure_open_sync()
