@@ -18,7 +18,9 @@ So, inside ``tf.function``:
 - a draw of a part's shape is made on the part's device (``core.engine.chain_seeds``), and so
   is a buffer made for it (``zeros``).
 
-Outside a sharded run every value is on no device and none of this changes a graph.
+Outside a sharded run the values are on no device (an eager constant a function captures is
+on the default one, where its ops run anyway), so the draws are those of plain
+``tf.while_loop`` and ``tf.zeros`` (the 45 draw digests are unchanged).
 """
 
 from __future__ import annotations
