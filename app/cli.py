@@ -371,7 +371,8 @@ _DEVICES_HELP = ("spread the chains over N devices (GPUs; on a CPU, N logical de
 
 def _with_devices(config, option):
     """``config`` with ``--devices`` in place of its ``sampler.devices`` (the config text, which
-    the run stores, is unchanged: the devices do not change the draws)."""
+    the run stores, is unchanged: the devices chains spread over do not change the draws; a field
+    cut over devices, ``field.shard``, resumes only on as many as it ran on: the engine says so)."""
     if option is None:
         return config
     from dataclasses import replace
@@ -379,8 +380,12 @@ def _with_devices(config, option):
     from core.config import ConfigError, devices_setting
 
     value = option if option == "all" else (int(option) if option.strip().isdigit() else option)
+    sharded = config.field is not None and config.field.shard != "none"
     try:
-        devices = devices_setting(value, config.sampler.chains)
+        devices = devices_setting(value, config.sampler.chains, sharded)
+        if sharded and devices != "all" and devices < 2:
+            raise ConfigError("sampler.devices", f"field.shard = {config.field.shard!r} cuts the field over "
+                              f"2 or more devices, not {devices}")
     except ConfigError as err:
         raise UserError(str(err).replace("sampler.devices", "--devices", 1)) from None
     return replace(config, sampler=replace(config.sampler, devices=devices))

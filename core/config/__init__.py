@@ -21,7 +21,8 @@ Layout (field model; every key but ``data.path`` has a default, see ``default_co
     [likelihood]  kind = "gaussian" | "poisson_lognormal", smoothing_scale (0 = none),
                   field_mean, mean_count (poisson_lognormal only)
     [field]       parameterisation = "whitened" | "white_noise" | "raw_modes",
-                  dtype = "float32" | "float64"
+                  dtype = "float32" | "float64", shard = "none" | "slab" | "pencil" (the
+                  field cut over sampler.devices: white_noise, Gaussian likelihood)
     [sampler]     algorithm, num_warmup, num_samples, num_leapfrog_steps, step_size,
                   target_accept, preconditioner = "identity" | "diagonal" | "fourier" | "conditional"
                   (``adapt_mass_matrix = true`` is read as "diagonal"), dense_modes
@@ -67,6 +68,7 @@ from core.config.schema import (
     PARAMETERISATIONS,
     PER_MODE_PRECONDITIONERS,
     PRECONDITIONERS,
+    SHARDS,
     ConfigError,
     DataSection,
     FieldSection,
@@ -109,6 +111,7 @@ __all__ = [
     "MODEL_KINDS",
     "PARAMETERISATIONS",
     "DTYPES",
+    "SHARDS",
     "ALGORITHMS",
     "PRECONDITIONERS",
     "FOURIER_PARAMETERISATIONS",

@@ -43,6 +43,7 @@ from core.config.schema import (
     PER_MODE_PRECONDITIONERS,
     PRECONDITIONERS,
     PYTHON_DATA_EXTENSIONS,
+    SHARDS,
     ConfigError,
     DataSection,
     FieldSection,
@@ -235,6 +236,8 @@ def _parse_parameters(raw) -> dict:
 
 def _parse_sampler(raw) -> SamplerSection:
     t = _table("sampler", raw)
+    field = raw.get("field") if isinstance(raw, Mapping) else None
+    sharded = isinstance(field, Mapping) and field.get("shard", "none") != "none"
     names = [f.name for f in fields(SamplerSection)]
     _check_keys("sampler", t, names + ["adapt_mass_matrix"], {})
     d = SamplerSection()
@@ -255,19 +258,20 @@ def _parse_sampler(raw) -> SamplerSection:
         thin=_int("sampler.thin", get("thin"), 1),
         chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1, MAX_DRAWS,
                         "a chunk is at most a whole run's draws"),
-        devices=devices_setting(get("devices"), get("chains")),
+        devices=devices_setting(get("devices"), get("chains"), sharded),
     )
 
 
-def devices_setting(value, chains):
+def devices_setting(value, chains, sharded: bool = False):
     """``sampler.devices`` (or ``--devices``): "all" (every GPU; one device on a CPU) or a number
-    of devices the chains spread over, at most ``MAX_DEVICES`` and at most the chains."""
+    of devices the chains spread over, at most ``MAX_DEVICES`` and at most the chains; with
+    ``sharded`` (``field.shard``) the devices the field is cut over, every chain on all of them."""
     if value == "all":
         return value
     if isinstance(value, str):
         _fail("sampler.devices", 'must be "all" or a positive integer', value)
     n = _int("sampler.devices", value, 1, MAX_DEVICES, "logical devices beyond the cores gain nothing")
-    if _is_int(chains) and n > chains:
+    if _is_int(chains) and n > chains and not sharded:
         _fail("sampler.devices", f"may be at most sampler.chains = {chains} (each device runs whole "
               "chains)", value)
     return n
@@ -331,11 +335,32 @@ def _parse_grid(raw) -> GridSection:
 
 def _parse_field(raw) -> FieldSection:
     t = _table("field", raw)
-    _check_keys("field", t, ("parameterisation", "dtype"), {})
+    _check_keys("field", t, ("parameterisation", "dtype", "shard"), {})
     return FieldSection(
         parameterisation=_choice("field.parameterisation",
                                  t.get("parameterisation", "whitened"), PARAMETERISATIONS),
-        dtype=_choice("field.dtype", t.get("dtype", "float32"), DTYPES))
+        dtype=_choice("field.dtype", t.get("dtype", "float32"), DTYPES),
+        shard=_choice("field.shard", t.get("shard", "none"), SHARDS))
+
+
+def _check_shard(config: RunConfig) -> None:
+    """A sharded field (``field.shard``): the density that runs in parts
+    (``core.engine.sharded_density``) is the white-noise one with a Gaussian likelihood and no
+    per-mode preconditioner, over two or more devices."""
+    shard, sampler = config.field.shard, config.sampler
+    if shard == "none":
+        return
+    why = f"field.shard = {shard!r} cuts the field over sampler.devices"
+    if sampler.devices != "all" and sampler.devices < 2:
+        raise ConfigError("sampler.devices", f"{why}: give 2 or more (or \"all\" GPUs), not {sampler.devices}")
+    if config.field.parameterisation != "white_noise":
+        raise ConfigError("field.parameterisation", f"{why}: it needs \"white_noise\" (a latent in real "
+                          "space, cut as the field is), not " + repr(config.field.parameterisation))
+    if config.likelihood.kind != "gaussian":
+        raise ConfigError("likelihood.kind", f"{why}: a Gaussian likelihood only, not {config.likelihood.kind!r}")
+    if sampler.preconditioner in PER_MODE_PRECONDITIONERS:
+        raise ConfigError("sampler.preconditioner", f"{why}: {sampler.preconditioner!r} scales each "
+                          "Fourier mode of a whole field; use \"identity\" or \"diagonal\"")
 
 
 def _parse_likelihood(raw) -> LikelihoodSection:
@@ -602,6 +627,7 @@ def config_from_dict(raw: Mapping, base_dir=".") -> RunConfig:
     config = RunConfig(model=model, data=data, prior=_parse_field_prior(raw), sampler=sampler,
                        grid=_parse_grid(raw), likelihood=likelihood, field=_parse_field(raw),
                        parameters=_parse_parameters(raw), base_dir=base)
+    _check_shard(config)        # first: its message names the shard's needs, not the preconditioner's
     _check_preconditioner(sampler, model.kind, config.field, likelihood)
     check_dtype_range(config)
     return config

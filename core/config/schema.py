@@ -18,7 +18,7 @@ from core.samplers import ALGORITHMS as _REGISTERED_ALGORITHMS
 __all__ = [
     "ConfigError", "ModelSection", "DataSection", "GridSection", "PriorSection",
     "LikelihoodSection", "FieldSection", "SamplerSection", "IntegralSection", "RunConfig",
-    "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "ALGORITHMS", "PRECONDITIONERS",
+    "MODEL_KINDS", "PARAMETERISATIONS", "DTYPES", "SHARDS", "ALGORITHMS", "PRECONDITIONERS",
     "FOURIER_PARAMETERISATIONS", "PER_MODE_PRECONDITIONERS", "FIELD_DATA_EXTENSIONS",
     "INTEGRAL_DATA_EXTENSIONS", "INTEGRAL_PARAMETERS", "PriorValue", "NEW_CONFIG_SAMPLERS",
     "PYTHON_DATA_EXTENSIONS", "MODEL_FILE_EXTENSIONS", "uses_model_file", "model_file_setting"
@@ -32,6 +32,11 @@ MODEL_KINDS = ("field", "integral", "python")
 #: imports this tuple and accepts exactly these).
 PARAMETERISATIONS = ("whitened", "white_noise", "raw_modes")
 DTYPES = ("float32", "float64")
+#: ``field.shard``: the field whole on one device ("none"), or cut over ``sampler.devices`` as
+#: slabs of x or pencils of x and y (``core.engine.sharded_fft``; its density:
+#: ``core.engine.sharded_density``, which needs white noise, a Gaussian likelihood and no
+#: per-mode preconditioner)
+SHARDS = ("none", "slab", "pencil")
 #: ``sampler.algorithm``: the sampler registry's names (``core.samplers``: hmc, nuts, mclmc, mams)
 ALGORITHMS = _REGISTERED_ALGORITHMS
 #: ``sampler.preconditioner``: "identity" (none), "diagonal" (a diagonal mass matrix adapted
@@ -193,6 +198,7 @@ class LikelihoodSection:
 class FieldSection:
     parameterisation: str = "whitened"
     dtype: str = "float32"
+    shard: str = "none"               # SHARDS: the field cut over sampler.devices
 
 
 @dataclass(frozen=True)

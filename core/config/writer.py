@@ -18,6 +18,7 @@ from core.config.schema import (
     INTEGRAL_PARAMETERS,
     PARAMETERISATIONS,
     PRECONDITIONERS,
+    SHARDS,
     RunConfig,
     SamplerSection,
 )
@@ -61,7 +62,7 @@ def config_to_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
             likelihood["mean_count"] = lk.mean_count
         out["likelihood"] = likelihood
         out["field"] = {"parameterisation": cfg.field.parameterisation,
-                        "dtype": cfg.field.dtype}
+                        "dtype": cfg.field.dtype, "shard": cfg.field.shard}
     elif cfg.model.kind == "python":
         pass
     else:
@@ -110,6 +111,7 @@ _COMMENTS = {
     ("likelihood", "smoothing_scale"): "Gaussian beam R; 0 = none",
     ("field", "parameterisation"): " | ".join(PARAMETERISATIONS),
     ("field", "dtype"): " | ".join(DTYPES),
+    ("field", "shard"): " | ".join(SHARDS) + ": the field cut over sampler.devices",
     ("sampler", "algorithm"): " | ".join(ALGORITHMS),
     ("sampler", "step_size"): "first guess of the initial step-size search; adapted during warmup",
     ("sampler", "target_accept"): "in (0, 1)",

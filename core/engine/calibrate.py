@@ -418,7 +418,11 @@ def _program_key(config: RunConfig, plan: CalibrationPlan):
 
 def _devices(config: RunConfig) -> list[str]:
     """The devices a batch's chains spread over (``sampler.devices``; on a CPU split before
-    TensorFlow starts, so called before any model is built)."""
+    TensorFlow starts, so called before any model is built). A sharded field is refused: its
+    batches are many whole fields, which their chains spread over the devices."""
+    if config.field is not None and config.field.shard != "none":
+        raise PlanError(f"field.shard = {config.field.shard!r}: calibration runs batches of whole fields, "
+                        "their chains spread over sampler.devices; set field.shard = \"none\" to calibrate")
     try:
         return chain_devices(config.sampler.devices)
     except DeviceError as err:

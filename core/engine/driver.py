@@ -33,6 +33,12 @@ sums on its states alone, so chains split over devices draw what they draw toget
 the state, log-density and gradient the previous one ended with, so the draws do not depend on
 where chunks begin: a run stopped and resumed gives the draws of one run straight through.
 
+A field cut over devices (``field.shard``: ``core.engine.sharded_model``) has its state in parts,
+each on its device: its programs are TensorFlow graphs whose ops run where their inputs are
+(``Driver.program``, ``core.engine.placement``; XLA compiles a program for one device), its
+observer keeps each part's draws on its device, and ``place`` puts the per-part values a chunk
+starts from (fresh, restored, rescaled) back on their devices.
+
 Kernels. The driver knows no algorithm by name: the sampler registry (``core.samplers``) names
 the kernel of ``sampler.algorithm`` (``core.engine.samplers``), which makes the steps, its tuning
 state ``da``, its warmup plan (the diagonal's window and the chunk stops: ``schedule_for``) and
@@ -165,6 +171,11 @@ class FieldDraws:
         """The carry of the chains ``rows`` (``DeviceSplit``): none (``start`` makes its own)."""
         return carry
 
+    @staticmethod
+    def on_host(carry):
+        """The carry as the engine records it (here: as it is; a sharded field's parts joined)."""
+        return carry
+
     def merge(self, carries, sizes):
         """One carry from the carries of consecutive groups of chains (``DeviceSplit``), the
         first ``sizes[i]`` chains of carry i (a lone chain ran twice): the draws side by side,
@@ -187,19 +198,22 @@ class FieldDraws:
         post = g >= sched.num_warmup
 
         def accumulate():
+            # x, the buffers and the sums: a tensor each, or a sharded field's list of parts
             x = view.field(x_parts) if field_now is None else field_now
-            dev = x - tf.constant(self.shift, dtype)
+            shift = tf.constant(self.shift, dtype)
+            dev = tf.nest.map_structure(lambda xk: xk - shift, x)
             count, total, total_sq = moments
             keep = tf.equal(tf.math.floormod(g - sched.num_warmup, thin), 0)
 
             def store():
-                return (tf.tensor_scatter_nd_update(field_buf, [[n_fields]], x[None]),
+                return (tf.nest.map_structure(lambda buf, xk: tf.tensor_scatter_nd_update(buf, [[n_fields]], xk[None]),
+                                              field_buf, x),
                         tf.tensor_scatter_nd_update(power_buf, [[n_fields]], view.field_power(x)[None]),
                         n_fields + 1)
 
             fb, pb, nf = tf.cond(keep, store, lambda: (field_buf, power_buf, n_fields))
-            return (count + chains, total + tf.reduce_sum(dev, axis=0),
-                    total_sq + tf.reduce_sum(dev * dev, axis=0)), fb, pb, nf
+            return (count + chains, tf.nest.map_structure(lambda t, d: t + tf.reduce_sum(d, axis=0), total, dev),
+                    tf.nest.map_structure(lambda t, d: t + tf.reduce_sum(d * d, axis=0), total_sq, dev)), fb, pb, nf
 
         moments, field_buf, power_buf, n_fields = tf.cond(
             post, accumulate, lambda: (moments, field_buf, power_buf, n_fields))
@@ -221,8 +235,13 @@ class Driver:
         self.chain_ids = tf.constant(range(self.chains) if chain_ids is None else chain_ids, tf.int32)
         self.hyper_metric = hyper_metric
         self.autograph = autograph       # the chunk's loops are explicit: autograph only costs tracing time
-        self.observer = observer if observer is not None else FieldDraws(model, schedule, sampler.chains,
-                                                                         sampler.thin)
+        # a field cut over devices (core.engine.sharded_model): its programs are graphs placed by
+        # their inputs, and its observer keeps each part's draws on its device
+        self.sharded = bool(getattr(model, "sharded", False))
+        self.programs = []
+        observer_class = getattr(model, "observer_class", FieldDraws)
+        self.observer = observer if observer is not None else observer_class(model, schedule, sampler.chains,
+                                                                              sampler.thin)
         self._lp_and_grad = None
         self.kernel = kernel_class(sampler.algorithm)(self)     # core.engine.samplers
         self.devices = list(devices)
@@ -230,6 +249,28 @@ class Driver:
                           else self._make_chunk_fn())
 
     # -- the model ------------------------------------------------------------------
+
+    def program(self, fn):
+        """``fn`` compiled: one XLA program, or for a sharded field a graph whose ops run on their
+        inputs' devices (``placement.program``)."""
+        if self.sharded:
+            compiled = placement.program(fn, autograph=self.autograph)
+            self.programs.append(compiled)      # their graphs: where each op runs (the tests' census)
+            return compiled
+        return tf.function(fn, jit_compile=True, autograph=self.autograph)
+
+    def place(self, st: dict) -> dict:
+        """``st`` with a sharded field's per-part values on their parts' devices (eager: a fresh
+        state, a restored one, a scale set between chunks); unchanged otherwise."""
+        if not self.sharded:
+            return st
+        on, n = self.model.on_devices, len(st["state"])
+        st["state"], st["grads"], st["scale"] = on(st["state"]), on(st["grads"]), on(st["scale"])
+        count, mean, m2 = st["mass_acc"]
+        st["mass_acc"] = (count, on(list(mean)), on(list(m2)))
+        st["da"] = {key: on(list(v)) if isinstance(v, (list, tuple)) and len(v) == n else v
+                    for key, v in st["da"].items()}
+        return st
 
     def view(self, data):
         """The model, or a copy of it whose likelihood is against ``data`` (a leading chain axis)."""
@@ -333,9 +374,9 @@ class Driver:
                 dense, scale[1] = (1,), tf.linalg.diag(scale[1])
             parts, grads = to_z(scale, parts), grad_to_z(scale, grads)
         da, watch_step = self.kernel.fresh(parts, tlp, grads, scale, seed, data)
-        return dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
-                    mass_acc=tuple(welford_fresh(parts, self.dtype, dense)), step=0,
-                    watch_step=watch_step, seed=seed)
+        return self.place(dict(state=parts, tlp=tlp, grads=list(grads), da=da, scale=scale,
+                               mass_acc=tuple(welford_fresh(parts, self.dtype, dense)), step=0,
+                               watch_step=watch_step, seed=seed))
 
     def _value_and_gradient(self, parts, data):
         """log p and its gradient in x at ``parts``, compiled once (a fresh state and a resumed
@@ -344,7 +385,7 @@ class Driver:
             def lp_and_grad(parts, data):
                 view = self.view(data)
                 return tfp.math.value_and_gradient(lambda *q: view.target_log_prob_fn(*q), list(parts))
-            self._lp_and_grad = tf.function(lp_and_grad, jit_compile=True, autograph=self.autograph)
+            self._lp_and_grad = self.program(lp_and_grad)
         return self._lp_and_grad(parts, data)
 
     def _curvature_scale(self, parts, data, dense: bool = False, step: float = CURVATURE_STEP) -> tf.Tensor:
@@ -421,6 +462,7 @@ class Driver:
         restart dual averaging; MCLMC / MAMS: then their own stage transitions."""
         self._rescale_at_mass_end(st, data)
         self.kernel.at_boundary(st)
+        self.place(st)
 
     def _rescale_at_mass_end(self, st, data):
         sched = self.schedule
@@ -435,6 +477,7 @@ class Driver:
         # same x, new coordinates
         st["state"], st["grads"] = rescaled(st["scale"], new_scale, st["state"], st["grads"])
         st["scale"] = new_scale
+        self.place(st)
         self.kernel.after_rescale(st, data)       # HMC / NUTS: the step searched again
 
 

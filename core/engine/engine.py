@@ -111,21 +111,23 @@ class Engine:
     def _build(self, estimate: Estimate | None = None):
         self._status("loading", estimate=estimate or None)
         try:
-            self.model = build_model(self.config)
+            self.model = build_model(self.config, devices=self.devices)
             if cfgmod.uses_model_file(self.config):
                 self._check_model_file()
         except ModelFileError as err:
             raise EngineError(str(err)) from None
         self.dtype = self.model.dtype
         self.device = compute_device()
+        sharded = getattr(self.model, "sharded", False)
         if self.devices:
             names = ", ".join(name.rsplit("device:", 1)[-1] for name in self.devices)
-            self.device += f"; the chains over {len(self.devices)} devices ({names})"
+            what = (f"the field cut in {self.config.field.shard}s" if sharded else "the chains")
+            self.device += f"; {what} over {len(self.devices)} devices ({names})"
         self._status("compiling", device=self.device)
         self.recorder = Recorder(self.model, self.schedule, self.sampler.thin)
         try:
             self.driver = Driver(self.model, self.sampler, self.schedule,
-                                 hyper_metric=hyper_metric(self.config), devices=self.devices)
+                                 hyper_metric=hyper_metric(self.config), devices=() if sharded else self.devices)
         except DriverError as err:
             raise EngineError(str(err)) from None
 
@@ -157,9 +159,13 @@ class Engine:
 
     def _restore(self):
         try:
-            return checkpoint.load(self.run_dir, self.driver.kernel, self.sampler)
+            st, meta = checkpoint.load(self.run_dir, self.driver.kernel, self.sampler)
         except checkpoint.CheckpointError as err:
             raise EngineError(str(err)) from None
+        problem = self.model.state_problem(st["state"]) if getattr(self.model, "sharded", False) else None
+        if problem is not None:
+            raise EngineError(problem)
+        return self.driver.place(st), meta
 
     # -- running ------------------------------------------------------------------------
 
@@ -309,7 +315,7 @@ class Engine:
                 t0 = time.perf_counter()
                 out = self.driver.run_chunk(st, first, n)
                 traces, params = out["traces"], out["params"]
-                field_buf, power_buf, n_fields, sums = out["observed"]
+                field_buf, power_buf, n_fields, sums = self.driver.observer.on_host(out["observed"])
                 elapsed = time.perf_counter() - t0
                 self.driver.advance(st, out, first, n)
                 st["moments"] = self.recorder.fold_moments(st["moments"], sums)

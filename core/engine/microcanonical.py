@@ -44,7 +44,7 @@ import math
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from core.engine import chain_seeds
+from core.engine import chain_seeds, placement
 from core.engine.devices import memory_kind
 
 __all__ = ["B1", "chain_dot", "n_dims", "per_chain", "unit_velocity", "partial_refresh", "esh_velocity_update",
@@ -178,8 +178,9 @@ CHUNK_RNG = "threefry"
 def chunk_rng() -> str:
     """The generator of the chunks' velocity noise: CHUNK_RNG where the engine computes on a CPU
     (``core.engine.devices.memory_kind``), TensorFlow's default on a GPU (no GPU has measured
-    either generator yet)."""
-    return CHUNK_RNG if memory_kind() == "cpu" else "auto_select"
+    either generator yet) and in a sharded field's programs, which XLA does not compile
+    (``placement.in_program``)."""
+    return CHUNK_RNG if memory_kind() == "cpu" and not placement.in_program() else "auto_select"
 
 
 def normal_parts(seed, like, alg: str = "auto_select"):

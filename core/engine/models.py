@@ -277,9 +277,14 @@ class IntegralModel:
         return out
 
 
-def build_model(config: RunConfig, model_file=None):
+def build_model(config: RunConfig, model_file=None, devices=()):
     """The model adapter of ``config``; ``model_file``: its model file already loaded
-    (``core.engine.model_file.load_model_file``), else loaded here when it has one."""
+    (``core.engine.model_file.load_model_file``), else loaded here when it has one; ``devices``:
+    those a sharded field (``field.shard``) is cut over (``core.engine.devices.chain_devices``)."""
+    if config.field is not None and config.field.shard != "none":
+        from core.engine.sharded_model import ShardedFieldModel
+
+        return ShardedFieldModel(config, devices)
     if config.model.kind == "integral":
         return IntegralModel(config)
     if config.model.kind == "python" or config.likelihood.kind == "python":

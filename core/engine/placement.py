@@ -7,8 +7,9 @@ of a part's shape. For a field cut over devices that would gather every part on 
 So, inside ``tf.function``:
 
 - ``placed_by_inputs()`` is the scope of a graph device function: an op no one placed runs where
-  its placed inputs are, when they agree (through identities: a custom gradient's ``IdentityN``
-  joins tensors of several devices, each output its input's);
+  its placed inputs are, or where they disagree where the largest of them is (through
+  identities: a custom gradient's ``IdentityN`` joins tensors of several devices, each output
+  its input's);
 - a loop's variables enter its body unplaced (the body is a function of its own), so
   ``while_loop`` (``tf.while_loop``'s drop-in, which the engine's loops use) places them again
   at the top of the body, on the devices the values had outside (``pinned``, ``devices_of``); a
@@ -25,10 +26,13 @@ on the default one, where its ops run anyway), so the draws are those of plain
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import tensorflow as tf
 
 __all__ = ["follow_inputs", "placed_by_inputs", "device_of", "devices_of", "pinned", "while_loop", "zeros",
-           "zeros_like", "value_and_gradient"]
+           "zeros_like", "value_and_gradient", "program", "in_program", "on_device_of"]
 
 
 def device_of(tensor) -> str:
@@ -59,6 +63,12 @@ def _captured(graph) -> dict:
             if isinstance(outside, tf.Tensor)}
 
 
+def on_device_of(like):
+    """A scope whose ops run on ``like``'s device (none where it has none): a draw for a part."""
+    device = device_of(like)
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
 def zeros(shape, dtype, like) -> tf.Tensor:
     """``tf.zeros(shape, dtype)`` made on ``like``'s device (a buffer for a part of a sharded field;
     a constant would otherwise be made on the default device)."""
@@ -79,12 +89,21 @@ _PASSING = ("Identity", "IdentityN", "While", "StatelessWhile")
 
 
 def follow_inputs(op) -> str:
-    """A graph device function: an op no one placed runs where its placed inputs are, when they
-    agree ("": TensorFlow's default)."""
+    """A graph device function: an op no one placed runs where its placed inputs are; where they
+    disagree, where its largest one is (a part times a per-chain number runs on the part's
+    device, the number copied there), "" (TensorFlow's default) where none is placed."""
     if op.device:
         return op.device
-    devices = {d for d in map(device_of, op.inputs) if d}
-    return devices.pop() if len(devices) == 1 else ""
+    placed = [(d, t) for d, t in zip(map(device_of, op.inputs), op.inputs) if d]
+    if len({d for d, _ in placed}) <= 1:
+        return placed[0][0] if placed else ""
+    return max(placed, key=lambda dt: _elements(dt[1]))[0]
+
+
+def _elements(tensor) -> int:
+    """The number of elements of ``tensor``'s static shape (0 where it is not known)."""
+    shape = tensor.shape
+    return shape.num_elements() if shape.rank is not None and shape.is_fully_defined() else 0
 
 
 def placed_by_inputs():
@@ -130,3 +149,36 @@ def value_and_gradient(fn, *state):
             tape.watch(state)
             value = fn(*state)
         return value, tape.gradient(value, list(state))
+
+
+_TRACING = threading.local()
+
+
+def in_program() -> bool:
+    """Whether a ``program`` (a graph without XLA) is being traced in this thread: what exists only
+    under XLA (the Threefry generator) is not for it."""
+    return getattr(_TRACING, "depth", 0) > 0
+
+
+def program(fn, autograph: bool = True):
+    """``fn`` compiled for values on several devices: a TensorFlow graph (``tf.function`` without
+    XLA, which compiles a program for one device), traced under ``placed_by_inputs`` with each
+    argument pinned to the device its value is on at the call that traces it (its ops, and the
+    ops that follow them, then run there). ``.traced`` is the ``tf.function`` (its graphs)."""
+    where: list = []
+
+    def traced(*args):
+        _TRACING.depth = getattr(_TRACING, "depth", 0) + 1
+        try:
+            with placed_by_inputs():
+                return fn(*pinned(args, where[-1]))
+        finally:
+            _TRACING.depth -= 1
+    graph = tf.function(traced, autograph=autograph)
+
+    def call(*args):
+        where.append([t.device if isinstance(t, tf.Tensor) else "" for t in tf.nest.flatten(args)])
+        del where[:-1]
+        return graph(*args)
+    call.traced = graph
+    return call

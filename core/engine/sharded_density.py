@@ -125,18 +125,23 @@ class ShardedFieldPosterior:
 
     def log_prob(self, *state) -> tf.Tensor:
         """log p(state, data), (chains,): ``FieldPosterior.log_prob`` of the whole."""
+        return self.log_prob_and_signal(*state)[0]
+
+    def log_prob_and_signal(self, *state):
+        """(log p, the signal's parts: the field plus the field mean, each on its device)."""
         latent, eta = self.split_state(state)
         field = self.field(latent, eta)
-        terms = []
+        terms, signal = [], []
         for k, device in enumerate(self.mesh.devices):
             with tf.device(device):
-                r = (self._data[k] - (field[k] + self._field_mean)) * self._inv_sigma[k]
+                signal.append(field[k] + self._field_mean)
+                r = (self._data[k] - signal[k]) * self._inv_sigma[k]
                 terms.append(-0.5 * tf.reduce_sum(latent[k]**2, axis=[-3, -2, -1])
                              - 0.5 * tf.reduce_sum(r**2, axis=[-3, -2, -1]))
         total = tf.add_n(terms) + self._constant
         if self.sampled:
             total += self.whole._hyper_log_prior(eta)                        # noqa: SLF001
-        return total
+        return total, signal
 
     def target_log_prob_fn(self):
         """A function of the state parts, as the kernels take it."""

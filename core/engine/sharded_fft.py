@@ -123,14 +123,16 @@ def shard(field, mesh: ShardMesh, spectrum: bool = False) -> list[tf.Tensor]:
     return parts
 
 
-def gather(parts: Sequence[tf.Tensor], mesh: ShardMesh, spectrum: bool = False) -> tf.Tensor:
+def gather(parts: Sequence, mesh: ShardMesh, spectrum: bool = False):
     """The whole array from its parts (a field's, or with ``spectrum`` a spectrum's), on the
-    current device: for checks and writes that need it whole."""
+    current device: for checks and writes that need it whole; numpy parts give a numpy array
+    (the host's: a sharded run's draws as the store takes them)."""
     a, b = mesh.rows
+    concat = tf.concat if isinstance(parts[0], tf.Tensor) else (lambda ps, axis: np.concatenate(ps, axis=axis))
     if mesh.is_slab:
-        return tf.concat(list(parts), axis=-2 if spectrum else -3)
-    rows = [tf.concat(list(parts[i * b:(i + 1) * b]), axis=-1 if spectrum else -2) for i in range(a)]
-    return tf.concat(rows, axis=-2 if spectrum else -3)
+        return concat(list(parts), axis=-2 if spectrum else -3)
+    rows = [concat(list(parts[i * b:(i + 1) * b]), axis=-1 if spectrum else -2) for i in range(a)]
+    return concat(rows, axis=-2 if spectrum else -3)
 
 
 def _exchange(parts, gather_axis: int, split_axis: int, sizes, devices):

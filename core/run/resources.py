@@ -398,10 +398,14 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
 def estimate_for_config(config, shape, devices: int | None = None) -> RunEstimate:
     """``estimate_run`` with the settings of a field ``core.config.RunConfig``; ``devices`` the
     devices its chains spread over (default: ``sampler.devices``, "all" counted as one: the
-    engine, which sees the GPUs, passes their number)."""
+    engine, which sees the GPUs, passes their number). A field cut over the devices
+    (``field.shard``) is counted whole: on a CPU its logical devices share one memory, and each
+    GPU's share of a sharded run is not estimated yet (issue #34)."""
     s, f = config.sampler, config.field
     if devices is None:
         devices = s.devices if isinstance(s.devices, int) else 1
+    if f.shard != "none":
+        devices = 1
     return estimate_run(shape, chains=s.chains, dtype=f.dtype, algorithm=s.algorithm, devices=devices,
                         num_leapfrog_steps=s.num_leapfrog_steps, chunk_size=s.chunk_size,
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,

@@ -190,7 +190,7 @@ def test_a_run_that_cannot_fit_is_refused_before_anything_loads(tmp_path, monkey
     free = estimate.needed(include_import=False) - 2**20
     monkeypatch.setattr(resources, "available_memory", lambda: free)
     built = []
-    monkeypatch.setattr(engine_mod, "build_model", lambda c: built.append(c))
+    monkeypatch.setattr(engine_mod, "build_model", lambda c, **kw: built.append(c))
     with pytest.raises(resources.ResourceError) as info:
         Engine(config, text, tmp_path / "run").start()
     message = str(info.value)
@@ -449,7 +449,7 @@ def test_nan_log_density_ends_warmup_with_a_diagnosis(tmp_path, monkeypatch):
                                         chunk=10, mass=False)
     real = engine_mod.build_model
     monkeypatch.setattr(engine_mod, "build_model",
-                        lambda c: _NaNAwayFromStart(real(c), c))
+                        lambda c, **kw: _NaNAwayFromStart(real(c, **kw), c))
     events = []
     with pytest.raises(EngineError) as info:
         Engine(config, text, tmp_path / "run", emit=events.append).start()

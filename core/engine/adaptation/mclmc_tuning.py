@@ -38,6 +38,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from core.engine import placement
 from core.engine.adaptation.microcanonical_stages import StagedTuning, Stages, tuning_scalars, variances
 
 __all__ = ["DESIRED_ENERGY_VAR", "HYPER_ENERGY_VAR", "N_PROJECTIONS", "MclmcTuning"]
@@ -134,11 +135,13 @@ class MclmcTuning(StagedTuning):
             row = 0.0
             for i, (xi, si) in enumerate(zip(position, tune["proj_inv_sd"])):
                 n = math.prod(self.part_shapes[i])
-                w = tf.random.stateless_normal([N_PROJECTIONS, n], tf.random.experimental.stateless_fold_in(pseed, i),
-                                               dtype=self.dtype) * tf.reshape(si, [1, n])
-                # a product and a sum, not a matmul: a chain's projection must not depend on
-                # the batch (XLA's dot of one chain rounds unlike its dot of several)
-                row = row + tf.reduce_sum(tf.reshape(xi, [self.chains, 1, n]) * w[None], axis=-1)
+                with placement.on_device_of(xi):       # a sharded field's part: where it is
+                    w = tf.random.stateless_normal([N_PROJECTIONS, n], tf.random.experimental.stateless_fold_in(
+                        pseed, i), dtype=self.dtype) * tf.reshape(si, [1, n])
+                    # a product and a sum, not a matmul: a chain's projection must not depend on
+                    # the batch (XLA's dot of one chain rounds unlike its dot of several)
+                    projected = tf.reduce_sum(tf.reshape(xi, [self.chains, 1, n]) * w[None], axis=-1)
+                row = row + projected
             row = tf.cast(row, tf.float64)
             buf = tf.tensor_scatter_nd_update(tune["proj_buf"], [[step_index - st.b3]], row[None])
             e = tf.where(ok, tf.cast(energy, tf.float64), tf.constant(np.nan, tf.float64))

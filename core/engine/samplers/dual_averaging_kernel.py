@@ -108,7 +108,7 @@ class DualAveragingKernel:
                 return find_initial_step_size(target_z, state, tlp, grads, first_guess, seed,
                                               num_leapfrog_steps=leapfrogs, threshold=threshold)[0]
 
-            self._search_fn = tf.function(search, jit_compile=True, autograph=d.autograph)
+            self._search_fn = d.program(search)
         step_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, SEARCH_STREAM], tf.int32), g)
         eps = self._search_fn(list(state), tlp, list(grads), list(scale), first_guess, step_seed, data)
         return [tf.reshape(eps, [d.chains] + [1] * (len(p.shape) - 1)) for p in state]
@@ -152,8 +152,7 @@ class DualAveragingKernel:
         # one program (a step is many gradients: the diagonal's per-step tf.cond is noise beside
         # them, and a second compilation would cost start-up time)
         adapt_mass = self.d.schedule.mass_end is not None
-        program = tf.function(lambda *a: chunk(*a, with_mass=adapt_mass, draws=True), jit_compile=True,
-                              autograph=self.d.autograph)
+        program = self.d.program(lambda *a: chunk(*a, with_mass=adapt_mass, draws=True))
         return lambda st, first, n, data=None, observed=None: call(program, st, first, n, data, observed,
                                                                    adapt_mass)
 

@@ -88,8 +88,9 @@ class MicrocanonicalKernel:
         for the likelihood: ``FieldModel.target_log_prob_and_field``; the observer takes it
         instead of a transform of its own)."""
         with_field = self.d.model.has_field
+        # the aux parts: [the field], or a sharded field's parts
         results = (tlp, list(grads), {**da, **read_only},
-                   *([[view.field(to_x(scale, state))]] if with_field else []))
+                   *([self._as_aux(view.field(to_x(scale, state)))] if with_field else []))
         target = view.target_log_prob_and_field if with_field else view.target_log_prob_fn
         kernel = self.build_kernel(lambda *z: target(*to_x(scale, z)), has_aux=with_field)
 
@@ -100,8 +101,13 @@ class MicrocanonicalKernel:
             return state, (lp, grads, tune, *([aux] if with_field else [])), {**stats, "lp": lp}, grads
         return results, step
 
+    def _as_aux(self, field):
+        return list(field) if self.d.sharded else [field]
+
     def field_now(self, results):
-        return results[3][0] if self.d.model.has_field else None
+        if not self.d.model.has_field:
+            return None
+        return list(results[3]) if self.d.sharded else results[3][0]
 
     @staticmethod
     def finish(results, da, read_only):
@@ -116,9 +122,7 @@ class MicrocanonicalKernel:
         if adapt_mass and (sched.mass_start, sched.mass_end) != (tuner.stages.b1, tuner.stages.b2):
             raise DriverError(f"the mass-matrix window {sched.mass_start, sched.mass_end} is not stage 2 "
                               f"{tuner.stages.b1, tuner.stages.b2} of {d.sampler.algorithm}'s warmup")
-        programs = {flag: tf.function(lambda *a, flag=flag: chunk(*a, with_mass=flag and adapt_mass,
-                                                                     draws=not flag), jit_compile=True,
-                                      autograph=d.autograph)
+        programs = {flag: d.program(lambda *a, flag=flag: chunk(*a, with_mass=flag and adapt_mass, draws=not flag))
                     for flag in ((False, True) if apart else (False,))}
 
         def run_chunk(st, first, n, data=None, observed=None):

@@ -83,3 +83,17 @@ def test_a_model_file_without_simulate_cannot_be_calibrated(tmp_path):
     (tmp_path / "lik.py").write_text(LIKELIHOOD)
     with pytest.raises(PlanError, match=r"lik\.py: defines no simulate; .*add def simulate\(field, params, seed\)"):
         _calibrate(tmp_path, _field_document())
+
+
+def test_a_config_with_a_sharded_field_is_refused_by_calibration_by_name(tmp_path):
+    from support.engine_cases import field_case_document, write_field_case
+
+    write_field_case(tmp_path)
+    document = field_case_document()
+    document["field"].update(parameterisation="white_noise", shard="slab")
+    document["sampler"]["devices"] = 2
+    config = config_from_dict(document, base_dir=tmp_path)
+    calibrator = Calibrator(config, dump_config(config), tmp_path / "cal", simulations=4, draws=DRAWS, batch_size=2)
+    with pytest.raises(PlanError, match=r"field.shard = 'slab': calibration runs batches of whole fields"):
+        calibrator.run()
+    assert not (tmp_path / "cal").exists() or not any((tmp_path / "cal").iterdir())

@@ -225,6 +225,19 @@ BAD = [
     (F + "[sampler]\nchains = 2\ndevices = 4\n", "sampler.devices: may be at most sampler.chains = 2",
      'sampler.devices'),
     (F + "[sampler]\nchains = 100\ndevices = 65\n", "sampler.devices: may be at most 64", 'sampler.devices'),
+    (F + "[field]\nshard = \"slabs\"\n", "field.shard: must be one of 'none', 'slab', 'pencil'", 'field.shard'),
+    (F + "[field]\nshard = \"slab\"\nparameterisation = \"white_noise\"\n",
+     "sampler.devices: field.shard = 'slab' cuts the field over sampler.devices: give 2 or more",
+     'sampler.devices'),
+    (F + "[field]\nshard = \"pencil\"\n[sampler]\ndevices = 4\n",
+     "field.parameterisation: field.shard = 'pencil' cuts the field over sampler.devices: it needs "
+     "\"white_noise\"", 'field.parameterisation'),
+    (F + "[field]\nshard = \"slab\"\nparameterisation = \"white_noise\"\n[sampler]\ndevices = 2\n"
+     "[likelihood]\nkind = \"poisson_lognormal\"\n", "likelihood.kind: field.shard = 'slab'", 'likelihood.kind'),
+    (F + "[field]\nshard = \"slab\"\nparameterisation = \"white_noise\"\n[sampler]\ndevices = 2\n"
+     "preconditioner = \"conditional\"\n", "sampler.preconditioner: field.shard = 'slab' cuts the field over "
+     "sampler.devices: 'conditional' scales each Fourier mode of a whole field; use \"identity\" or \"diagonal\"",
+     'sampler.preconditioner'),
     (F + "[sampler]\nseed = 1.5\n", "sampler.seed", 'sampler.seed'),
     (F + "[sampler]\nstep_size = 0\n", "sampler.step_size: must be a positive finite number", 'sampler.step_size'),
     (F + "[sampler]\nstep_size = inf\n", "sampler.step_size", 'sampler.step_size'),
@@ -351,6 +364,16 @@ BAD = [
     ("v = " + "9" * 5000 + "\n", "TOML value error", None),
     ("v = " + "[" * 50000 + "\n", "TOML", None),
 ]
+
+
+def test_a_sharded_field_takes_more_devices_than_chains_and_is_written_back():
+    text = (FIELD + "[field]\nshard = \"pencil\"\nparameterisation = \"white_noise\"\n"
+            "[sampler]\nchains = 2\ndevices = 8\npreconditioner = \"diagonal\"\n")
+    cfg = C.parse_config(text, base_dir="/tmp/run")
+    assert (cfg.field.shard, cfg.sampler.devices, cfg.sampler.chains) == ("pencil", 8, 2)
+    assert 'shard = "pencil"' in C.dump_config(cfg)
+    assert C.parse_config(C.dump_config(cfg), base_dir=cfg.base_dir) == cfg
+    assert C.parse_config(FIELD).field.shard == "none"
 
 
 @pytest.mark.parametrize("text,expected,key", BAD, ids=[str(i) for i in range(len(BAD))])

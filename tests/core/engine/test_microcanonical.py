@@ -303,8 +303,8 @@ def test_the_warmup_watch_ends_an_mclmc_warmup_whose_density_is_nan_away_from_th
                                         mass=False, algorithm="mclmc")
     real = engine_mod.build_model
 
-    def nan_away_from_start(c):
-        model = real(c)
+    def nan_away_from_start(c, **kw):
+        model = real(c, **kw)
         x0 = tf.constant(np.asarray(model.initial_state(c.sampler.chains, c.sampler.seed)[0]), model.dtype)
         f, f_field = model.target_log_prob_fn, model.target_log_prob_and_field
 
