@@ -27,7 +27,7 @@ def _ordinal(n: int) -> str:
 
 class SamplerPanel(SetupPanel):
     title = "Sampler"
-    keys = SAMPLER_KEYS + ("field.parameterisation", "field.dtype")
+    keys = SAMPLER_KEYS + ("field.parameterisation", "field.dtype", "field.shard")
 
     def __init__(self, state: ConfigState, parent=None):
         super().__init__(state, parent)
@@ -69,7 +69,8 @@ class SamplerPanel(SetupPanel):
         self._number("sampler.devices", "Devices",
                      tip='sampler.devices: spread the chains over N devices (GPUs), or "all" the GPUs; '
                          "the draws are the same as on one. On a machine without a GPU, N logical "
-                         "devices share the CPU's cores: no faster")
+                         "devices share the CPU's cores: no faster. With the field cut over devices "
+                         "(Field across devices), the devices its parts are on")
         self._number("sampler.seed", "Seed", tip="sampler.seed: same seed, same draws")
         self._number("sampler.thin", "Keep every", tip="sampler.thin: keep every thin-th "
                      "field draw (scalars are kept at every draw)")
@@ -86,6 +87,12 @@ class SamplerPanel(SetupPanel):
             ("raw Fourier modes", "raw_modes")], tip="field.parameterisation")
         self._choice("field.dtype", "Precision", [("float32", "float32"), ("float64", "float64")],
                      tip="field.dtype")
+        self._choice("field.shard", "Field across devices", [
+            ("whole on each device", "none"), ("cut in slabs (x)", "slab"), ("cut in pencils (x, y)", "pencil")],
+            tip="field.shard: cut the field, its latent and its FFTs over the Devices, for a grid "
+                "one device cannot hold (every chain on every device). Needs white noise, a "
+                "Gaussian likelihood and the identity or diagonal mass matrix; slabs exchange "
+                "once an FFT, pencils twice and take more devices (docs/benchmarks.md)")
         self.info = _info_label()
         self.info.setStyleSheet(INFO_STYLE)
         self.body.addWidget(self.info)
@@ -109,7 +116,7 @@ class SamplerPanel(SetupPanel):
             self.form.setRowVisible(edit, shown)
             edit.setHidden(not shown)
         field = s["model.kind"] == "field"
-        for key in ("field.parameterisation", "field.dtype"):
+        for key in ("field.parameterisation", "field.dtype", "field.shard"):
             self.form.setRowVisible(self.edits[key], field)
             self.edits[key].setHidden(not field)
         values = [s[f"sampler.{k}"] for k in ("num_warmup", "num_samples", "chains", "thin")]

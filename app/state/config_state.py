@@ -162,6 +162,7 @@ def _build_defaults() -> dict[str, Any]:
         "likelihood.mean_count": 1.0,           # core.config's default for poisson_lognormal
         "field.parameterisation": d["field"]["parameterisation"],
         "field.dtype": d["field"]["dtype"],
+        "field.shard": d["field"]["shard"],
         "integral.refine": _INTEGRAL_DEFAULTS["integral"]["refine"],
     }
     for name, value in d["sampler"].items():
@@ -388,7 +389,7 @@ class ConfigState:
                 lk["mean_count"] = v["likelihood.mean_count"]
             doc["likelihood"] = lk
             doc["field"] = {"parameterisation": v["field.parameterisation"],
-                            "dtype": v["field.dtype"]}
+                            "dtype": v["field.dtype"], "shard": v["field.shard"]}
         doc["sampler"] = {key.split(".", 1)[1]: v[key] for key in SAMPLER_KEYS}
         return doc
 

@@ -79,6 +79,28 @@ def test_the_devices_setting_takes_a_number_or_all_names_a_wrong_one_and_is_save
         assert window.save_config(out) and load_config(out).sampler.devices == saved_as
 
 
+def test_the_field_across_devices_setting_names_what_it_needs_and_is_saved(make_window, qtbot, tmp_path):
+    window = make_window(tiny_case(tmp_path), engine=None)
+    box = window.findChild(QComboBox, "field.shard")
+    assert box is not None and not box.isHidden() and box.currentData() == "none"
+    box.setCurrentIndex(box.findData("slab"))
+    # the tiny case: whitened latent, one device
+    assert "field.shard = 'slab' cuts the field over sampler.devices: give 2 or more" in \
+        message_of(window, "sampler.devices")
+    type_into(qtbot, edit_of(window, "sampler.devices"), "4")       # more than the 2 chains: fine sharded
+    assert message_of(window, "sampler.devices") == ""
+    assert 'it needs "white_noise"' in message_of(window, "field.parameterisation")
+    params = window.findChild(QComboBox, "field.parameterisation")
+    params.setCurrentIndex(params.findData("white_noise"))
+    assert message_of(window, "field.parameterisation") == ""
+    out = tmp_path / "sharded.toml"
+    assert window.save_config(out)
+    saved = load_config(out)
+    assert (saved.field.shard, saved.field.parameterisation, saved.sampler.devices) == ("slab", "white_noise", 4)
+    box.setCurrentIndex(box.findData("none"))
+    assert "sampler.devices: may be at most sampler.chains = 2" in message_of(window, "sampler.devices")
+
+
 def test_the_dense_block_setting_shows_with_the_fourier_preconditioner_and_is_saved(make_window, qtbot, tmp_path):
     window = make_window(tiny_case(tmp_path), engine=None)
     box = window.findChild(QComboBox, "sampler.preconditioner")
