@@ -105,7 +105,7 @@ run_tests() {
   say "tests: numerical core (TensorFlow) and the benchmarks' measures ($workers worker processes)"
   local own=(tests/core/engine/test_chain_devices.py tests/core/engine/test_chain_devices_resumed.py
              tests/core/engine/test_sharded_density.py tests/core/engine/test_sharded_fft.py
-             tests/core/engine/test_engine_signals.py)
+             tests/core/engine/test_sharded_run.py tests/core/engine/test_engine_signals.py)
   local rest=() f
   for f in tests/core/engine/test_*.py; do
     [[ " ${own[*]} " == *" $f "* ]] || rest+=("$f")
@@ -117,13 +117,16 @@ run_tests() {
     "$py" -m pytest $set -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   done
   "$py" -m pytest tests/core tests/bench tests/test_file_budget.py --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-  say "tests: application (Qt, no TensorFlow in the test process)"
-  # A crash of the Qt process (a signal) ends its output with every thread's stack, the GUI
+  say "tests: application (Qt, no TensorFlow in the test processes; $workers worker processes)"
+  # The Qt tests spend much of their time waiting on engine processes and timers: in a worker
+  # process per core (each with its own Xvfb), a test file to a worker, they took 375 s where one
+  # process took 573 s (2026-12-06, 2 cores).
+  # A crash of a Qt process (a signal) ends its output with every thread's stack, the GUI
   # thread's last; CI keeps only the start and the end of a long log, so that stack is said
   # again at the very end.
   local log; log=$(mktemp)
   rc=0
-  "$py" -m pytest tests/app -q --durations=12 "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  "$py" -m pytest tests/app -q --durations=12 -n "$workers" --dist loadfile "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
   if [ "$rc" -ge 128 ]; then
     say "the Qt tests' process died of signal $((rc - 128)); where its GUI thread was:"
     awk '/^(Current thread|Thread .*most recent call first)/ { block = "" } { block = block $0 "\n" }
