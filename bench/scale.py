@@ -24,8 +24,14 @@ unrolled kernel where it costs at most core.run.engine_limits.UNROLL_BUDGET_BYTE
 ``engine``, core.engine.nuts, and ``tfp``, TFP's NoUTurnSampler that the engine used before);
 MCLMC and MAMS with ``--algorithm mclmc`` / ``mams`` (the engine's own, L ignored).
 
+A field cut over devices (issue #34): ``--shards none slab pencil --devices N`` runs the engine's own
+kernel on the white-noise parameterisation (the one a sharded field takes) with ``field.shard``
+each of them over N devices (on a CPU: N logical devices, which share its cores and one memory:
+peak is the process's, the whole run's). The FFT floor is the whole grid's, on one device.
+
 Usage: python bench/scale.py [--sizes 64 96] [--leapfrog 5 10 40] [--chains 1 2]
        [--kernels looped unrolled] [--chunks 3] [--chunk-size 5] [--repeats 1]
+       [--shards none slab pencil --devices 4]
 """
 
 from __future__ import annotations
@@ -111,8 +117,13 @@ def worker(spec: dict) -> dict:
 
     directory = Path(spec["data_dir"])
     s = sampler_settings(spec["chains"], spec["leapfrog"], spec["chunk"], spec["chunks"], spec["algorithm"])
-    text = cases.config_text(DEMO_SPECTRUM["index"], sampler=s,
-                             field={"parameterisation": "whitened", "dtype": "float32"})
+    shard = spec.get("shard")
+    field = {"parameterisation": "whitened", "dtype": "float32"}
+    if shard is not None:           # --shards: white noise, cut (or not) over the devices
+        field.update(parameterisation="white_noise", shard=shard)
+        if shard != "none":
+            s["devices"] = spec["devices"]
+    text = cases.config_text(DEMO_SPECTRUM["index"], sampler=s, field=field)
     config = parse_config(text, base_dir=directory)
 
     class CaseEngine(Engine):
@@ -176,17 +187,23 @@ def main():
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--chunk-size", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--shards", nargs="+", choices=["none", "slab", "pencil"],
+                        help="field.shard of each case (white noise; the engine's own kernel)")
+    parser.add_argument("--devices", type=int, default=4, help="the devices a sharded field is cut over")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.shards:
+        args.kernels = [f"engine/{shard}" for shard in args.shards]
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
     load = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; CPU cores {os.cpu_count()}; load average "
-          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.algorithm}, float32, whitened; "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.algorithm}, float32, "
+          f"{'white_noise' if args.shards else 'whitened'}; "
           f"{args.chunks} sampling chunks of {args.chunk_size} steps per case; median of {args.repeats}")
     leapfrogs = args.leapfrog if sampler_info(args.algorithm).leapfrog_steps else [0]
-    print(f"{'grid':>5} {'C':>2} {'L':>3} {'kernel':>8} | {'peak MiB':>8} {'est MiB':>8} {'ratio':>5} | "
+    print(f"{'grid':>5} {'C':>2} {'L':>3} {'kernel':>12} | {'peak MiB':>8} {'est MiB':>8} {'ratio':>5} | "
           f"{'buffers':>7} | {'grad/s':>7} {'ms/grad':>7} {'/FFT':>5}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
@@ -199,7 +216,10 @@ def main():
                         for kernel in args.kernels:        # alternating: the same load on both
                             spec = dict(data_dir=str(data_dir), tmp=tmp, size=n, chains=chains,
                                         leapfrog=max(L, 1), chunk=args.chunk_size, chunks=args.chunks,
-                                        algorithm=args.algorithm, kernel=kernel)
+                                        algorithm=args.algorithm, kernel=kernel.split("/")[0],
+                                        devices=args.devices)
+                            if "/" in kernel:
+                                spec["shard"] = kernel.split("/")[1]
                             results[kernel].append(run_case(spec))
                     est = resources.estimate_run(
                         (n,) * 3, chains=chains, dtype="float32", algorithm=args.algorithm,
@@ -209,7 +229,7 @@ def main():
                     for kernel, rs in results.items():
                         med = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                         buffers = (med["peak"] - est.runtime) / (chains * n**3 * 4)
-                        print(f"{n:>4}^3 {chains:>2} {L or '-':>3} {kernel:>8} | {med['peak'] / 2**20:8.0f} "
+                        print(f"{n:>4}^3 {chains:>2} {L or '-':>3} {kernel:>12} | {med['peak'] / 2**20:8.0f} "
                               f"{est.total / 2**20:8.0f} {med['peak'] / est.total:5.2f} | {buffers:7.1f} | "
                               f"{med['grad_per_s']:7.0f} {1e3 * med['t_grad']:7.2f} "
                               f"{med['t_grad'] / med['t_fft']:5.1f}", flush=True)
