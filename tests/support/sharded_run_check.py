@@ -5,8 +5,8 @@ CPU itself, as for any run; the split must come before TensorFlow starts). Print
 ``wiener``: a 32^3 field under a 25 % slab mask, cut in 4 slabs, MCLMC, against the exact
 Wiener posterior (mean by conjugate gradients, sd from 64 exact draws), with the store's P(k) of
 a draw against ``core.field.power_estimator`` on that draw and the census of the unplaced
-part-sized ops of every program the driver traced. ``resume``: a 16^3 field in 2 x 2 pencils, HMC
-with the diagonal adapted in warmup, stopped and resumed against one run straight through, and
+part-sized ops of every program the driver traced. ``resume``: a 16^3 field in 2 x 2 pencils, its
+spectral index sampled, HMC with the diagonal adapted in warmup, stopped and resumed against one run straight through, and
 resumed on 2 devices (refused: its checkpoint holds 4 parts)."""
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ def wiener(folder: Path) -> dict:
 
 
 def resume(folder: Path) -> dict:
-    settings = dict(algorithm="hmc", warmup=60, samples=60, chains=2, thin=5, chunk=20, leapfrog=6)
+    # the spectral index sampled: eta rides beside the parts (whole, on no device of the mesh)
+    settings = dict(algorithm="hmc", warmup=60, samples=60, chains=2, thin=5, chunk=20, leapfrog=6,
+                    index={"dist": "normal", "loc": -1.5, "scale": 0.3})
     out = {}
     for name in ("straight", "resumed"):
         where = folder / name
@@ -112,6 +114,9 @@ def resume(folder: Path) -> dict:
     a, b = RunReader(folder / "straight" / "run"), RunReader(folder / "resumed" / "run")
     differ = [name for name in ("lp", "step_size", "grad_norm", "acceptance_rate")
               for w in (True, False) if not np.array_equal(a.stat(name, w), b.stat(name, w))]
+    differ += [f"param {name}" for name in a.param_names for w in (True, False)
+               if not np.array_equal(a.param(name, w), b.param(name, w))]
+    out["params"] = list(a.param_names)
     if not np.array_equal(a.field_draws(), b.field_draws()):
         differ.append("field_draws")
     if not np.array_equal(a.field_moments()[0], b.field_moments()[0]):

@@ -3,8 +3,8 @@ engine on 4 logical CPU devices: a 32^3 field under a slab mask, cut in 4 slabs,
 new config's sampler family (MCLMC), draws the exact Wiener posterior's mean and sd, stores each
 draw's P(k) as ``core.field.power_estimator`` measures it, says where it ran, and no program the
 driver traced leaves a part-sized op to TensorFlow's default device; a 16^3 field in 2 x 2 pencils
-(HMC, the diagonal adapted in warmup) stopped and resumed draws what it draws straight through,
-and resumed on fewer devices than it ran on is refused by name.
+with its spectral index sampled (HMC, the diagonal adapted in warmup) stopped and resumed draws
+what it draws straight through, and resumed on fewer devices than it ran on is refused by name.
 
 The CPU is split into devices before TensorFlow starts, so the runs are made in fresh processes
 (``tests/support/sharded_run_check.py``: ~1 minute each alone) and report as JSON."""
@@ -51,6 +51,7 @@ def test_a_sharded_run_stopped_and_resumed_draws_what_it_draws_straight_through(
     assert resumed["straight"] == "finished"
     assert resumed["resumed"] == ["stopped", "finished"]
     assert resumed["draws"] == 2 * 60
+    assert resumed["params"] == ["index"]           # a sampled hyperparameter beside the parts
     assert resumed["differ"] == []
     assert "the field cut in pencils over 4 devices" in resumed["device"]
 
