@@ -251,9 +251,9 @@ class Driver:
     # -- the model ------------------------------------------------------------------
 
     def program(self, fn):
-        """``fn`` compiled: one XLA program, or for a sharded field a graph whose ops run on their
-        inputs' devices (``placement.program``)."""
-        if self.sharded:
+        """``fn`` compiled: one XLA program, or for a field sharded over devices a graph whose ops
+        run on their inputs' devices (``placement.program``; one device's view of it is XLA's)."""
+        if self.sharded and len(self.model.mesh.devices) > 1:
             compiled = placement.program(fn, autograph=self.autograph)
             self.programs.append(compiled)      # their graphs: where each op runs (the tests' census)
             return compiled

@@ -60,6 +60,7 @@ class ShardMesh:
     devices: tuple[str, ...]
     shape: tuple[int, int, int]
     rows: tuple[int, int]
+    view: bool = False          # one device's view of the mesh (``device_view``)
 
     @classmethod
     def slabs(cls, devices: Sequence[str], shape) -> "ShardMesh":
@@ -90,6 +91,15 @@ class ShardMesh:
     def is_slab(self) -> bool:
         return self.rows[1] == 1
 
+    def device_view(self) -> "ShardMesh":
+        """The program of this mesh's first device (its part the largest) alone: its parts, its
+        transforms and its densities on that device's part only, each all-to-all replaced by a
+        local stand-in with the collective's input and output shapes (``_exchange``). Its values
+        are not the sharded ones; its buffers are: XLA compiles it for one device, and its buffer
+        assignment is the per-device memory of a sharded chunk (``bench/device_memory.py
+        --shard``, ``core.run.resources``). ``gather`` refuses it."""
+        return ShardMesh(self.devices[:1], self.shape, self.rows, view=True)
+
     def device(self, i: int, j: int = 0) -> str:
         return self.devices[i * self.rows[1] + j]
 
@@ -105,12 +115,18 @@ def cut(array, mesh: ShardMesh, spectrum: bool = False) -> list:
     if spectrum:        # all kx; ky over a; (pencils) kz over b
         rows = split(array, split_sizes(mesh.shape[1], a), axis=-2)
         if mesh.is_slab:
-            return list(rows)
-        return [cell for row in rows for cell in split(row, split_sizes(mesh.shape[2] // 2 + 1, b), axis=-1)]
+            return _viewed(list(rows), mesh)
+        return _viewed([cell for row in rows for cell in split(row, split_sizes(mesh.shape[2] // 2 + 1, b), axis=-1)],
+                       mesh)
     rows = split(array, split_sizes(mesh.shape[0], a), axis=-3)
     if mesh.is_slab:
-        return list(rows)
-    return [cell for row in rows for cell in split(row, split_sizes(mesh.shape[1], b), axis=-2)]
+        return _viewed(list(rows), mesh)
+    return _viewed([cell for row in rows for cell in split(row, split_sizes(mesh.shape[1], b), axis=-2)], mesh)
+
+
+def _viewed(parts: list, mesh: ShardMesh) -> list:
+    """``parts``, or the first alone for a device view."""
+    return parts[:1] if mesh.view else parts
 
 
 def shard(field, mesh: ShardMesh, spectrum: bool = False) -> list[tf.Tensor]:
@@ -127,6 +143,8 @@ def gather(parts: Sequence, mesh: ShardMesh, spectrum: bool = False):
     """The whole array from its parts (a field's, or with ``spectrum`` a spectrum's), on the
     current device: for checks and writes that need it whole; numpy parts give a numpy array
     (the host's: a sharded run's draws as the store takes them)."""
+    if mesh.view:
+        raise ValueError("a device view holds one device's part: it has no whole to gather")
     a, b = mesh.rows
     concat = tf.concat if isinstance(parts[0], tf.Tensor) else (lambda ps, axis: np.concatenate(ps, axis=axis))
     if mesh.is_slab:
@@ -135,10 +153,20 @@ def gather(parts: Sequence, mesh: ShardMesh, spectrum: bool = False):
     return concat(rows, axis=-2 if spectrum else -3)
 
 
-def _exchange(parts, gather_axis: int, split_axis: int, sizes, devices):
+def _exchange(parts, gather_axis: int, split_axis: int, sizes, devices, gathered):
     """All-to-all among ``parts`` (one per device of ``devices``): part k is split along
     ``split_axis`` into ``sizes``; device m receives piece m of every part, concatenated along
-    ``gather_axis``."""
+    ``gather_axis`` (where part k is ``gathered[k]`` long).
+
+    A device view (one part where ``sizes`` has several) gets the stand-in of its collective:
+    the output it would receive, its shape exactly, made of slices of its own first piece. XLA
+    holds its input and its output as it would the all-to-all's."""
+    if len(parts) < len(sizes):
+        (part,) = parts
+        first = tf.split(part, sizes, axis=split_axis)[0]
+        full = first.shape[gather_axis]
+        received = [first if g == full else tf.split(first, [g, full - g], axis=gather_axis)[0] for g in gathered]
+        return [tf.concat(received, axis=gather_axis)]
     pieces = [_split_on(part, sizes, split_axis, device) for part, device in zip(parts, devices)]
     out = []
     for m, device in enumerate(devices):
@@ -163,13 +191,13 @@ def _split_on(part, sizes, axis: int, device: str) -> list[tf.Tensor]:
     return list(split(part))
 
 
-def _exchange_in_groups(parts, mesh: ShardMesh, groups, gather_axis: int, split_axis: int, sizes):
+def _exchange_in_groups(parts, mesh: ShardMesh, groups, gather_axis: int, split_axis: int, sizes, gathered):
     """``_exchange`` within each group of devices (lists of part indices: a pencil mesh's rows or
     columns)."""
     out = [None] * len(parts)
     for group in groups:
         exchanged = _exchange([parts[k] for k in group], gather_axis, split_axis, sizes,
-                              [mesh.devices[k] for k in group])
+                              [mesh.devices[k] for k in group], gathered)
         for k, t in zip(group, exchanged):
             out[k] = t
     return out
@@ -186,6 +214,8 @@ def _on_each(fn, parts, devices) -> list[tf.Tensor]:
 
 def _groups(mesh: ShardMesh):
     """(rows, columns) of a pencil mesh as lists of part indices."""
+    if mesh.view:
+        return [[0]], [[0]]
     a, b = mesh.rows
     return [[i * b + j for j in range(b)] for i in range(a)], [[i * b + j for i in range(a)] for j in range(b)]
 
@@ -202,13 +232,15 @@ def rfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
 
     if mesh.is_slab:
         local = _on_each(lambda t: rfftnd(t, fft_length=[n1, n2], axes=[-2, -1]), parts, devices)
-        return _on_each(along_x, _exchange(local, -3, -2, split_sizes(n1, a), devices), devices)
+        return _on_each(along_x, _exchange(local, -3, -2, split_sizes(n1, a), devices, split_sizes(n0, a)),
+                        devices)
     # pencils: z, then y within each row of devices, then x within each column
     rows, columns = _groups(mesh)
     z = _on_each(lambda t: rfftnd(t, fft_length=[n2], axes=[-1]), parts, devices)
-    z = _exchange_in_groups(z, mesh, rows, -2, -1, split_sizes(n2 // 2 + 1, b))
+    z = _exchange_in_groups(z, mesh, rows, -2, -1, split_sizes(n2 // 2 + 1, b), split_sizes(n1, b))
     y = _on_each(lambda t: complex_fft_axes(t, [-2], inverse=False), z, devices)
-    return _on_each(along_x, _exchange_in_groups(y, mesh, columns, -3, -2, split_sizes(n1, a)), devices)
+    return _on_each(along_x, _exchange_in_groups(y, mesh, columns, -3, -2, split_sizes(n1, a), split_sizes(n0, a)),
+                    devices)
 
 
 def irfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
@@ -219,10 +251,10 @@ def irfft3d(parts: Sequence[tf.Tensor], mesh: ShardMesh) -> list[tf.Tensor]:
     devices = list(mesh.devices)
     x = _on_each(lambda t: complex_fft_axes(t, [-3], inverse=True), parts, devices)
     if mesh.is_slab:
-        rows = _exchange(x, -2, -3, split_sizes(n0, a), devices)
+        rows = _exchange(x, -2, -3, split_sizes(n0, a), devices, split_sizes(n1, a))
         return _on_each(lambda t: irfftnd(t, fft_length=[n1, n2], axes=[-2, -1]), rows, devices)
     rows, columns = _groups(mesh)
-    x = _exchange_in_groups(x, mesh, columns, -2, -3, split_sizes(n0, a))
+    x = _exchange_in_groups(x, mesh, columns, -2, -3, split_sizes(n0, a), split_sizes(n1, a))
     y = _on_each(lambda t: complex_fft_axes(t, [-2], inverse=True), x, devices)
-    y = _exchange_in_groups(y, mesh, rows, -1, -2, split_sizes(n1, b))
+    y = _exchange_in_groups(y, mesh, rows, -1, -2, split_sizes(n1, b), split_sizes(n2 // 2 + 1, b))
     return _on_each(lambda t: irfftnd(t, fft_length=[n2], axes=[-1]), y, devices)

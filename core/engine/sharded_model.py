@@ -57,12 +57,17 @@ class ShardedFieldModel(FieldModel):
 
     sharded = True
 
-    def __init__(self, config, devices):
+    def __init__(self, config, devices, view: bool = False):
+        """``view``: the first device's program alone (``ShardMesh.device_view``: its memory by
+        XLA's account, ``bench/device_memory.py --shard``); its chunks run, its draws are one
+        part's and the host cannot join them."""
         with tf.device("/CPU:0"):          # the whole model's constants: the host's
             super().__init__(config)
         from core.io import LoadError
         try:
             self.mesh = mesh_for(config.field.shard, devices, self.grid.shape)
+            if view:
+                self.mesh = self.mesh.device_view()
             self.density = ShardedFieldPosterior(self.posterior, self.mesh)
         except ValueError as err:
             raise LoadError(f"{config.data_path}: {err}") from None

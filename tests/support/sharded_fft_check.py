@@ -40,6 +40,20 @@ def check(mesh: ShardMesh, batch: int, seed: int) -> dict:
     out["rfft3d"] = rel(got_f, fft.rfft3d(x))
     out["irfft3d"] = rel(got_i, fft.irfft3d(spec, fft_length=shape))
     out["rfft3d devices"] = [p.device for p in sharded_fft.rfft3d(sharded_fft.shard(x, mesh), mesh)]
+    # the first device's view (its memory by XLA's account): its parts have the first device's
+    # shapes, through each transform and its gradient
+    view = mesh.device_view()
+    real = [sharded_fft.rfft3d(sharded_fft.shard(x, mesh), mesh)[0],
+            sharded_fft.irfft3d(sharded_fft.shard(spec, mesh, spectrum=True), mesh)[0]]
+    with tf.GradientTape(persistent=True) as tape:
+        vx, vs = sharded_fft.shard(x, view), sharded_fft.shard(spec, view, spectrum=True)
+        tape.watch(vx + vs)
+        seen = [sharded_fft.rfft3d(vx, view)[0], sharded_fft.irfft3d(vs, view)[0]]
+        losses = [tf.reduce_sum(tf.abs(t)) for t in seen]
+    grads = [tape.gradient(losses[0], vx[0]), tape.gradient(losses[1], vs[0])]
+    out["device view"] = {"parts": [list(t.shape) for t in seen], "sharded": [list(t.shape) for t in real],
+                          "gradients": [list(g.shape) for g in grads],
+                          "inputs": [list(vx[0].shape), list(vs[0].shape)]}
 
     def loss_r(x, sharded):          # nonlinear in x: sum w |X|^2 + sum sin(x)
         X = (sharded_fft.gather(sharded_fft.rfft3d(sharded_fft.shard(x, mesh), mesh), mesh, spectrum=True)

@@ -40,6 +40,16 @@ def test_each_part_of_the_spectrum_is_on_its_device(report):
         assert placed == ["device:CPU:0", "device:CPU:1", "device:CPU:2", "device:CPU:3"], (case, placed)
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_the_first_devices_view_has_its_parts_shapes(report, case):
+    """``ShardMesh.device_view`` (the per-device memory account): each transform of the first
+    device's part alone gives the sharded transform's first part's shape, and so do the
+    gradients of its input."""
+    view = report["cases"][case]["device view"]
+    assert view["parts"] == view["sharded"], case
+    assert view["gradients"] == view["inputs"], case
+
+
 def test_an_axis_shorter_than_its_devices_is_refused(report):
     assert "x axis (3) is shorter than the 4 devices" in report["refused"]["(3, 8, 8)"]
     assert "kz axis (3) is shorter than the 4 devices" in report["refused"]["(8, 8, 4)"]
