@@ -105,7 +105,8 @@ run_tests() {
   say "tests: numerical core (TensorFlow) and the benchmarks' measures ($workers worker processes)"
   local own=(tests/core/engine/test_chain_devices.py tests/core/engine/test_chain_devices_resumed.py
              tests/core/engine/test_sharded_density.py tests/core/engine/test_sharded_fft.py
-             tests/core/engine/test_sharded_run.py tests/core/engine/test_engine_signals.py)
+             tests/core/engine/test_sharded_run.py tests/core/engine/test_sharded_memory.py
+             tests/core/engine/test_engine_signals.py)
   local rest=() f
   for f in tests/core/engine/test_*.py; do
     [[ " ${own[*]} " == *" $f "* ]] || rest+=("$f")

@@ -16,7 +16,10 @@ Memory figures (``core.run.resources``'s module docstring): ``buffers_per_chain`
 named arrays, per chain and once per run; ``program_bytes`` the compiled program with XLA's
 runtime; ``device_programs`` XLA's own account of each chunk program's device buffers
 (bench/device_memory.py), by whether stage 2 of the microcanonical warmup has a program of its own
-(``core.run.engine_limits.stage2_apart``): the programs a run may compile, each (W, S, draws).
+(``core.run.engine_limits.stage2_apart``): the programs a run may compile, each (W, S, draws);
+``white_noise_programs`` the same for a white-noise latent (one FFT pair more a gradient: a
+sharded field's, ``bench/device_memory.py --shard``, 32^3, HMC's leapfrog looped, 2026-12-06), by
+(preconditioner, stage 2 apart): an adapted diagonal always has its stage 2 apart.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class SamplerInfo:
     shared_buffers: float
     program_bytes: int
     device_programs: dict = field(default_factory=dict)
+    white_noise_programs: dict = field(default_factory=dict)   # the same for a white-noise latent
     may_unroll: bool = False           # small runs unroll its leapfrog loop (core.run.engine_limits.unrolls)
     adjusted: bool = True              # a Metropolis step makes it exact (False: a bias falling with the step)
 
@@ -54,7 +58,9 @@ _LOOPED_SHARED = 19        # looped HMC and NUTS: grid-sized buffers once per ru
 #: looped HMC's memory (335 MiB: refitted 2026-12 on 64^3 x 2 and 96^3 x 1, docs/benchmarks.md);
 #: the jittered HMC's too (its loop is one leapfrog step an iteration: not measured apart)
 _LOOPED_HMC_MEMORY = dict(buffers_per_chain=0, shared_buffers=_LOOPED_SHARED, program_bytes=335 * _MiB,
-                          device_programs={False: ((13.0, 10.6, True),)})
+                          device_programs={False: ((13.0, 10.6, True),)},
+                          white_noise_programs={("identity", False): ((10.8, 10.9, True),),
+                                                ("diagonal", False): ((14.8, 10.9, True),)})
 #: MCLMC's and MAMS's buffers and program (fitted 2026-12-03 on 64^3 and 128^3, 1 and 2 chains,
 #: within 4 %)
 _MICROCANONICAL_MEMORY = dict(buffers_per_chain=6, shared_buffers=35, program_bytes=165 * _MiB)
@@ -78,21 +84,29 @@ SAMPLERS: dict[str, SamplerInfo] = {s.name: s for s in (
         # core.engine.nuts, max tree depth 10 (TFP's NoUTurnSampler needed 312 buffers a chain
         # and a 367 MiB program)
         buffers_per_chain=36, shared_buffers=_LOOPED_SHARED, program_bytes=265 * _MiB,
-        device_programs={False: ((41.5, 8.1, True),)}),
+        device_programs={False: ((41.5, 8.1, True),)},
+        white_noise_programs={("identity", False): ((39.3, 8.4, True),),
+                              ("diagonal", False): ((43.3, 8.4, True),)}),
     SamplerInfo(
         "mclmc", "MCLMC (microcanonical Langevin, unadjusted)", "core.engine.samplers.mclmc:Mclmc",
         microcanonical=True, leapfrog_steps=False, target_accept=False, fixed_gradients=2, adjusted=False,
         gradients_text="≥ (MCLMC: two gradients a step)",
         **_MICROCANONICAL_MEMORY,
         device_programs={False: ((17.8, 16.8, True), (13.7, 5.0, False)),
-                         True: ((13.8, 8.8, True), (21.7, 5.0, False))}),
+                         True: ((13.8, 8.8, True), (21.7, 5.0, False))},
+        white_noise_programs={("identity", False): ((21.0, 15.7, True),),
+                              ("identity", True): ((15.0, 9.7, True), (22.1, 3.7, False)),
+                              ("diagonal", True): ((15.0, 9.7, True), (18.1, 3.7, False))}),
     SamplerInfo(
         "mams", "MAMS (microcanonical, Metropolis-adjusted)", "core.engine.samplers.mams:Mams",
         microcanonical=True, leapfrog_steps=False, target_accept=True, fixed_gradients=2,
         gradients_text="≥ (MAMS: at least two gradients a step)",
         **_MICROCANONICAL_MEMORY,
         device_programs={False: ((25.5, 4.1, True), (25.5, 5.0, False)),
-                         True: ((17.5, 4.1, True), (25.5, 5.0, False))}),
+                         True: ((17.5, 4.1, True), (25.5, 5.0, False))},
+        white_noise_programs={("identity", False): ((23.1, 8.8, True),),
+                              ("identity", True): ((15.1, 8.8, True), (23.1, 5.7, False)),
+                              ("diagonal", True): ((15.1, 8.8, True), (27.1, 5.7, False))}),
 )}
 
 #: the config's choices of sampler.algorithm, in the panel's order

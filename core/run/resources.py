@@ -74,6 +74,12 @@ the device, 2 kept C N 4 + 4 N 8 + 2 N 4, and the checkpoint's largest array) an
 set-up's maps, ``host_bytes("gpu")``. ``memory_problem`` checks each against its memory
 (the GPU's free memory from nvidia-smi where the engine can read it) and says which.
 
+A field cut over D devices (``field.shard``, white noise: the registry's ``white_noise_programs``):
+each GPU holds one device's program, measured by ``bench/device_memory.py --shard`` as XLA's
+account of one device's view (``core.engine.sharded_fft.ShardMesh.device_view``): 1 / D of the
+whole program plus SHARD_PLANES planes of the grid. Its host still takes each chunk's draws
+whole (the engine joins the parts there), and on a CPU the logical devices share one memory.
+
 Time. A lower bound from FFT work alone (the status bar shows measured draws/s)::
 
     one real 3-D FFT pair of N cells     ~ 5 N log2 N flops
@@ -141,7 +147,7 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "XLA_SHARED_BUFFERS",
            "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "MICROCANONICAL_BUFFERS_PER_CHAIN",
            "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS",
-           "DEVICE_PROGRAMS", "device_program_bytes"]
+           "DEVICE_PROGRAMS", "SHARD_PLANES", "device_program_bytes"]
 
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
 #                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
@@ -165,6 +171,10 @@ MICROCANONICAL_PROGRAM_BYTES = SAMPLERS["mclmc"].program_bytes
 #: (ceil(chunk_size / thin) + 1 a chain) are in it too; the larger of two preconditioners' fits
 DEVICE_PROGRAMS = {(name, apart): programs for name, info in SAMPLERS.items()
                    for apart, programs in info.device_programs.items()}
+#: XLA's account of one device's program of a field cut over D devices (``bench/device_memory.py
+#: --shard``, 16^3 and 32^3, 2 to 8 devices, slabs and pencils, 2026-12-06): 1 / D of the whole
+#: program and, on every device, at most this many planes of the grid (HMC 6 to 8, MCLMC 1 to 2)
+SHARD_PLANES = 8
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
@@ -315,16 +325,27 @@ def xla_shared_buffers(algorithm: str) -> int:
 
 
 def device_program_bytes(algorithm: str, chains: int, n_values: int, itemsize: int, kept: int,
-                         dense_modes: int = 0) -> int:
-    """The device memory of a looped run's largest chunk program (``DEVICE_PROGRAMS``): (W C + S)
-    grid-sized buffers, the chunk's field draws where the program makes them, and the fourier
-    preconditioner's dense block and its inverse (2 m^2 values)."""
+                         dense_modes: int = 0, *, white_noise: bool = False, shards: int = 1,
+                         plane_values: int = 0, preconditioner: str = "diagonal") -> int:
+    """The device memory of a looped run's largest chunk program (``DEVICE_PROGRAMS``; a
+    white-noise latent's: the registry's ``white_noise_programs``, by ``preconditioner``, any but
+    the identity counted as the diagonal): (W C + S) grid-sized buffers,
+    the chunk's field draws where the program makes them, and the fourier preconditioner's dense
+    block and its inverse (2 m^2 values). A field cut over ``shards`` devices (``field.shard``):
+    each device's program, 1 / shards of the whole one's and SHARD_PLANES planes of the grid
+    (``plane_values`` values each) that every device holds."""
     info = sampler_info(algorithm)
     apart = info.microcanonical and stage2_apart(chains, n_values)
+    if white_noise:
+        mass = "identity" if preconditioner == "identity" else "diagonal"
+        programs = info.white_noise_programs[mass, apart or (info.microcanonical and mass == "diagonal")]
+    else:
+        programs = info.device_programs[apart]
     c = int(chains)
     grid = int(n_values) * int(itemsize)
-    largest = max((W * c + S + (kept * c if draws else 0)) * grid
-                  for W, S, draws in info.device_programs[apart])
+    largest = max((W * c + S + (kept * c if draws else 0)) * grid for W, S, draws in programs)
+    if int(shards) > 1:
+        largest = largest / int(shards) + SHARD_PLANES * plane_values * int(itemsize)
     return int(math.ceil(largest)) + 2 * int(dense_modes) ** 2 * int(itemsize)
 
 
@@ -337,11 +358,13 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
                  num_leapfrog_steps: int = 10, chunk_size: int = 25, thin: int = 5,
                  num_warmup: int = 0, num_samples: int = 0,
                  parameterisation: str = "whitened", noise_map: bool = False,
-                 truth: bool = True, dense_modes: int = 0, devices: int = 1) -> RunEstimate:
+                 truth: bool = True, dense_modes: int = 0, devices: int = 1, shards: int = 1,
+                 preconditioner: str = "diagonal") -> RunEstimate:
     """The estimate for a field run on a grid of ``shape`` (see the module docstring). With the
     chains spread over ``devices`` (``sampler.devices``), the compute memory is counted for the
     chains the devices run (``device_chain_groups``: a lone chain runs twice): all of them in
-    the one memory of a CPU's logical devices, the largest group's on each GPU."""
+    the one memory of a CPU's logical devices, the largest group's on each GPU. With the field
+    cut over ``shards`` devices, each GPU's program is its share (``device_program_bytes``)."""
     shape = tuple(int(n) for n in shape)
     grid = Grid(shape, 1.0)
     b = np.dtype(dtype).itemsize
@@ -387,7 +410,9 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     return RunEstimate(
         shape=shape, chains=c_run, dtype=str(dtype), algorithm=algorithm, leapfrog_steps=L,
         arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
-        device_program=0 if unrolled else device_program_bytes(algorithm, max(groups), n, b, kept, dense_modes),
+        device_program=0 if unrolled else device_program_bytes(
+            algorithm, max(groups), n, b, kept, dense_modes, white_noise=parameterisation == "white_noise",
+            shards=shards, plane_values=n // min(shape), preconditioner=preconditioner),
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=info.gradients_per_step(num_leapfrog_steps),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
@@ -399,14 +424,16 @@ def estimate_for_config(config, shape, devices: int | None = None) -> RunEstimat
     """``estimate_run`` with the settings of a field ``core.config.RunConfig``; ``devices`` the
     devices its chains spread over (default: ``sampler.devices``, "all" counted as one: the
     engine, which sees the GPUs, passes their number). A field cut over the devices
-    (``field.shard``) is counted whole: on a CPU its logical devices share one memory, and each
-    GPU's share of a sharded run is not estimated yet (issue #34)."""
+    (``field.shard``) has every chain on every device: its host memory is counted whole (on a
+    CPU its logical devices share one memory), each GPU's the device's share (``shards``)."""
     s, f = config.sampler, config.field
     if devices is None:
         devices = s.devices if isinstance(s.devices, int) else 1
+    shards = 1
     if f.shard != "none":
-        devices = 1
+        devices, shards = 1, devices
     return estimate_run(shape, chains=s.chains, dtype=f.dtype, algorithm=s.algorithm, devices=devices,
+                        shards=shards, preconditioner=s.preconditioner,
                         num_leapfrog_steps=s.num_leapfrog_steps, chunk_size=s.chunk_size,
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
                         parameterisation=f.parameterisation,
