@@ -152,9 +152,12 @@ def test_the_driver_starts_a_sampled_hyperparameter_at_its_posterior_curvature(t
 def test_a_run_with_the_new_config_sampler_and_conditional_samples_the_exact_index_posterior(tmp_path):
     """The engine with MCLMC (a new config's sampler) and "conditional" on a well-measured field
     (noise 0.05 of a unit-variance field, 16^3): the index's R-hat < 1.01, its bulk ESS >= 400
-    from 2 x 400 draws, its mean within 4 Monte-Carlo errors of the exact posterior mean
-    (``hyper_posterior``: the field integrated out) and its sd within 10 % of the exact sd;
-    the summary then has no advice."""
+    from 2 x 1200 draws after 400 warmup steps, its mean within 4 Monte-Carlo errors of the exact
+    posterior mean (``hyper_posterior``: the field integrated out) and its sd within 10 % of the
+    exact sd; the summary then has no advice. (Measured on an AVX2 machine, seeds 1, 2, 3, 42:
+    ESS 891-1618. With 200 warmup steps and 2 x 400 draws ESS was 194-558: under 400 on three
+    of the four, the seed this test uses among them, where an AVX-512 machine's arithmetic had
+    given over 400.)"""
     from core.config import parse_config
     from core.reference.hyper_posterior import hyper_posterior_for_config
     from core.store.run_summary import summarize_run
@@ -162,7 +165,7 @@ def test_a_run_with_the_new_config_sampler_and_conditional_samples_the_exact_ind
 
     prior = {"dist": "normal", "loc": -1.5, "scale": 0.5}
     _, text, *_ = write_field_case(tmp_path, shape=(16, 16, 16), sigma=0.05, index=prior, algorithm="mclmc",
-                                   mass=False, warmup=200, samples=400, chunk=100, thin=20)
+                                   mass=False, warmup=400, samples=1200, chunk=100, thin=20)
     text = text.replace('preconditioner = "identity"', 'preconditioner = "conditional"')
     config = parse_config(text, base_dir=tmp_path)
     assert config.sampler.preconditioner == "conditional"
