@@ -310,8 +310,9 @@ def test_estimate_against_the_measured_peak_memory_of_engine_runs(tmp_path):
     # the estimate may read high, not low: HMC as a pure step (issue #29) holds less than the
     # estimate was fitted on (grid part 358 MiB against 400 before, same machine, alternating
     # runs; XLA's buffer assignment of the chunk program unchanged, 13.0 W and 6.6 S), and the
-    # spread between processes is wide (a CI on the same commit measured 306 MiB: 0.71)
-    assert 0.65 < ratio_grid < 1.3
+    # spread between processes is wide (a CI on the same commit measured 306 MiB: 0.71), and
+    # wider across machines (an AMD EPYC with AVX2 and no AVX-512, 2026-12-06: 0.62)
+    assert 0.55 < ratio_grid < 1.3
     assert 0.75 < ratio_total < 1.3
 
 
