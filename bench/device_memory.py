@@ -251,9 +251,7 @@ def sharded_case(n, algorithm, preconditioner, apart, devices, shard, data_dir, 
            for chains in (1, 2)}
     # the registry's figures for these programs (stage 2 apart as this run had it: the stage-2
     # program is the one without the field draws), each device's share
-    info = sampler_info(algorithm)
-    programs = info.white_noise_programs.get((preconditioner, apart or (info.microcanonical and
-                                                                       preconditioner == "diagonal")), ())
+    programs = resources.program_figures(algorithm, apart, white_noise=True, preconditioner=preconditioner)
     for kind, (W, S) in fit(got, kept / devices).items():
         t1, t2 = got[1][kind]["total"], got[2][kind]["total"]
         est = {c: (Wr * c + Sr + (kept * c if draws else 0)) / devices

@@ -147,7 +147,7 @@ __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config"
            "XLA_SHARED_BUFFERS",
            "NUTS_BUFFERS_PER_CHAIN", "NUTS_PROGRAM_BYTES", "MICROCANONICAL_BUFFERS_PER_CHAIN",
            "MICROCANONICAL_SHARED_BUFFERS", "MICROCANONICAL_PROGRAM_BYTES", "GPU_RUNTIME_BYTES", "DEVICE_ARRAYS",
-           "DEVICE_PROGRAMS", "SHARD_PLANES", "device_program_bytes"]
+           "DEVICE_PROGRAMS", "SHARD_PLANES", "program_figures", "device_program_bytes"]
 
 ENGINE_IMPORT_BYTES = 946 * MiB      # the engine process with TensorFlow and TFP imported (VmHWM,
 #                                      measured 2026-12: 680 MiB before; the estimate read 10-31 % low)
@@ -324,6 +324,19 @@ def xla_shared_buffers(algorithm: str) -> int:
     return sampler_info(algorithm).shared_buffers
 
 
+def program_figures(algorithm: str, apart: bool, *, white_noise: bool = False,
+                    preconditioner: str = "diagonal") -> tuple:
+    """The registry's (W, S, draws) of each chunk program a run compiles: ``DEVICE_PROGRAMS`` by
+    whether stage 2 is ``apart``, or for a white-noise latent ``white_noise_programs`` by
+    preconditioner (any but the identity counted as the diagonal, whose stage 2 is always apart
+    in the microcanonical kernels)."""
+    info = sampler_info(algorithm)
+    if not white_noise:
+        return info.device_programs[apart]
+    mass = "identity" if preconditioner == "identity" else "diagonal"
+    return info.white_noise_programs[mass, apart or (info.microcanonical and mass == "diagonal")]
+
+
 def device_program_bytes(algorithm: str, chains: int, n_values: int, itemsize: int, kept: int,
                          dense_modes: int = 0, *, white_noise: bool = False, shards: int = 1,
                          plane_values: int = 0, preconditioner: str = "diagonal") -> int:
@@ -335,12 +348,8 @@ def device_program_bytes(algorithm: str, chains: int, n_values: int, itemsize: i
     each device's program, 1 / shards of the whole one's and SHARD_PLANES planes of the grid
     (``plane_values`` values each) that every device holds."""
     info = sampler_info(algorithm)
-    apart = info.microcanonical and stage2_apart(chains, n_values)
-    if white_noise:
-        mass = "identity" if preconditioner == "identity" else "diagonal"
-        programs = info.white_noise_programs[mass, apart or (info.microcanonical and mass == "diagonal")]
-    else:
-        programs = info.device_programs[apart]
+    programs = program_figures(algorithm, info.microcanonical and stage2_apart(chains, n_values),
+                               white_noise=white_noise, preconditioner=preconditioner)
     c = int(chains)
     grid = int(n_values) * int(itemsize)
     largest = max((W * c + S + (kept * c if draws else 0)) * grid for W, S, draws in programs)
