@@ -28,7 +28,9 @@ sys.modules[_SPEC.name] = dm
 _SPEC.loader.exec_module(dm)
 
 N = 16
-MESHES = {"mclmc": (("slab", 1), ("slab", 2), ("slab", 4), ("pencil", 4)), "hmc": (("slab", 1), ("pencil", 4))}
+# each case an engine process with XLA's dump (~40 s on 2 cores): 2 slabs are measured by
+# bench/device_memory.py --shard (docs/benchmarks.md), not here
+MESHES = {"mclmc": (("slab", 1), ("slab", 4), ("pencil", 4)), "hmc": (("slab", 1), ("pencil", 4))}
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +58,6 @@ def test_each_devices_program_is_a_share_of_the_whole(account, algorithm):
         # 1 / D of the whole, plus what every device holds: a few planes (measured at most 7.4
         # of them here, HMC on 4 pencils); one more whole-grid buffer would be 16 planes
         assert whole / devices <= share <= whole / devices + 10 * plane, (algorithm, shard, devices, share, whole)
-    if algorithm == "mclmc":
-        assert account["mclmc", "slab", 4] < account["mclmc", "slab", 2] < whole
 
 
 @pytest.mark.parametrize("algorithm", sorted(MESHES))
