@@ -10,9 +10,14 @@ before the change, with
     PYTHONPATH=. .venv/bin/python -m support.draw_digests record   (from tests/)
 
 XLA's CPU code depends on the instruction set (fused multiply-add, vector width) and on the
-TensorFlow release: the file lists the machines (``machine_fingerprint``) on which the code
-before the change drew these digests (recording on another kind of machine adds it when its
-digests are the same, and replaces the file when they differ) and the test compares only there.
+TensorFlow release, so the file keeps one record a kind of machine (``machine_fingerprint``): the
+fingerprints that drew a set of digests, and the digests. Recording on a kind of machine that has
+none adds its fingerprint to a record with the same digests, or a record of its own; recording
+again on one that has a record replaces that record. A change meant to change some draws is
+recorded with ``record --changed`` on the code after it, on a kind of machine that recorded the
+code before it: the cases whose digests moved are named and dropped from the other kinds'
+records (which cannot draw them again here); the test compares a case where this kind's record
+has it and skips it elsewhere.
 """
 
 from __future__ import annotations
@@ -165,6 +170,36 @@ def run_case(name: str, folder: Path, run_dir: Path, stop_after_chunks: int | No
     return store_digest(run_dir)
 
 
+def recorded(document: dict, fingerprint: str) -> dict | None:
+    """The digests a kind of machine recorded (None where it recorded none)."""
+    for machine in document["machines"]:
+        if fingerprint in machine["fingerprints"]:
+            return machine["digests"]
+    return None
+
+
+def with_record(document: dict, fingerprint: str, digests: dict, changed: bool) -> tuple[dict, list[str]]:
+    """``document`` with ``digests`` as ``fingerprint``'s record (module docstring) and the cases
+    dropped from the other kinds' records (``changed``: those whose digests moved here)."""
+    mine = recorded(document, fingerprint)
+    if changed and mine is None:
+        raise SystemExit(f"record --changed: this kind of machine ({fingerprint}) recorded no digests "
+                         "on the code before the change: record them there first")
+    moved = sorted(name for name in digests if changed and mine.get(name) != digests[name])
+    machines = []
+    for machine in document["machines"]:
+        prints = [f for f in machine["fingerprints"] if f != fingerprint]
+        kept = {name: value for name, value in machine["digests"].items() if name not in moved}
+        if prints:
+            machines.append({"fingerprints": prints, "digests": kept})
+    same = next((m for m in machines if not changed and m["digests"] == digests), None)
+    if same is not None:
+        same["fingerprints"] = sorted(same["fingerprints"] + [fingerprint])
+    else:
+        machines.append({"fingerprints": [fingerprint], "digests": digests})
+    return {"machines": machines}, moved
+
+
 def record(folder: Path) -> dict:
     import time
 
@@ -181,16 +216,16 @@ def record(folder: Path) -> dict:
 if __name__ == "__main__":
     import tempfile
 
-    if sys.argv[1:] != ["record"]:
-        sys.exit("usage: python -m support.draw_digests record")
+    if sys.argv[1:] not in (["record"], ["record", "--changed"]):
+        sys.exit("usage: python -m support.draw_digests record [--changed]")
+    document = json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {"machines": []}
+    fingerprint = machine_fingerprint()
+    if "--changed" in sys.argv and recorded(document, fingerprint) is None:
+        with_record(document, fingerprint, {}, True)          # refuses before the runs
     with tempfile.TemporaryDirectory() as tmp:
         result = record(Path(tmp))
-    if REFERENCE.exists():
-        before = json.loads(REFERENCE.read_text())
-        if before["digests"] == result["digests"]:
-            result["fingerprints"] = sorted(set(before["fingerprints"]) | set(result["fingerprints"]))
-            print("the same digests as recorded before: this machine added")
-        else:
-            print("digests differ from those recorded before: the file is replaced")
-    REFERENCE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    document, moved = with_record(document, fingerprint, result["digests"], "--changed" in sys.argv)
+    if moved:
+        print(f"changed by the change, dropped from the other kinds' records: {', '.join(moved)}")
+    REFERENCE.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     print(f"wrote {REFERENCE}")
