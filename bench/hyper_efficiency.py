@@ -25,7 +25,9 @@ The cases (``CASES``; data drawn in the run, fixed seeds):
                  lognormal(log of the prior's power at the bin, 2), a random walk of 0.5 in log P
                  (exact: ``band_posterior``, a forward-backward pass over per-bin grids)
     slab2        32^3 power law with a cutoff, noise 0.3, 25 % slab masked: index and
-                 amplitude sampled
+                 amplitude sampled (priors' medians at the truth)
+    slab2_off    slab2 with the priors' medians away from the truth: amplitude e times it,
+                 index 0.5 above (where a run starts and the "conditional" centre is exact)
     noisemap     the hi_sn field under a noise sd rising from 0.2 to 0.6 across x: index sampled
                  (no exact answer: a noise map couples the modes)
     poisson      Poisson-lognormal counts, mean 2 a voxel, of a field of sd 0.5: index sampled
@@ -90,6 +92,7 @@ CASES = {
     "lo_sn": Case("lo_sn", "index, no mask, noise 2", 32),
     "bands16": Case("bands16", "16 band powers, no mask, noise 0.5", 32),
     "slab2": Case("slab2", "index + amplitude, cutoff, 25 % slab, noise 0.3", 32),
+    "slab2_off": Case("slab2_off", "slab2 with the priors' medians off the truth (amplitude x e, index +0.5)", 32),
     "user48": Case("user48", "issue #30: 48^3 smoothed noise, 12^3 NaN cube, New from data", 48),
     "noisemap": Case("noisemap", "index, no mask, a noise map from 0.2 to 0.6 across x", 32),
     "poisson": Case("poisson", "index, Poisson-lognormal counts (mean 2 a voxel), field sd 0.5", 32),
@@ -117,7 +120,7 @@ def write_case(case: Case, folder: Path) -> dict:
     grid = Grid((case.n,) * 3, BOX)
     if case.name in ("noisemap", "poisson"):
         return _write_noise_map_or_counts(case, grid, folder)
-    if case.name == "slab2":
+    if case.name in ("slab2", "slab2_off"):
         def spectrum_of(a):
             return PowerLawCutoff(amplitude=a, index=-1.5, k_pivot=K_PIVOT, cutoff_scale=4.0)
         noise, mask = 0.3, "slab"
@@ -138,10 +141,11 @@ def write_case(case: Case, folder: Path) -> dict:
                  "band_power": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 2.0}}
     if case.name == "pair":
         prior["amplitude"] = {"dist": "lognormal", "loc": math.log(amplitude), "scale": 1.0}
-    if case.name == "slab2":
+    if case.name in ("slab2", "slab2_off"):
+        off = case.name == "slab2_off"        # the prior medians (where a run starts) off the truth
         prior = {"kind": "power_law_cutoff", "k_pivot": K_PIVOT, "cutoff_scale": 4.0,
-                 "amplitude": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 1.0},
-                 "index": {"dist": "normal", "loc": -1.5, "scale": 0.5}}
+                 "amplitude": {"dist": "lognormal", "loc": math.log(amplitude) + off, "scale": 1.0},
+                 "index": {"dist": "normal", "loc": -1.5 + 0.5 * off, "scale": 0.5}}
     return {"model": {"kind": "field"}, "data": data, "grid": {"box_size": BOX}, "prior": prior,
             "likelihood": {"kind": "gaussian"}, "field": {"parameterisation": "whitened", "dtype": "float32"}}
 

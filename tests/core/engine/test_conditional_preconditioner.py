@@ -112,6 +112,45 @@ def test_fixed_spectrum_centre_is_the_wiener_mean_without_a_mask():
     np.testing.assert_allclose(tape.gradient(lp, mean).numpy(), 0.0, atol=1e-9)
 
 
+@pytest.mark.parametrize("dense_modes", [0, 12])
+def test_with_a_mask_the_centre_at_the_prior_medians_is_the_exact_conditional_mean(dense_modes):
+    """Under a mask and a noise map (a beam too) the state v = 0 at the hyperparameters' prior
+    medians is the field's exact posterior mean given them: the plain model's gradient in the
+    latent vanishes there, where the diagonal (Jacobi) centre leaves a pull of order one. Away
+    from the medians the centre moves with eta as the diagonal one does."""
+    grid, _, _, plain, cond = sampled_hyper_case("whitened", "gaussian", dense_modes, "conditional",
+                                                 data_scale=2.0)
+    steps, residual = cond.centre_reference
+    assert 0 < steps < 60 and residual < 1e-6
+    eta0 = tf.constant([[h.initial_unconstrained() for h in cond.sampled]], tf.float64)
+
+    def pull(post, eta):
+        u = post.latent_of(tf.zeros((1, *grid.shape), tf.float64), eta)
+        with tf.GradientTape() as tape:
+            tape.watch(u)
+            lp = plain.log_prob(u, eta)
+        return np.abs(tape.gradient(lp, u).numpy()).max()
+
+    diagonal = cond._linear_term()                           # what the diagonal centre is built from
+    assert pull(cond, eta0) < 1e-4 < 0.05 < _diagonal_pull(cond, plain, eta0, diagonal)
+    moved = eta0 + tf.constant([[0.3, 0.2]], tf.float64)
+    assert pull(cond, moved) < 0.2 * _diagonal_pull(cond, plain, moved, diagonal)
+
+
+def _diagonal_pull(cond, plain, eta, diagonal):
+    """The plain model's largest gradient at the diagonal (Jacobi) centre w^2 sqrt(S) g at eta."""
+    saved = cond._data_gradient
+    cond._data_gradient = diagonal
+    try:
+        u = cond.latent_of(tf.zeros((1, *cond.grid.shape), tf.float64), eta)
+    finally:
+        cond._data_gradient = saved
+    with tf.GradientTape() as tape:
+        tape.watch(u)
+        lp = plain.log_prob(u, eta)
+    return np.abs(tape.gradient(lp, u).numpy()).max()
+
+
 def test_the_driver_starts_a_sampled_hyperparameter_at_its_posterior_curvature(tmp_path):
     """Beside a per-mode preconditioner the driver scales a sampled hyperparameter by
     (-d^2 log p / d eta^2)^-1/2 at the starting state. With "conditional" and no mask that is
