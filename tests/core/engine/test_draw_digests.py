@@ -48,3 +48,24 @@ def test_a_run_stopped_and_resumed_draws_the_same(inputs, tmp_path, name):
     from its stored config: the digest of a straight run on the code before the change."""
     expected = _recorded(name)
     assert run_case(name, inputs, tmp_path / "run", stop_after_chunks=2) == expected
+
+
+def test_the_records_of_each_kind_of_machine():
+    """``with_record``: a kind of machine joins a record with its digests or gets its own; a
+    second recording replaces its record; ``--changed`` drops the cases that moved on this kind
+    from the others' records, and refuses a kind that recorded nothing before the change."""
+    from support.draw_digests import with_record
+
+    doc = {"machines": []}
+    doc, moved = with_record(doc, "A", {"x": "1", "y": "2"}, False)
+    doc, _ = with_record(doc, "B", {"x": "1", "y": "2"}, False)
+    assert doc == {"machines": [{"fingerprints": ["A", "B"], "digests": {"x": "1", "y": "2"}}]} and moved == []
+    doc, _ = with_record(doc, "C", {"x": "9", "y": "2"}, False)
+    assert recorded(doc, "C") == {"x": "9", "y": "2"} and recorded(doc, "A") == {"x": "1", "y": "2"}
+    doc, moved = with_record(doc, "C", {"x": "9", "y": "3"}, True)
+    assert moved == ["y"]
+    assert recorded(doc, "A") == recorded(doc, "B") == {"x": "1"} and recorded(doc, "C") == {"x": "9", "y": "3"}
+    doc, _ = with_record(doc, "A", {"x": "5"}, False)
+    assert recorded(doc, "A") == {"x": "5"} and recorded(doc, "B") == {"x": "1"}
+    with pytest.raises(SystemExit, match="recorded no digests"):
+        with_record(doc, "D", {"x": "1"}, True)
