@@ -436,15 +436,19 @@ class FieldPosterior:
         zero = tf.zeros((1, *self.grid.shape), self.dtype)
         with tf.GradientTape() as tape:
             tape.watch(zero)
-            if self.parameterisation == "whitened":
-                x_spec = hermitian_from_real(zero, self.m, self._dc_mask_half)
-            else:
-                x_spec = hermitian_from_real(zero * self._k_full_nonzero, self.m)
-            if self._beam is not None:
-                x_spec = x_spec * tf.cast(self._beam, self.cdtype)
-            field = fft.irfft3d(x_spec, fft_length=self.grid.shape)
-            log_l = self.log_likelihood_of_signal(field + self._field_mean)
+            log_l = self.log_likelihood_of_signal(self._unit_field(zero) + self._field_mean)
         return tf.constant(tape.gradient(log_l, zero)[0].numpy())
+
+    def _unit_field(self, latent) -> tf.Tensor:
+        """The field of a latent through the map with a unit spectrum (whitened; raw_modes: the
+        map itself), the beam applied: linear in the latent."""
+        if self.parameterisation == "whitened":
+            x_spec = hermitian_from_real(latent, self.m, self._dc_mask_half)
+        else:
+            x_spec = hermitian_from_real(latent * self._k_full_nonzero, self.m)
+        if self._beam is not None:
+            x_spec = x_spec * tf.cast(self._beam, self.cdtype)
+        return fft.irfft3d(x_spec, fft_length=self.grid.shape)
 
     def centre(self, eta=None, scale=None) -> tf.Tensor:
         """m: the latent is m + w * state ("conditional"; zeros otherwise): m = w^2 b, the
@@ -461,14 +465,10 @@ class FieldPosterior:
 
     def _data_precision_unit(self, y) -> tf.Tensor:
         """H y: the Gaussian likelihood's precision through the whitened map with a unit
-        spectrum (``_linear_term``'s map), for grid-shaped y with leading axes."""
+        spectrum (``_unit_field``), for grid-shaped y with leading axes."""
         with tf.GradientTape() as tape:
             tape.watch(y)
-            x_spec = hermitian_from_real(y, self.m, self._dc_mask_half)
-            if self._beam is not None:
-                x_spec = x_spec * tf.cast(self._beam, self.cdtype)
-            field = fft.irfft3d(x_spec, fft_length=self.grid.shape)
-            quadratic = 0.5 * tf.reduce_sum((field * self._inv_sigma)**2)
+            quadratic = 0.5 * tf.reduce_sum((self._unit_field(y) * self._inv_sigma)**2)
         return tape.gradient(quadratic, y)
 
     def _reference_linear_term(self, g) -> tf.Tensor:
