@@ -92,8 +92,8 @@ unit-spectrum map: ``CENTRE_CG_STEPS``, ``CENTRE_CG_TOLERANCE``): m(eta) = w(eta
 g_ref is exact at eta_0 and follows eta as the Jacobi estimate does, at no cost a gradient (m is
 still a function of eta alone, the Jacobian unchanged). Measured (docs/benchmarks.md, seed 42):
 slab2's hyperparameter ESS 305 / 325 -> 1033 / 993 in a new config's run (over seeds 42, 43, 1:
-305-396 -> 159-1033, one seed lower); with the priors' medians one prior sd off the truth, R-hat
-1.59 -> 1.000.
+305-396 -> 159-1033, one seed lower: that seed's was one chain's step size, mended in MCLMC's
+tuning, after which 662-1342); with the priors' medians one prior sd off the truth, R-hat 1.59 -> 1.000.
 The dense block's modes are centred the same way: T T^T b_L, their exact conditional mean at
 the reference spectrum, does not follow eta (it grows as sqrt(S(eta)) where the true mean
 shrinks), and measured with a slab mask it stopped the amplitude from mixing at all (R-hat

@@ -195,9 +195,12 @@ def test_mclmc_recovers_a_correlated_gaussian():
 
 def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
     """Stage 3's check (MclmcTuning.checked_and_shared) on energy errors of known variance: a
-    chain past the stability edge takes the stable chain's step size; with no chain stable the
-    step sizes shrink by (target / variance)^(1/6), the variance read robustly (a few huge
-    errors do not set it); an undone step (NaN) makes a chain unstable."""
+    chain past the stability edge does not count; the stable chains' variances, brought to a
+    common step size by Var ~ eps^6 and pooled, give the step for the target, never above the
+    largest stable one (a chain whose step stopped far below the target no longer sets
+    everyone's); with no chain stable the step sizes shrink by (target / variance)^(1/6), the
+    variance read robustly (a few huge errors do not set it); an undone step (NaN) makes a
+    chain unstable."""
     rng = np.random.default_rng(5)
     chains, n = 3, 4000
     parts = [tf.zeros((chains, 3), tf.float64), tf.zeros((chains, 2, 2), tf.float64)]
@@ -207,11 +210,23 @@ def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
     def errors(*var_per_dim):
         return np.stack([rng.normal(0.0, np.sqrt(v * dim), n) for v in var_per_dim], axis=1)
 
+    def measured(e):
+        return np.mean(np.square(e), axis=0) / dim
+
     eps, L = np.array([1.0, 1.1, 1.2]), np.array([10.0, 20.0, 90.0])
-    # chain 2 at 200x the target: all take the smaller of the stable chains' step sizes and their mean L
+    # chain 2 at 200x the target: the stable two under the target at the larger step: 1.1 for all,
+    # and their mean L
     got_eps, got_L = tuner.checked_and_shared(eps, L, errors(3e-4, 4e-4, 0.1))
-    np.testing.assert_array_equal(got_eps, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(got_eps, [1.1, 1.1, 1.1])
     np.testing.assert_array_equal(got_L, [15.0, 15.0, 15.0])
+    # slab2's seed 1: one chain at 1.2 x the target, the other at 0.009 x with half its step size:
+    # the pooled law puts the target just under the first's step, not at the second's
+    e = errors(1.2 * DESIRED_ENERGY_VAR, 0.009 * DESIRED_ENERGY_VAR, 0.1)
+    got_eps, _ = tuner.checked_and_shared(np.array([1.0, 0.46, 1.2]), L, e)
+    var = measured(e)[:2]
+    expected = (DESIRED_ENERGY_VAR / np.mean(var * (1.0 / np.array([1.0, 0.46])) ** 6)) ** (1 / 6)
+    np.testing.assert_allclose(got_eps, expected, rtol=1e-12)
+    assert 0.95 < expected < 1.0
     # no chain stable: each shrinks to where the eps^6 law puts the target, the smallest is taken
     e = errors(2e-2, 1e-2, 5e-2)
     e[:20, 1] *= 100.0                       # a burst: 0.5 % of the steps, 10^4 x the variance
@@ -229,9 +244,9 @@ def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
     parts4 = [tf.zeros((4, 3), tf.float64), tf.zeros((4, 2, 2), tf.float64)]
     batch = MclmcTuning(parts4, 4, tf.float64, 100, False, 0.25,
                             chains_per_posterior=2)
-    got_eps, got_L = batch.shared_by_posterior(np.array([1.0, 1.2, 3.0, 2.0]), np.array([10.0, 30.0, 5.0, 7.0]),
+    got_eps, got_L = batch.shared_by_posterior(np.array([1.0, 1.2, 3.0, 2.5]), np.array([10.0, 30.0, 5.0, 7.0]),
                                                errors(1e-4, 1e-4, 1e-4, 1e-4))
-    np.testing.assert_array_equal(got_eps, [1.0, 1.0, 2.0, 2.0])
+    np.testing.assert_array_equal(got_eps, [1.2, 1.2, 3.0, 3.0])
     np.testing.assert_array_equal(got_L, [20.0, 20.0, 6.0, 6.0])
     with pytest.raises(ValueError, match="groups of 3"):
         MclmcTuning(parts4, 4, tf.float64, 100, False, 0.25, chains_per_posterior=3)
