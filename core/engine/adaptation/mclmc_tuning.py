@@ -247,7 +247,10 @@ class MclmcTuning(StagedTuning):
         0.009 x the target beside eps 172 at 1.2 x) no longer sets everyone's step; never above
         the largest step size a stable chain ran (past it the stability edge may lie)."""
         top = float(eps.max())
-        at_top = float(np.mean(var * (top / eps) ** 6))
-        if not at_top > 0.0:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            at_top = var * (top / eps) ** 6
+        at_top = at_top[np.isfinite(at_top)]     # a chain at a vanishing step tells nothing at the top
+        if not at_top.size or not float(np.mean(at_top)) > 0.0:
             return top
+        at_top = float(np.mean(at_top))
         return min(top, top * (self.energy_var / at_top) ** (1.0 / 6.0))

@@ -227,6 +227,8 @@ def test_mclmc_sampling_step_is_one_stable_step_size_for_every_chain():
     expected = (DESIRED_ENERGY_VAR / np.mean(var * (1.0 / np.array([1.0, 0.46])) ** 6)) ** (1 / 6)
     np.testing.assert_allclose(got_eps, expected, rtol=1e-12)
     assert 0.95 < expected < 1.0
+    # a stable chain at a vanishing step (its eps^6 law overflows) leaves the others' measure
+    assert tuner.pooled_step_size(np.array([1.0, 1e-80]), np.array([DESIRED_ENERGY_VAR, 1e-10])) == 1.0
     # no chain stable: each shrinks to where the eps^6 law puts the target, the smallest is taken
     e = errors(2e-2, 1e-2, 5e-2)
     e[:20, 1] *= 100.0                       # a burst: 0.5 % of the steps, 10^4 x the variance
