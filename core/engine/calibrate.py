@@ -272,10 +272,8 @@ class _Program:
             self.names = quantity_names(model.param_names)
         self.observer = _TestQuantities(self)
         try:
-            # autograph off: the loops are explicit, and converting TFP and the densities costs most
-            # of the tracing time (56 of 68 s at 4^3 on a loaded machine)
             self.driver = Driver(model, self.sampler, self.schedule, hyper_metric=hyper_metric(config),
-                                 chains_per_posterior=plan.chains, observer=self.observer, autograph=False,
+                                 chains_per_posterior=plan.chains, observer=self.observer,
                                  devices=_devices(config))
         except DriverError as err:
             raise EngineError(str(err)) from None

@@ -224,7 +224,7 @@ class Driver:
     """Runs one kernel over a model's chains in compiled chunks (module docstring)."""
 
     def __init__(self, model, sampler, schedule: Schedule, *, hyper_metric: bool = False,
-                 chains_per_posterior: int | None = None, observer=None, autograph: bool = True,
+                 chains_per_posterior: int | None = None, observer=None,
                  devices=(), chain_ids=None):
         self.model, self.sampler, self.schedule = model, sampler, schedule
         self.dtype = model.dtype
@@ -234,7 +234,6 @@ class Driver:
         # each chain's seeds: fold_in(step seed, its index in the run), wherever it runs
         self.chain_ids = tf.constant(range(self.chains) if chain_ids is None else chain_ids, tf.int32)
         self.hyper_metric = hyper_metric
-        self.autograph = autograph       # the chunk's loops are explicit: autograph only costs tracing time
         # a field cut over devices (core.engine.sharded_model): its programs are graphs placed by
         # their inputs, and its observer keeps each part's draws on its device
         self.sharded = bool(getattr(model, "sharded", False))
@@ -254,10 +253,12 @@ class Driver:
         """``fn`` compiled: one XLA program, or for a field sharded over devices a graph whose ops
         run on their inputs' devices (``placement.program``; one device's view of it is XLA's)."""
         if self.sharded and len(self.model.mesh.devices) > 1:
-            compiled = placement.program(fn, autograph=self.autograph)
+            compiled = placement.program(fn)
             self.programs.append(compiled)      # their graphs: where each op runs (the tests' census)
             return compiled
-        return tf.function(fn, jit_compile=True, autograph=self.autograph)
+        # autograph off: the programs' loops are explicit (tf.while_loop), and converting TFP and the
+        # densities to graphs cost most of a run's tracing (an 8^3 HMC run: 53 s -> 20 s in all)
+        return tf.function(fn, jit_compile=True, autograph=False)
 
     def place(self, st: dict) -> dict:
         """``st`` with a sharded field's per-part values on their parts' devices (eager: a fresh
@@ -521,7 +522,7 @@ class DeviceSplit:
         self.rows = [list(range(a, b)) if b - a > 1 else [a, a] for a, b in zip(starts[:-1], starts[1:])]
         self.subs = [Driver(d.model, replace(d.sampler, chains=len(rows), devices=1), d.schedule,
                             hyper_metric=d.hyper_metric, chains_per_posterior=len(rows),
-                            observer=d.observer.for_chains(len(rows)), autograph=d.autograph,
+                            observer=d.observer.for_chains(len(rows)),
                             chain_ids=[offset + r for r in rows])
                      for rows in self.rows]
 

@@ -268,7 +268,7 @@ class _GradientCheck:
 def _time_gradient(model) -> str:
     parts = [tf.convert_to_tensor(p, model.dtype) for p in model.initial_state(1, 0)]
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def grad(parts):
         with tf.GradientTape() as tape:
             tape.watch(parts)

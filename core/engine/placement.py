@@ -160,7 +160,7 @@ def in_program() -> bool:
     return getattr(_TRACING, "depth", 0) > 0
 
 
-def program(fn, autograph: bool = True):
+def program(fn):
     """``fn`` compiled for values on several devices: a TensorFlow graph (``tf.function`` without
     XLA, which compiles a program for one device), traced under ``placed_by_inputs`` with each
     argument pinned to the device its value is on at the call that traces it (its ops, and the
@@ -174,7 +174,7 @@ def program(fn, autograph: bool = True):
                 return fn(*pinned(args, where[-1]))
         finally:
             _TRACING.depth -= 1
-    graph = tf.function(traced, autograph=autograph)
+    graph = tf.function(traced, autograph=False)
 
     def call(*args):
         where.append([t.device if isinstance(t, tf.Tensor) else "" for t in tf.nest.flatten(args)])
