@@ -349,12 +349,18 @@ class _Program:
 
     # -- the sampler ------------------------------------------------------------------
 
-    def sample(self, data_c, truth_c, seed: int):
+    def sample(self, data, truth_field, seed: int):
         """Warmup and sampling of every chain of the batch by the driver, from ``seed`` (the
-        chains' initial state, every step, the step-size searches) -> the kept quantities (n_keep,
-        chains, Q), the voxel counts below the truth (chains, ...), post-warmup divergences and
-        acceptance sums (chains,)."""
-        driver, sched = self.driver, self.schedule
+        chains' initial state, every step, the step-size searches), on the simulations' ``data``
+        and true fields (one row each, or None) -> the kept quantities (n_keep, chains, Q), the
+        voxel counts below the truth (chains, ...), post-warmup divergences and acceptance sums
+        (chains,)."""
+        driver, sched, C = self.driver, self.schedule, self.plan.chains
+        prepare = getattr(self.model, "calibration_data", None)      # "conditional": each one's centre
+        data = prepare(data) if prepare is not None else data
+        data_c = tf.nest.map_structure(lambda a: tf.repeat(tf.convert_to_tensor(a, self.dtype), C, axis=0), data)
+        truth_c = (tf.repeat(truth_field, C, axis=0) if truth_field is not None
+                   else tf.zeros([self.chains, 1], self.dtype))
         try:
             st = driver.fresh_state(data_c, seed=seed)
         except DriverError as err:
@@ -381,10 +387,7 @@ class _Program:
         data, truth = simulate_batch(sim_model, indices, plan.seed)
         truth_q, truth_field = self.truth_quantities(sim_model, data, truth)
         C = plan.chains
-        data_c = tf.nest.map_structure(lambda a: tf.repeat(tf.convert_to_tensor(a, self.dtype), C, axis=0), data)
-        truth_c = (tf.repeat(truth_field, C, axis=0) if truth_field is not None
-                   else tf.zeros([self.chains, 1], self.dtype))
-        keep_buf, below, div, acc = self.sample(data_c, truth_c, batch_sampler_seed(plan.seed, b))
+        keep_buf, below, div, acc = self.sample(data, truth_field, batch_sampler_seed(plan.seed, b))
         S, n_keep = plan.batch_size, plan.draws_per_chain
         q = np.asarray(keep_buf, np.float64)                                  # (n_keep, S*C, Q)
         draws = q.reshape(n_keep, S, C, -1).transpose(1, 2, 0, 3).reshape(S, C * n_keep, -1)

@@ -555,7 +555,8 @@ class DeviceSplit:
         def run(i):
             with tf.device(self.devices[i]):
                 return self.subs[i].run_chunk(self._part(st, i), first, n,
-                                              None if data is None else tf.gather(data, self.rows[i]),
+                                              None if data is None else tf.nest.map_structure(
+                                                  lambda a: tf.gather(a, self.rows[i]), data),
                                               self.d.observer.split(observed, self.rows[i]))
 
         if all("CPU" in name.upper() for name in self.devices):

@@ -90,7 +90,8 @@ conditional mean at the hyperparameters' prior medians eta_0 (preconditioned con
 gradients on (I + D H D) m = D g, D = sqrt(S(eta_0)), H the data's precision through the
 unit-spectrum map: ``CENTRE_CG_STEPS``, ``CENTRE_CG_TOLERANCE``): m(eta) = w(eta)^2 sqrt(S(eta))
 g_ref is exact at eta_0 and follows eta as the Jacobi estimate does, at no cost a gradient (m is
-still a function of eta alone, the Jacobian unchanged). Measured (docs/benchmarks.md, seed 42):
+still a function of eta alone, the Jacobian unchanged). A calibration batch computes g (or g_ref)
+for each simulation's data (``centre_terms``, ``FieldModel.calibration_data``). Measured (docs/benchmarks.md, seed 42):
 slab2's hyperparameter ESS 305 / 325 -> 1033 / 993 in a new config's run (over seeds 42, 43, 1:
 305-396 -> 159-1033, one seed lower: that seed's was one chain's step size, mended in MCLMC's
 tuning, after which 662-1342); with the priors' medians one prior sd off the truth, R-hat 1.59 -> 1.000.
@@ -109,6 +110,7 @@ can be compared with dense multivariate-normal densities.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -329,11 +331,8 @@ class FieldPosterior:
             self._log_nbar = math.log(obs.mean_count)
             self._nbar = obs.mean_count
             self._lik_const = float(-np.sum(gammaln(counts + 1.0)))
-        self._data_gradient = self._linear_term() if self.centred else None
         self.centre_reference = None
-        if (self.centred and self.sampled and self.parameterisation == "whitened" and obs.kind == "gaussian"
-                and not self.modes_independent):
-            self._data_gradient = self._reference_linear_term(self._data_gradient)
+        self._data_gradient = self._centre_term() if self.centred else None
 
     def _mode_variance_numpy(self, k):
         """S_k = P(k) N^2 / V with the fixed hyperparameter values (0 at k = 0)."""
@@ -428,6 +427,25 @@ class FieldPosterior:
         if not self.per_mode:
             return tf.ones(self.grid.shape, self.dtype)
         return self._fixed_scale if not self.sampled else tf.exp(self._log_scale(eta))
+
+    def _centre_term(self) -> tf.Tensor:
+        """What "conditional"'s centre is built from for this posterior's data: g, or g_ref where
+        a Gaussian likelihood couples the modes under sampled hyperparameters (module docstring)."""
+        g = self._linear_term()
+        if (self.sampled and self.parameterisation == "whitened" and self.observations.kind == "gaussian"
+                and not self.modes_independent):
+            g = self._reference_linear_term(g)
+        return g
+
+    def centre_terms(self, data) -> tf.Tensor:
+        """``_centre_term`` for each row of ``data`` (a leading axis: a calibration batch's
+        simulations), so that each is centred on its own data as a run on it would be."""
+        rows = []
+        for row in tf.unstack(tf.convert_to_tensor(data, self.dtype)):
+            other = copy.copy(self)
+            other._data = row
+            rows.append(other._centre_term())
+        return tf.stack(rows)
 
     def _linear_term(self) -> tf.Tensor:
         """g: the gradient of the log-likelihood at the prior's mean field through the map of

@@ -180,15 +180,25 @@ class FieldModel:
 
     def with_data(self, data):
         """A shallow copy whose likelihood is against ``data``, a tensor with a leading chain axis
-        (each chain its own data: a calibration batch's simulations); every other constant is
-        shared (the Poisson normalisation, which depends on the counts, is per chain)."""
+        (each chain its own data: a calibration batch's simulations), or the pair
+        ``calibration_data`` makes of one; every other constant is shared (the Poisson
+        normalisation, which depends on the counts, is per chain)."""
         other = copy.copy(self)
         post = copy.copy(self.posterior)
+        if isinstance(data, (tuple, list)):
+            data, post._data_gradient = data
         post._data = data
         if post.observations.kind != "gaussian":
             post._lik_const = -tf.reduce_sum(tf.math.lgamma(data + 1.0) * post._mask, axis=[-3, -2, -1])
         other.posterior = post
         return other
+
+    def calibration_data(self, data):
+        """What calibration's programs get for simulations' ``data`` (a leading axis): the data, and
+        with "conditional" each one's centre term besides (``FieldPosterior.centre_terms``), so
+        that each simulation's chains are centred on its data as a run on it would be, not on the
+        data the config loaded."""
+        return (data, self.posterior.centre_terms(data)) if self.posterior.centred else data
 
     def release_observed(self) -> None:
         """Drop the loaded float64 maps (data, mask, noise, truth) once the run store holds

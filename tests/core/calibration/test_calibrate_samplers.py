@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from core.engine.engine import EngineError
 from core.field.grid import Grid
@@ -55,15 +54,16 @@ def test_integral_model_calibrates(tmp_path):
     assert not reader.has_field
 
 
-@pytest.mark.parametrize("algorithm", ["mclmc", "mams"])
-def test_microcanonical_samplers_calibrate(field_case, algorithm):
-    # S x C = 40 chains of one compiled program; their tuning per chain, as the engine's.
+@pytest.mark.parametrize("algorithm,preconditioner", [("mclmc", "conditional"), ("mams", "identity")])
+def test_microcanonical_samplers_calibrate(field_case, algorithm, preconditioner):
+    # S x C = 40 chains of one compiled program; their tuning per chain, as the engine's. MCLMC
+    # with "conditional" is a new config's sampler: each simulation centred on its own data.
     # 100 simulations, not 40: the second assertion (no quantity below p = 0.01, stricter than
     # the verdict's Holm test) fails by chance for 1 - 0.99^9 = 8.6 % of seeds, and at 40
     # simulations it did for 3 of seeds 10-29 (MCLMC, Threefry velocity noise; 2 of 20 with
     # Philox), seed 3 among them (0.0099, voxel_0_0_0) and not at 100 (min p 0.11)
-    doc = field_document(sampler={"algorithm": algorithm, "num_warmup": 150, "num_samples": 100,
-                                  "target_accept": 0.9})
+    doc = field_document(sampler={"algorithm": algorithm, "preconditioner": preconditioner, "num_warmup": 150,
+                                  "num_samples": 100, "target_accept": 0.9})
     status, reader = calibrate(field_case, doc, algorithm, simulations=100)
     verdict = reader.verdict()
     assert status == "finished" and reader.simulations_done == 100
@@ -84,13 +84,16 @@ def test_microcanonical_sampler_of_one_coordinate_is_refused_before_the_store(tm
     assert not (tmp_path / "one" / "calibration.zarr").exists()
 
 
-@pytest.mark.parametrize("algorithm,preconditioner", [("hmc", "fourier"), ("mclmc", "fourier"), ("nuts", "diagonal")])
+@pytest.mark.parametrize("algorithm,preconditioner", [("hmc", "fourier"), ("mclmc", "conditional"),
+                                                      ("nuts", "diagonal")])
 def test_a_batch_of_one_simulation_draws_what_fieldscope_run_draws(field_case, tmp_path, algorithm, preconditioner):
     """Calibration runs the engine's driver (issue #29): simulation 0's batch of one, and a run of the
     same config on that simulation's data with the batch's sampler seed, draw the same states bit for
     bit (the sampled index of every kept draw), and the same field (its P(k)). With "fourier" and the
     index sampled the engine keeps the field's scale at 1 when it sets the diagonal; calibration's own
-    loop had rescaled the field as well, and sampled another chain than any run."""
+    loop had rescaled the field as well, and sampled another chain than any run. With "conditional"
+    (the slab mask: the centre's reference solve) each simulation is centred on its own data, as
+    the run is on the file it loads; it had kept the centre of the config's data."""
     from core.calibration import plan_for_config
     from core.engine.calibrate import _Program, batch_sampler_seed, simulate_batch
     from core.engine.engine import Engine
@@ -106,8 +109,7 @@ def test_a_batch_of_one_simulation_draws_what_fieldscope_run_draws(field_case, t
     data, truth = simulate_batch(model, [0], plan.seed)
     _, truth_field = program.truth_quantities(model, data, truth)
     seed = batch_sampler_seed(plan.seed, 0)
-    keep_buf, _, _, _ = program.sample(tf.repeat(data, plan.chains, axis=0),
-                                       tf.repeat(truth_field, plan.chains, axis=0), seed)
+    keep_buf, _, _, _ = program.sample(data, truth_field, seed)
     kept = np.asarray(keep_buf, np.float64)                    # (draws per chain, chains, Q)
 
     mask = np.asarray(model.observations.mask)
