@@ -180,7 +180,7 @@ class ProgressLine:
         width = 24
         filled = int(width * done / max(total, 1))
         bar = "#" * filled + "-" * (width - filled)
-        line = (f"{event['phase']:8} [{bar}] {done}/{total}  {rate:6.1f} draws/s  "
+        line = (f"{event['phase']:8} [{bar}] {done}/{total}  {f'{rate:6.1f}' if rate > 0 else '     -'} draws/s  "
                 f"acc {stats['acceptance_rate'].mean():.2f}  div {self.divergences}"
                 f"{f' ({self.warmup_divergences} in warmup)' if self.warmup_divergences else ''}  "
                 f"ETA {_clock(eta)}")

@@ -238,14 +238,22 @@ class Driver:
         # their inputs, and its observer keeps each part's draws on its device
         self.sharded = bool(getattr(model, "sharded", False))
         self.programs = []
+        self._functions = []        # every program's tf.function: ``traces``
         observer_class = getattr(model, "observer_class", FieldDraws)
         self.observer = observer if observer is not None else observer_class(model, schedule, sampler.chains,
                                                                               sampler.thin)
         self._lp_and_grad = None
         self.kernel = kernel_class(sampler.algorithm)(self)     # core.engine.samplers
         self.devices = list(devices)
-        self.run_chunk = (DeviceSplit(self, self.devices).run_chunk if len(self.devices) > 1
-                          else self._make_chunk_fn())
+        split = DeviceSplit(self, self.devices) if len(self.devices) > 1 else None
+        self._subdrivers = split.subs if split is not None else []
+        self.run_chunk = split.run_chunk if split is not None else self._make_chunk_fn()
+
+    def traces(self) -> int:
+        """How many times its programs (its devices' too) have been traced: each new trace is
+        compiled at that call, so a chunk that raised it took its compiling's time as well."""
+        return (sum(f.experimental_get_tracing_count() for f in self._functions)
+                + sum(sub.traces() for sub in self._subdrivers))
 
     # -- the model ------------------------------------------------------------------
 
@@ -255,10 +263,13 @@ class Driver:
         if self.sharded and len(self.model.mesh.devices) > 1:
             compiled = placement.program(fn)
             self.programs.append(compiled)      # their graphs: where each op runs (the tests' census)
+            self._functions.append(compiled.traced)
             return compiled
         # autograph off: the programs' loops are explicit (tf.while_loop), and converting TFP and the
         # densities to graphs cost most of a run's tracing (an 8^3 HMC run: 53 s -> 20 s in all)
-        return tf.function(fn, jit_compile=True, autograph=False)
+        function = tf.function(fn, jit_compile=True, autograph=False)
+        self._functions.append(function)
+        return function
 
     def place(self, st: dict) -> dict:
         """``st`` with a sharded field's per-part values on their parts' devices (eager: a fresh

@@ -312,11 +312,14 @@ class Engine:
                     return self._finish("stopped", st)
                 phase = "warmup" if first < sched.num_warmup else "sampling"
                 self._status(phase)
-                t0 = time.perf_counter()
+                t0, traced = time.perf_counter(), self.driver.traces()
                 out = self.driver.run_chunk(st, first, n)
                 traces, params = out["traces"], out["params"]
                 field_buf, power_buf, n_fields, sums = self.driver.observer.on_host(out["observed"])
                 elapsed = time.perf_counter() - t0
+                # a chunk that compiled a program: its time is mostly the compiling's, so its rate
+                # (and an ETA from it) would read minutes per chunk; 0 = not known yet
+                rate = n / max(elapsed, 1e-9) if self.driver.traces() == traced else 0.0
                 self.driver.advance(st, out, first, n)
                 st["moments"] = self.recorder.fold_moments(st["moments"], sums)
                 diagnosis = None
@@ -336,7 +339,7 @@ class Engine:
                     self._checkpoint(st)
                 steps_done_here += n
                 self.emit(chunk_event(**contents, elapsed=elapsed,
-                                      steps_per_second=n / max(elapsed, 1e-9),
+                                      steps_per_second=rate,
                                       total_elapsed=time.perf_counter() - started))
                 # not held while the next chunk runs (on a GPU its draws are device memory)
                 del out, sums, traces, params, field_buf, power_buf, record, contents

@@ -174,7 +174,7 @@ class ChunkEvent(TypedDict):
     steps_total: int         # num_warmup + num_samples
     progress: Progress       # the run's counts after this chunk (what the store holds)
     elapsed: float           # seconds this chunk took
-    steps_per_second: float
+    steps_per_second: float  # this chunk's rate; 0 where its time was mostly compiling a program
     total_elapsed: float     # seconds since this session of the run started
     divergences: Divergences             # this chunk's, warmup and sampling steps apart
     latest_field: NotRequired[np.ndarray]    # (C, x, y, z)

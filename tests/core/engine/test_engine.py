@@ -268,6 +268,8 @@ def test_every_event_of_a_run_is_as_core_run_messages_defines_it(tmp_path):
     assert f"warmup (on {device})" in summarize_run(tmp_path / "run").text()
     chunks = [e for e in events if e["type"] == "chunk"]
     assert chunks[0]["stats"]["lp"].shape == (2, chunks[0]["n_steps"])
+    # the first chunk compiled its program: no rate (an ETA from it read hours); the last has one
+    assert chunks[0]["steps_per_second"] == 0.0 and chunks[-1]["steps_per_second"] > 0.0
     assert chunks[-1]["latest_field"].shape == (2, 8, 8, 8)
     assert chunks[-1]["moments"][0].shape == (8, 8, 8)
     assert chunks[-1]["progress"] == {"warmup_draws": 20, "draws": 30, "field_draws": 6,
