@@ -26,9 +26,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SamplerInfo", "SAMPLERS", "ALGORITHMS", "sampler_info"]
+__all__ = ["SamplerInfo", "SAMPLERS", "ALGORITHMS", "sampler_info", "MAMS_STEPS_PER_L", "MAMS_HYPER_STEPS_PER_L"]
 
 _MiB = 2**20
+
+#: MAMS's mean number of integration steps a draw (its trajectory length L over its step size):
+#: the reference's target_num_integration_steps = 2 (BlackJAX 1.7) ...
+MAMS_STEPS_PER_L = 2.0
+#: ... and 8 where P(k) hyperparameters are sampled with the field: 2 steps with a fresh velocity
+#: each moved a hyperparameter by about its width given the field, under a mask a fraction of its
+#: posterior width, as a random walk (bench/hyper_efficiency.py slab2, seed 1: R-hat 1.044, bulk
+#: ESS 42; 8 steps 1.002, 1391; ``core.engine.adaptation.mams_tuning``, docs/benchmarks.md)
+MAMS_HYPER_STEPS_PER_L = 8.0
 
 
 @dataclass(frozen=True)
@@ -48,9 +57,16 @@ class SamplerInfo:
     white_noise_programs: dict = field(default_factory=dict)   # the same for a white-noise latent
     may_unroll: bool = False           # small runs unroll its leapfrog loop (core.run.engine_limits.unrolls)
     adjusted: bool = True              # a Metropolis step makes it exact (False: a bias falling with the step)
+    #: the mean integration steps a step (P(k) fixed, P(k) sampled) where it is tuned, not fixed
+    #: (MAMS: 2 gradients each); None: ``fixed_gradients`` or L
+    trajectory_steps: tuple[float, float] | None = None
 
-    def gradients_per_step(self, num_leapfrog_steps: int) -> int:
-        """Gradient evaluations of one step (the least, where a step's trajectory varies)."""
+    def gradients_per_step(self, num_leapfrog_steps: int, hyper_sampled: bool = False) -> int:
+        """Gradient evaluations of one step (the least where a step's trajectory varies, the
+        mean where its mean is tuned); ``hyper_sampled``: P(k) hyperparameters are sampled with
+        the field."""
+        if self.trajectory_steps is not None:
+            return round(2 * self.trajectory_steps[bool(hyper_sampled)])
         return int(num_leapfrog_steps) if self.fixed_gradients is None else self.fixed_gradients
 
 
@@ -100,7 +116,9 @@ SAMPLERS: dict[str, SamplerInfo] = {s.name: s for s in (
     SamplerInfo(
         "mams", "MAMS (microcanonical, Metropolis-adjusted)", "core.engine.samplers.mams:Mams",
         microcanonical=True, leapfrog_steps=False, target_accept=True, fixed_gradients=2,
-        gradients_text="≥ (MAMS: at least two gradients a step)",
+        gradients_text=f"≥ (MAMS: {2 * MAMS_STEPS_PER_L:.0f} gradients a step on average, "
+                       f"{2 * MAMS_HYPER_STEPS_PER_L:.0f} with P(k) sampled)",
+        trajectory_steps=(MAMS_STEPS_PER_L, MAMS_HYPER_STEPS_PER_L),
         **_MICROCANONICAL_MEMORY,
         device_programs={False: ((25.5, 4.1, True), (25.5, 5.0, False)),
                          True: ((17.5, 4.1, True), (25.5, 5.0, False))},

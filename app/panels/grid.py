@@ -152,7 +152,7 @@ class GridPanel(SetupPanel):
             return None
         return resources.estimate_run(
             shape, chains=chains, dtype=dtype, algorithm=s["sampler.algorithm"],
-            parameterisation=s["field.parameterisation"],
+            parameterisation=s["field.parameterisation"], hyper_sampled=s.samples_hyperparameters(),
             noise_map=s["data.noise"] == "map", **values)
 
     def show_errors(self, errors):
@@ -163,7 +163,7 @@ class GridPanel(SetupPanel):
 
     def _on_change(self, keys) -> None:
         if _alive(self.info) and any(k.startswith(("grid.", "data.", "sampler.", "field.",
-                                                   "model.")) for k in keys):
+                                                   "model.", "prior.")) for k in keys):
             self.refresh()
 
     def refresh(self) -> None:
@@ -223,9 +223,9 @@ class GridPanel(SetupPanel):
                    f"{'s' if fft_pairs(param) > 1 else ''}, R = {fft_rate() / 1e9:.2f} Gflop/s)"
             info = SAMPLERS.get(s["sampler.algorithm"])
             if info is not None and isinstance(steps, int) and steps >= 1:
-                per_step = info.gradients_per_step(steps)
+                per_step = info.gradients_per_step(steps, s.samples_hyperparameters())
                 what = f"{steps} leapfrog steps" if info.fixed_gradients is None else \
-                    f"{per_step} gradient{'s' if per_step > 1 else ''}"
+                    f"{per_step} gradient{'s' if per_step > 1 else ''}" + " on average" * bool(info.trajectory_steps)
                 text += f"; ≥ {_si_time(t * per_step)} per draw ({what})"
                 total = s["sampler.num_warmup"], s["sampler.num_samples"]
                 if all(isinstance(v, int) and v >= 0 for v in total):

@@ -291,6 +291,15 @@ class ConfigState:
             return ()
         return FIELD_HYPERPARAMETERS.get(self["prior.kind"], ())
 
+    def samples_hyperparameters(self) -> bool:
+        """Whether the field model's prior samples P(k) hyperparameters (band powers: their
+        prior a distribution)."""
+        if self["model.kind"] != "field":
+            return False
+        if self["prior.kind"] == "band_powers":
+            return isinstance(self["prior.band_power"], dict)
+        return any(self[f"prior.{name}.sampled"] for name in self.hyper_names())
+
     def set_sampled(self, name: str, sampled: bool) -> None:
         """Switch one hyperparameter between fixed and sampled, keeping both halves; a
         half that was never set starts from the other (a sampled prior centred on the

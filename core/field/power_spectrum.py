@@ -61,6 +61,7 @@ __all__ = [
     "band_log_prior",
     "band_power_names",
     "hyperparameter_priors",
+    "sampled_hyperparameter_names",
     "SPECTRA",
     "spectrum_from_config",
     "spectrum_to_json",
@@ -487,6 +488,12 @@ def hyperparameter_priors(prior) -> dict:
                 for name in band_power_names(_band_count(prior))}
     return {name: parse_prior(f"prior.{name}", getattr(prior, name))
             for name in hyperparameter_names(prior.kind)}
+
+
+def sampled_hyperparameter_names(prior) -> list[str]:
+    """The hyperparameters a field config's ``[prior]`` section samples (``hyperparameter_priors``
+    not fixed), in their order."""
+    return [name for name, value in hyperparameter_priors(prior).items() if not value.is_fixed]
 
 
 def prior_spectrum(prior, table: "TabulatedPower | None" = None,

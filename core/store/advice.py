@@ -111,6 +111,6 @@ def _sampled_hyper_names(config) -> list[str]:
     model file's likelihood has no per-mode width it could use: none there)."""
     if config.model.kind != "field" or config.likelihood.kind == "python":
         return []
-    from core.field.power_spectrum import hyperparameter_priors
+    from core.field.power_spectrum import sampled_hyperparameter_names
 
-    return [name for name, prior in hyperparameter_priors(config.prior).items() if not prior.is_fixed]
+    return sampled_hyperparameter_names(config.prior)

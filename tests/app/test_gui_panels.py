@@ -191,6 +191,14 @@ def test_the_grid_panel_shows_what_the_grid_implies(make_window, tmp_path):
     assert "per gradient" in text and "Gflop/s" in text
     window.state["grid.box_size"] = [100.0, 200.0, 400.0]
     assert f"{2 * math.pi / 400.0:.4g}" in window.panel["grid"].info.text()
+    # MAMS's gradients a draw: its tuned mean, 2 integration steps of 2 gradients, 8 steps with
+    # P(k) sampled (the case samples the index); fixing the index updates the time at once
+    window.state["sampler.algorithm"] = "mams"
+    assert "per draw (16 gradients on average)" in window.panel["grid"].info.text()
+    window.state.set_sampled("index", False)
+    assert "per draw (4 gradients on average)" in window.panel["grid"].info.text()
+    window.state["sampler.algorithm"] = "mclmc"
+    assert "per draw (2 gradients)" in window.panel["grid"].info.text()
 
 
 def test_the_prior_panel_plots_the_prior_and_draws_from_it(make_window, tmp_path):

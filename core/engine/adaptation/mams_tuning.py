@@ -3,12 +3,20 @@
 
 1. dual averaging of the step size (``dual_averaging.dual_averaging_update``: t0 = 10,
    gamma = 0.05, kappa = 0.75, towards ``sampler.target_accept``; the MAMS paper recommends
-   0.9) with L = 2 eps_0 held and eps <= L / 1.1;
+   0.9) with L = n eps_0 held and eps <= L / 1.1;
 2. eps held while the variances of z are gathered; at the end eps = the dual average, scaled by
    clamp(1.3 sqrt(sum var) / L, 0, 2), the diagonal set (with ``adapt_mass_matrix``), and
-   L = 2 eps;
-3. dual averaging again with L = 2 eps kept (the reference's target_num_integration_steps = 2),
-   and at the end of warmup eps = the dual average, L = 2 eps.
+   L = n eps;
+3. dual averaging again with L = n eps kept, and at the end of warmup eps = the dual average,
+   L = n eps.
+
+n, the mean number of integration steps a trajectory, is the reference's
+target_num_integration_steps = 2 (``core.samplers.MAMS_STEPS_PER_L``), and 8 where the model
+samples parameters beside a field (P(k) hyperparameters: ``MAMS_HYPER_STEPS_PER_L``, chosen by
+``Mams.settings``): a trajectory of 2 steps with a fresh velocity each moves a hyperparameter by
+about its width given the field, and under a mask that is a fraction of its posterior width, so
+it moved as a random walk (bench/hyper_efficiency.py slab2 at seed 1: R-hat 1.044, bulk ESS 42;
+with 8 steps 1.002, 1391).
 
 ``MamsTuning.update`` runs inside the chunk after each step of the kernel
 (``core.engine.samplers.mams``), ``at_boundary`` between chunks.
@@ -21,20 +29,22 @@ import tensorflow as tf
 
 from core.engine.adaptation.dual_averaging import dual_averaging_update
 from core.engine.adaptation.microcanonical_stages import StagedTuning, Stages, tuning_scalars, variances
+from core.samplers import MAMS_STEPS_PER_L
 
-__all__ = ["MAMS_STEPS_PER_L", "MamsTuning"]
+__all__ = ["MamsTuning"]
 
-MAMS_STEPS_PER_L = 2.0             # the reference's target_num_integration_steps
 MAMS_TUNING_FACTOR = 1.3
 MAMS_AVG_FLOOR = 1.1
 
 
 class MamsTuning(StagedTuning):
-    """MAMS's staged tuning (module docstring); ``target_accept`` is the dual averaging's target."""
+    """MAMS's staged tuning (module docstring); ``target_accept`` is the dual averaging's target,
+    ``steps_per_L`` the mean number of integration steps a trajectory (n)."""
 
-    def __init__(self, *args, target_accept: float, **kwargs):
+    def __init__(self, *args, target_accept: float, steps_per_L: float = MAMS_STEPS_PER_L, **kwargs):
         super().__init__(*args, **kwargs)
         self.target_accept = float(target_accept)
+        self.steps_per_L = float(steps_per_L)
 
     @staticmethod
     def stage_points(w: int, diagonal: bool) -> Stages:
@@ -50,7 +60,7 @@ class MamsTuning(StagedTuning):
     def fresh(self):
         """The tuning state at step 0."""
         step = tuning_scalars(self.chains, self.initial_step)
-        return {"step_size": step, "L": MAMS_STEPS_PER_L * step, **self._da_fresh(step), **self.moments_fresh()}
+        return {"step_size": step, "L": self.steps_per_L * step, **self._da_fresh(step), **self.moments_fresh()}
 
     def update(self, tune, step_index, accept_prob, position, moved):
         """The tuning state after step ``step_index`` of the kernel, which ran with tune's step
@@ -88,8 +98,8 @@ class MamsTuning(StagedTuning):
                 eps = eps * change
             eps = np.maximum(eps, 1e-5)
             step = tf.constant(eps, tf.float64)
-            tune.update(step_size=step, L=MAMS_STEPS_PER_L * step, **self._da_fresh(step))
+            tune.update(step_size=step, L=self.steps_per_L * step, **self._da_fresh(step))
         elif step == st.warmup and st.warmup - st.b2 > 0:
             step = tf.constant(np.exp(np.asarray(tune["log_avg"])), tf.float64)
-            tune.update(step_size=step, L=MAMS_STEPS_PER_L * step)
+            tune.update(step_size=step, L=self.steps_per_L * step)
         return tune

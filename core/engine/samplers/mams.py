@@ -31,6 +31,7 @@ from core.engine.microcanonical import (
     value_and_grad_fn,
 )
 from core.engine.samplers.microcanonical_kernel import MicrocanonicalKernel
+from core.samplers import sampler_info
 
 __all__ = ["MamsState", "MamsParams", "MamsInfo", "init", "build_kernel", "Mams"]
 
@@ -96,7 +97,13 @@ class Mams(MicrocanonicalKernel):
     tuning_class = MamsTuning
 
     def settings(self) -> dict:
-        return {"target_accept": self.d.sampler.target_accept}
+        """The acceptance aimed at, and the trajectory's mean number of integration steps: longer
+        where the model samples parameters beside a field, its P(k) hyperparameters
+        (``core.samplers.MAMS_HYPER_STEPS_PER_L``)."""
+        model = self.d.model
+        hyper = bool(getattr(model, "has_field", False) and model.param_names)
+        return {"target_accept": self.d.sampler.target_accept,
+                "steps_per_L": sampler_info("mams").trajectory_steps[hyper]}
 
     build_kernel = staticmethod(build_kernel)
 

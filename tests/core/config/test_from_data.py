@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from core import demo
 from core.config import NEW_CONFIG_SAMPLERS, config_to_dict, default_config, new_config, parse_config
-from core.config.from_data import config_for_data, estimate_noise_sigma, is_data_file
+from core.config.from_data import _sampler_for, config_for_data, estimate_noise_sigma, is_data_file
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLaw
 from core.field.synthetic import gaussian_smooth, make_dataset, save_dataset
@@ -99,13 +100,20 @@ def test_an_npz_with_mask_noise_and_box_uses_them(tmp_path, dataset):
     assert cfg.data.noise_sigma == 0.7 and cfg.data.noise_map is None
     assert cfg.grid.box_size == (60.0,) * 3 and cfg.grid.unit == "Mpc"
     assert "ESTIMATE" not in " ".join(result.notes)
+    # the fitted index sampled, the mask coupling the modes: MAMS (COUPLED_HYPER_SAMPLER), not
+    # the unadjusted MCLMC, with the rest of a new config's sampler, and a note that says why
+    assert cfg.prior.index.scale == 0.5
+    assert cfg.sampler == dataclasses.replace(new_config().sampler, algorithm="mams")
+    assert any(n.startswith("sampler: MAMS") and "sampled (index) and the data's mask couples the" in n for n in result.notes)
 
     # a noise map of the data's shape, another data name, no 'data' key
     noise = np.full(dataset.data.shape, 0.7)
     np.savez(tmp_path / "cube.npz", rho=dataset.data, noise_map=noise, valid=dataset.mask,
              box_size=np.array([60.0, 60.0, 30.0]))
-    cfg = parse_config(config_for_data(tmp_path / "cube.npz").text(), base_dir=tmp_path)
+    result = config_for_data(tmp_path / "cube.npz")
+    cfg = parse_config(result.text(), base_dir=tmp_path)
     assert (cfg.data.key, cfg.data.mask, cfg.data.noise_map) == ("rho", "valid", "noise_map")
+    assert cfg.sampler.algorithm == "mams" and any("the data's mask and noise map couple" in n for n in result.notes)
     assert cfg.grid.box_size == (60.0, 60.0, 30.0)
 
     # two unnamed cubes: one clear message listing them
@@ -123,7 +131,13 @@ def test_nan_data_are_masked_without_a_mask_setting(tmp_path, plain):
     assert "mask" not in result.document["data"]
     assert any("2304 voxel(s) of the data are NaN" in n and "masked automatically" in n
                for n in result.notes)
-    parse_config(result.text(), base_dir=tmp_path)
+    assert parse_config(result.text(), base_dir=tmp_path).sampler.algorithm == "mams"
+    assert any(n.startswith("sampler: MAMS") and "the data's NaN voxels couple" in n for n in result.notes)
+    # the same data with P(k) fixed: nothing sampled, the new config's MCLMC
+    fixed = {"prior": {**result.document["prior"], "index": -2.0}, "sampler": dict(NEW_CONFIG_SAMPLERS["field"])}
+    notes = []
+    _sampler_for(fixed, ["NaN voxels"], notes)
+    assert fixed["sampler"] == NEW_CONFIG_SAMPLERS["field"] and notes == []
     np.save(tmp_path / "empty.npy", np.full((4, 4, 4), np.nan))
     with pytest.raises(LoadError, match="empty.npy: array 'empty': no observed voxel"):
         config_for_data(tmp_path / "empty.npy")
