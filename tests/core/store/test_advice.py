@@ -21,9 +21,10 @@ def _summary(rows, draws=2000, divergences=0):
                       acceptance=0.8, step_size=[0.1, 0.1], gradient_evaluations=1000, ess_min=100.0)
 
 
-def _config(tmp_path, preconditioner="fourier", algorithm="mclmc", index=None):
+def _config(tmp_path, preconditioner="fourier", algorithm="mclmc", index=None, mask=False):
     (tmp_path / "d.npy").write_bytes(b"")
-    document = {"model": {"kind": "field"}, "data": {"path": "d.npy", "noise_sigma": 0.5},
+    data = {"path": "d.npy", "noise_sigma": 0.5, **({"mask": "m.npy"} if mask else {})}
+    document = {"model": {"kind": "field"}, "data": data,
                 "prior": {"kind": "power_law", "amplitude": 100.0, "k_pivot": 0.1,
                           "index": index if index is not None else {"dist": "normal", "loc": -2.0, "scale": 0.5}},
                 "sampler": {"algorithm": algorithm, "preconditioner": preconditioner, "num_warmup": 500,
@@ -56,3 +57,22 @@ def test_a_healthy_run_or_too_few_draws_get_none(tmp_path):
     config = _config(tmp_path)
     assert advise(_summary([_row("index"), _row("lp")]), config) == []
     assert advise(_summary([_row("index", rhat=2.0), _row("lp")], draws=10), config) == []
+
+
+def test_mclmc_with_sampled_p_k_on_coupled_modes_is_told_of_its_bias_even_when_green(tmp_path):
+    """R-hat and ESS cannot show MCLMC's bias in the hyperparameters where a mask couples the
+    modes (bench/hyper_efficiency.py): a healthy run gets the advice to use MAMS, which New from
+    data writes there; not with MAMS, nor with P(k) fixed, nor without a mask (the test above)."""
+    from core.config.schema import COUPLED_HYPER_SAMPLER
+
+    masked = _config(tmp_path, preconditioner="conditional", mask=True)
+    advice = advise(_summary([_row("index"), _row("lp")]), masked)
+    assert [a.changes for a in advice] == [{f"sampler.{k}": v for k, v in COUPLED_HYPER_SAMPLER.items()}]
+    assert advice[0].changes == {"sampler.algorithm": "mams"}
+    assert advice[0].text.startswith("MCLMC has no accept step") and "data's mask coupling" in advice[0].text
+    # after the red diagnostics' advice, not instead of it
+    red = advise(_summary([_row("index", rhat=1.3), _row("lp")]), masked)
+    assert [a.changes for a in red] == [{"sampler.num_warmup": 1000}, {"sampler.algorithm": "mams"}]
+    for other in (_config(tmp_path, preconditioner="conditional", mask=True, algorithm="mams"),
+                  _config(tmp_path, preconditioner="conditional", mask=True, index=-2.0)):
+        assert advise(_summary([_row("index"), _row("lp")]), other) == []
