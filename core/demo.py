@@ -7,12 +7,18 @@ a link: ``DemoError`` names what is in the way)
                        Gaussian noise through a mask (a slab plus random dropouts); holds
                        data, truth, mask, noise and the grid and prior as metadata
     field.toml         a config sampling it (whitened Fourier modes, the spectral index
-                       sampled with a normal prior) with the sampler a new config gets
-                       (``core.config.NEW_CONFIG_SAMPLERS["field"]``: MCLMC with the fourier
-                       preconditioner, 1000 warmup steps, 2000 draws; the figures are there)
+                       sampled with a normal prior) with the sampler File > New from data
+                       writes for it: a new config's (``core.config.NEW_CONFIG_SAMPLERS
+                       ["field"]``: the conditional preconditioner, 1000 warmup steps, 2000
+                       draws; the figures are there) with MAMS, as for any data whose mask
+                       couples the modes while P(k) is sampled
+                       (``core.config.schema.COUPLED_HYPER_SAMPLER``; MCLMC, unadjusted, is
+                       biased there: ``core.store.advice``)
     field_exact.toml   the same data with every P(k) hyperparameter fixed at its true
                        value: the posterior is Gaussian and known exactly (the Wiener
-                       filter), so the window's "Exact posterior" tab checks the sampler
+                       filter), so the window's "Exact posterior" tab checks the sampler;
+                       with P(k) fixed, a new config's sampler (MCLMC), as New from data
+                       writes
     series.csv         the integral-model demo series (t, y)
     integral.toml      a config sampling A, c and sigma with HMC (8 leapfrog steps, diagonal
                        mass), not MCLMC or NUTS: on this 3-parameter posterior HMC
@@ -28,6 +34,7 @@ import stat
 from pathlib import Path
 
 from core import integral as im
+from core.config.schema import COUPLED_HYPER_SAMPLER, NEW_CONFIG_SAMPLERS
 from core.field.grid import Grid
 from core.field.power_spectrum import PowerLawCutoff
 from core.field.synthetic import dataset_bytes, make_dataset
@@ -36,7 +43,7 @@ from core.io.series import series_csv_text
 
 __all__ = [
     "DEMO_SHAPE", "DEMO_BOX", "DEMO_SPECTRUM", "DEMO_NOISE", "FIELD_TOML", "INTEGRAL_TOML",
-    "DemoError", "demo_files", "write_demo"
+    "DemoError", "demo_files", "field_toml", "write_demo"
 ]
 
 DEMO_SHAPE = (32, 32, 32)
@@ -74,7 +81,7 @@ parameterisation = "whitened"
 dtype = "float32"
 
 [sampler]
-algorithm = "mclmc"
+algorithm = "{algorithm}"
 num_warmup = 1000
 num_samples = 2000
 num_leapfrog_steps = 10
@@ -119,6 +126,12 @@ chunk_size = 100
 """
 
 
+def field_toml() -> str:
+    """field.toml's text (``FIELD_TOML`` with the demo's values)."""
+    return FIELD_TOML.format(noise=DEMO_NOISE, box=DEMO_BOX, **DEMO_SPECTRUM,
+                             algorithm=COUPLED_HYPER_SAMPLER["algorithm"])
+
+
 class DemoError(ValueError):
     """The demo's folder holds a file the demo did not write (or a link, a folder) where one
     of its files goes; the message names it."""
@@ -130,12 +143,14 @@ def demo_files(seed: int = 2026) -> dict[str, bytes]:
     spectrum = PowerLawCutoff(**DEMO_SPECTRUM)
     dataset = make_dataset(grid, spectrum, DEMO_NOISE, mask="slab", mask_fraction=0.2,
                            dropout_fraction=0.05, seed=seed)
-    field_text = FIELD_TOML.format(noise=DEMO_NOISE, box=DEMO_BOX, **DEMO_SPECTRUM)
+    field_text = field_toml()
     sampled = 'index = { dist = "normal", loc = -1.5, scale = 0.3 }'
     exact_text = field_text.replace(sampled, f"index = {DEMO_SPECTRUM['index']}").replace(
         "# Fieldscope demo: a 32^3 Gaussian random field seen through noise and a mask.",
         "# Fieldscope demo: the same field with P(k) fixed: a Gaussian posterior known exactly\n"
-        "# (the Wiener filter; see the window's \"Exact posterior\" tab).")
+        "# (the Wiener filter; see the window's \"Exact posterior\" tab).").replace(
+        f'algorithm = "{COUPLED_HYPER_SAMPLER["algorithm"]}"',    # P(k) fixed: a new config's sampler
+        f'algorithm = "{NEW_CONFIG_SAMPLERS["field"]["algorithm"]}"')
     assert exact_text != field_text and sampled not in exact_text
     series = im.make_demo_series(seed)
     return {"demo_field.npz": dataset_bytes(dataset), "field.toml": field_text.encode(),

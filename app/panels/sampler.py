@@ -7,9 +7,16 @@ bytes per kept draw (one chain, and all chains) and the whole run's store, from
 run with, so the two never disagree. It is an upper bound: random draws compress only to
 about 90 %. It follows every edit of the grid (the data's shape), chains, dtype,
 num_samples and thin.
+
+Below the settings, before a run, the advice ``fieldscope summary`` would give after it where
+the choice alone decides it (``core.store.advice.unadjusted_bias``): an unadjusted sampler
+(MCLMC) sampling P(k) through a mask, a noise map or a non-Gaussian likelihood, with a
+button that sets what it suggests (MAMS).
 """
 
 from __future__ import annotations
+
+from PySide6.QtWidgets import QPushButton
 
 from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label
@@ -17,6 +24,7 @@ from app.state.config_state import SAMPLER_KEYS, ConfigState
 from core.config import PER_MODE_PRECONDITIONERS
 from core.run import resources
 from core.samplers import SAMPLERS
+from core.store.advice import coupling, unadjusted_bias
 
 __all__ = ["SamplerPanel"]
 
@@ -96,12 +104,22 @@ class SamplerPanel(SetupPanel):
         self.info = _info_label()
         self.info.setStyleSheet(INFO_STYLE)
         self.body.addWidget(self.info)
+        # the advice the sampler choice alone decides (module docstring), with its button
+        self.advice = _info_label()
+        self.advice.setObjectName("sampler.advice")
+        self.advice_button = QPushButton()
+        self.advice_button.setObjectName("sampler.advice_action")
+        self.advice_button.clicked.connect(self._apply_advice)
+        self._advice_changes: dict = {}
+        self.body.addWidget(self.advice)
+        self.body.addWidget(self.advice_button)
         self.body.addStretch(1)
         state.connect_any(self._on_change)
         self.refresh()
 
     def _on_change(self, keys) -> None:
-        if _alive(self.info) and any(k.startswith(("sampler.", "model.", "data.", "field."))
+        if _alive(self.info) and any(k.startswith(("sampler.", "model.", "data.", "field.", "prior.",
+                                                   "likelihood."))
                                      for k in keys):
             self.refresh()
 
@@ -119,6 +137,7 @@ class SamplerPanel(SetupPanel):
         for key in ("field.parameterisation", "field.dtype", "field.shard"):
             self.form.setRowVisible(self.edits[key], field)
             self.edits[key].setHidden(not field)
+        self._show_advice()
         values = [s[f"sampler.{k}"] for k in ("num_warmup", "num_samples", "chains", "thin")]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in values) \
                 or min(values[1:]) < 1 or values[0] < 0:
@@ -136,6 +155,23 @@ class SamplerPanel(SetupPanel):
         self.disk_cost.setText(self.disk_text(shape, warmup, samples, chains, thin))
         self.form.setRowVisible(self.disk_cost, bool(self.disk_cost.text()))
         self.info.setText(text + ".")
+
+    def _show_advice(self) -> None:
+        s = self.state
+        advice = None
+        if s["likelihood.kind"] != "python" and s.samples_hyperparameters():
+            advice = unadjusted_bias(s["sampler.algorithm"], coupling(
+                s["data.mask"] not in ("", None), s["data.noise"] == "map", s["likelihood.kind"]))
+        self._advice_changes = dict(advice.changes) if advice is not None else {}
+        self.advice.setText(f"{advice.text[0].upper()}{advice.text[1:]}." if advice is not None else "")
+        self.advice_button.setText(advice.action[0].upper() + advice.action[1:] if advice is not None else "")
+        self.advice.setVisible(advice is not None)
+        self.advice_button.setVisible(advice is not None)
+
+    def _apply_advice(self) -> None:
+        with self.state.batch():
+            for key, value in self._advice_changes.items():
+                self.state[key] = value
 
     def disk_text(self, shape, warmup: int, samples: int, chains: int, thin: int) -> str:
         """The disk cost of the kept field draws (module docstring), or "" without a grid."""

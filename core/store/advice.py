@@ -26,7 +26,8 @@ unadjusted bias        green or red: an unadjusted sampler (MCLMC) with P(k) hyp
                        hyperparameters, which no R-hat or ESS shows (bench/hyper_efficiency.py:
                        0.24-0.37 sd off under a 25 % slab, three seeds; MAMS 0.00-0.03). Change:
                        sampler.algorithm = "mams" (what File > New from data writes there,
-                       ``core.config.schema.COUPLED_HYPER_SAMPLER``).
+                       ``core.config.schema.COUPLED_HYPER_SAMPLER``). ``unadjusted_bias``:
+                       the rule alone, which the Sampler panel shows before a run.
 
 A run still in warmup, or with fewer than ``MIN_DRAWS`` post-warmup draws a chain, gets none.
 """
@@ -40,7 +41,7 @@ from core.config.limits import MAX_DRAWS
 from core.config.schema import COUPLED_HYPER_SAMPLER, FOURIER_PARAMETERISATIONS
 from core.samplers import SAMPLERS
 
-__all__ = ["Advice", "advise", "ESS_TARGET", "RHAT_LIMIT", "MIN_DRAWS"]
+__all__ = ["Advice", "advise", "coupling", "unadjusted_bias", "ESS_TARGET", "RHAT_LIMIT", "MIN_DRAWS"]
 
 #: R-hat above this: the chains disagree (as ``run_summary.needs_attention``)
 RHAT_LIMIT = 1.01
@@ -106,26 +107,39 @@ def advise(summary, config) -> list[Advice]:
                 "where the posterior curves sharply, so that part of it is missed; a higher target "
                 "acceptance gives a smaller step",
                 {"sampler.target_accept": target}, f"target acceptance {target}"))
-    coupling = _coupling(config) if hyper and info is not None and not info.adjusted else []
-    if coupling:
-        out.append(Advice(
-            f"{info.label.split(' (')[0]} has no accept step: with P(k) sampled and the data's "
-            f"{' and '.join(coupling)} coupling the Fourier modes, each mode's share of its small bias "
-            "adds up in the hyperparameters, which R-hat and ESS cannot show (on the 25 % slab "
-            "benchmark 0.24-0.37 of their posterior sd off the exact answer; MAMS, its "
-            "Metropolis-adjusted form, 0.00-0.03, at about 1/6 the ESS per gradient)",
-            {f"sampler.{key}": value for key, value in COUPLED_HYPER_SAMPLER.items()}, "use MAMS"))
+    if hyper and sampler is not None:
+        data = config.data
+        bias = unadjusted_bias(sampler.algorithm, coupling(data.mask is not None, data.noise_map is not None,
+                                                           config.likelihood.kind))
+        if bias is not None:
+            out.append(bias)
     return out
 
 
-def _coupling(config) -> list[str]:
-    """What in a field config couples the Fourier modes given P(k) (its mask, noise map, a
-    likelihood other than Gaussian); [] for none. NaN voxels of the data, masked when the data
-    load, are not in the config."""
-    data = config.data
-    return [what for what, there in (("mask", data.mask is not None), ("noise map", data.noise_map is not None),
-                                     (f"{config.likelihood.kind} likelihood", config.likelihood.kind != "gaussian"))
+def coupling(mask: bool, noise_map: bool, likelihood_kind: str) -> list[str]:
+    """What in a field config couples the Fourier modes given P(k): its mask, its noise map, a
+    likelihood other than Gaussian ([] for none). NaN voxels of the data, masked when the data
+    load, are not in the config (File > New from data reads them)."""
+    return [what for what, there in (("mask", mask), ("noise map", noise_map),
+                                     (f"{likelihood_kind} likelihood", likelihood_kind != "gaussian"))
             if there]
+
+
+def unadjusted_bias(algorithm: str, coupled_by: list[str]) -> Advice | None:
+    """The "unadjusted bias" rule (module docstring) for a sampler that samples P(k)
+    hyperparameters with the field through data whose ``coupled_by`` (``coupling``) couple the
+    modes; None where it does not apply (an adjusted sampler, or nothing couples them). The
+    summary gives it after a run, the Sampler panel before one."""
+    info = SAMPLERS.get(algorithm)
+    if info is None or info.adjusted or not coupled_by:
+        return None
+    return Advice(
+        f"{info.label.split(' (')[0]} has no accept step: with P(k) sampled and the data's "
+        f"{' and '.join(coupled_by)} coupling the Fourier modes, each mode's share of its small bias "
+        "adds up in the hyperparameters, which R-hat and ESS cannot show (on the 25 % slab "
+        "benchmark 0.24-0.37 of their posterior sd off the exact answer; MAMS, its "
+        "Metropolis-adjusted form, 0.00-0.03, at about 1/6 the ESS per gradient)",
+        {f"sampler.{key}": value for key, value in COUPLED_HYPER_SAMPLER.items()}, "use MAMS")
 
 
 def _bad_rhat(row) -> bool:

@@ -6,6 +6,7 @@ import math
 import sys
 
 import numpy as np
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLineEdit
 
 from core.config import load_config
@@ -62,6 +63,42 @@ def test_every_registered_sampler_is_offered_and_hides_what_does_not_apply(make_
             assert window.save_config(out) and load_config(out).sampler.algorithm == "mams"
     assert shown == {"mclmc": (False, False), "mams": (False, True), "nuts": (False, True),
                      "hmc": (True, True), "hmc_jittered": (True, True)}
+
+
+def test_the_sampler_panel_says_before_a_run_where_mclmc_is_biased_and_sets_mams(make_window, qtbot, tmp_path):
+    """MCLMC sampling the index through the tiny case's slab mask: the panel shows the advice
+    the summary would give after the run (core.store.advice.unadjusted_bias), its button sets
+    MAMS; without the mask, with the index fixed, or with an adjusted sampler, nothing."""
+    from PySide6.QtWidgets import QLabel, QPushButton
+
+    from core.store.advice import coupling, unadjusted_bias
+
+    window = make_window(tiny_case(tmp_path), engine=None)
+    label = window.findChild(QLabel, "sampler.advice")
+    button = window.findChild(QPushButton, "sampler.advice_action")
+    box = window.findChild(QComboBox, "sampler.algorithm")
+
+    def shown():
+        return not label.isHidden() and not button.isHidden()
+
+    assert window.state["sampler.algorithm"] == "hmc" and not shown()     # adjusted: no advice
+    box.setCurrentIndex(box.findData("mclmc"))
+    assert shown() and "MCLMC has no accept step" in label.text() and "mask coupling" in label.text()
+    expected = unadjusted_bias("mclmc", coupling(True, False, "gaussian")).text
+    assert label.text() == expected[0].upper() + expected[1:] + "."
+    assert button.text() == "Use MAMS"
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert window.state["sampler.algorithm"] == "mams" and box.currentData() == "mams" and not shown()
+    out = tmp_path / "advised.toml"
+    assert window.save_config(out) and load_config(out).sampler.algorithm == "mams"
+    box.setCurrentIndex(box.findData("mclmc"))
+    assert shown()
+    window.state["data.mask"] = ""                   # nothing couples the modes
+    assert not shown()
+    window.state["data.mask"] = "mask"
+    assert shown()
+    window.state.set_sampled("index", False)
+    assert not shown()                               # P(k) fixed: MCLMC's bias stays in the field
 
 
 def test_the_devices_setting_takes_a_number_or_all_names_a_wrong_one_and_is_saved(make_window, qtbot, tmp_path):

@@ -64,8 +64,7 @@ def test_new_from_data_on_a_plain_npy_asks_the_box_and_runs_in_a_folder_named_af
     assert state["grid.box_size"] == 60.0 and state["grid.unit"] == "Mpc"
     text = state.to_toml()
     mine = leaves(tomllib.loads(text))
-    demo_doc = leaves(tomllib.loads(demo.FIELD_TOML.format(
-        noise=demo.DEMO_NOISE, box=demo.DEMO_BOX, **demo.DEMO_SPECTRUM)))
+    demo_doc = leaves(tomllib.loads(demo.field_toml()))
     defaults = leaves(config_to_dict(new_config()))
     leaked = {k: v for k, v in mine.items() if demo_doc.get(k, object()) == v
               and defaults.get(k) != v and k != "model.kind"}

@@ -82,7 +82,21 @@ def test_demo_field_values(demo):
     assert cfg.integral is None
     exact = C.load_config(demo["exact_config"])
     assert exact.prior.index == DEMO_SPECTRUM["index"]
-    assert exact.sampler == cfg.sampler and exact.data == cfg.data
+    assert exact.data == cfg.data
+    assert exact.sampler == dataclasses.replace(cfg.sampler, algorithm=exact.sampler.algorithm)
+
+
+def test_the_demos_sample_with_what_new_from_data_writes_for_their_data(demo):
+    """The demo's data have a mask: with the index sampled, File > New from data writes MAMS
+    (MCLMC's bias adds up in P(k) there: core.store.advice); with P(k) fixed, MCLMC."""
+    from core.config.from_data import _sampler_for
+
+    for name, algorithm in (("field_config", "mams"), ("exact_config", "mclmc")):
+        document = tomllib.loads(demo[name].read_text())
+        assert document["sampler"]["algorithm"] == algorithm, name
+        document["sampler"].update(C.NEW_CONFIG_SAMPLERS["field"])
+        _sampler_for(document, ["mask"], [])
+        assert document["sampler"]["algorithm"] == algorithm, name
 
 
 def test_defaults_are_filled():
