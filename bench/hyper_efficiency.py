@@ -36,6 +36,8 @@ The cases (``CASES``; data drawn in the run, fixed seeds):
     pair         the hi_sn field under noise 0.3: index and amplitude sampled (lognormal(log of
                  the truth, 1)), no mask; correlated -0.98 in the exact posterior (the pivot at
                  the grid's low end)
+    lo_slab      lo_sn's field and noise (2) through slab2's 25 % slab: index sampled
+    bands16_slab bands16 through the 25 % slab (no exact answer: the mask couples the bins)
     user48       issue #30's reproduction: a 48^3 float32 field of Gaussian-smoothed white noise
                  (smoothing 2 cells) scaled to sd 1, noise 0.3, a 12^3 cube of NaN; the config
                  File > New from data writes for it (``core.config.from_data``: the best-fitting
@@ -98,6 +100,8 @@ CASES = {
     "poisson": Case("poisson", "index, Poisson-lognormal counts (mean 2 a voxel), field sd 0.5", 32),
     "hi_sn64": Case("hi_sn64", "index, no mask, noise 0.1, 64^3", 64),
     "pair": Case("pair", "index + amplitude, no mask, noise 0.3", 32),
+    "lo_slab": Case("lo_slab", "index, 25 % slab, noise 2 (noise-dominated and masked)", 32),
+    "bands16_slab": Case("bands16_slab", "16 band powers, 25 % slab, noise 0.5", 32),
 }
 
 
@@ -127,7 +131,9 @@ def write_case(case: Case, folder: Path) -> dict:
     else:
         def spectrum_of(a):
             return PowerLaw(amplitude=a, index=-2.0, k_pivot=K_PIVOT)
-        noise, mask = {"hi_sn": 0.1, "hi_sn64": 0.1, "lo_sn": 2.0, "bands16": 0.5, "pair": 0.3}[case.name], "none"
+        noise = {"hi_sn": 0.1, "hi_sn64": 0.1, "lo_sn": 2.0, "lo_slab": 2.0, "bands16": 0.5,
+                 "bands16_slab": 0.5, "pair": 0.3}[case.name]
+        mask = "slab" if case.name.endswith("slab") else "none"
     amplitude = _unit_variance_amplitude(grid, spectrum_of)
     save_dataset(folder / "data.npz", make_dataset(grid, spectrum_of(amplitude), noise, mask=mask,
                                                    mask_fraction=0.25, seed=DATA_SEED))
@@ -136,7 +142,7 @@ def write_case(case: Case, folder: Path) -> dict:
         data["mask"] = "mask"
     prior = {"kind": "power_law", "k_pivot": K_PIVOT, "amplitude": amplitude,
              "index": {"dist": "normal", "loc": -2.0, "scale": 0.5}}
-    if case.name == "bands16":
+    if case.name.startswith("bands16"):
         prior = {"kind": "band_powers", "n_bins": 16, "random_walk_scale": 0.5,
                  "band_power": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 2.0}}
     if case.name == "pair":
