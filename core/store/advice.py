@@ -24,7 +24,11 @@ unadjusted bias        green or red: an unadjusted sampler (MCLMC) with P(k) hyp
                        sampled and modes the data couple (a mask, a noise map, a likelihood
                        other than Gaussian): each mode's share of its bias adds up in the
                        hyperparameters, which no R-hat or ESS shows (bench/hyper_efficiency.py:
-                       0.24-0.37 sd off under a 25 % slab, three seeds; MAMS 0.00-0.03). Change:
+                       0.24-0.37 sd off under a 25 % slab, three seeds; MAMS 0.00-0.03), and
+                       there its chains can disagree (band powers under the slab: R-hat
+                       1.20-1.43; MAMS <= 1.004): after the other rules' advice where the
+                       hyperparameters are green, before it where they are red (but after
+                       "slow hyperparameters": MAMS too is pinned without the centring). Change:
                        sampler.algorithm = "mams" (what File > New from data writes there,
                        ``core.config.schema.COUPLED_HYPER_SAMPLER``). ``unadjusted_bias``:
                        the rule alone, which the Sampler panel shows before a run.
@@ -74,8 +78,9 @@ def advise(summary, config) -> list[Advice]:
     out = []
     hyper = set(_sampled_hyper_names(config)) if config is not None else set()
     slow = [r for r in summary.rows if r.name in hyper and (_bad_rhat(r) or r.ess_bulk < ESS_TARGET)]
-    if slow and sampler.preconditioner != "conditional" \
-            and config.field.parameterisation in FOURIER_PARAMETERISATIONS:
+    conditional_advised = bool(slow) and sampler.preconditioner != "conditional" \
+        and config.field.parameterisation in FOURIER_PARAMETERISATIONS
+    if conditional_advised:
         out.append(Advice(
             f"the P(k) hyperparameters move slowly (R-hat {_fmt(slow, 'rhat')}; bulk ESS "
             f"{_fmt(slow, 'ess_bulk')}): with sampler.preconditioner = {sampler.preconditioner!r} the "
@@ -110,8 +115,12 @@ def advise(summary, config) -> list[Advice]:
     if hyper and sampler is not None:
         data = config.data
         bias = unadjusted_bias(sampler.algorithm, coupling(data.mask is not None, data.noise_map is not None,
-                                                           config.likelihood.kind))
-        if bias is not None:
+                                                           config.likelihood.kind), [r.name for r in slow])
+        if bias is None:
+            pass
+        elif slow:      # first (after the conditional preconditioner's, without which MAMS is pinned too)
+            out.insert(1 if conditional_advised else 0, bias)
+        else:
             out.append(bias)
     return out
 
@@ -125,20 +134,26 @@ def coupling(mask: bool, noise_map: bool, likelihood_kind: str) -> list[str]:
             if there]
 
 
-def unadjusted_bias(algorithm: str, coupled_by: list[str]) -> Advice | None:
+def unadjusted_bias(algorithm: str, coupled_by: list[str], red: list[str] = ()) -> Advice | None:
     """The "unadjusted bias" rule (module docstring) for a sampler that samples P(k)
     hyperparameters with the field through data whose ``coupled_by`` (``coupling``) couple the
-    modes; None where it does not apply (an adjusted sampler, or nothing couples them). The
-    summary gives it after a run, the Sampler panel before one."""
+    modes; None where it does not apply (an adjusted sampler, or nothing couples them). ``red``:
+    the hyperparameters whose R-hat or ESS a run found red (their chains can disagree there:
+    band powers under a 25 % slab gave MCLMC R-hat 1.20-1.43, MAMS <= 1.004 with the same
+    warmup). The summary gives it after a run, the Sampler panel before one."""
     info = SAMPLERS.get(algorithm)
     if info is None or info.adjusted or not coupled_by:
         return None
+    name = info.label.split(' (')[0]
+    seen = (f"; {', '.join(red)}: red here, as {name}'s chains can settle on different answers there "
+            "(16 band powers under a 25 % slab: R-hat 1.20-1.43; MAMS 1.000-1.004 with the same warmup)"
+            if red else ", which R-hat and ESS cannot show")
     return Advice(
-        f"{info.label.split(' (')[0]} has no accept step: with P(k) sampled and the data's "
+        f"{name} has no accept step: with P(k) sampled and the data's "
         f"{' and '.join(coupled_by)} coupling the Fourier modes, each mode's share of its small bias "
-        "adds up in the hyperparameters, which R-hat and ESS cannot show (on the 25 % slab "
-        "benchmark 0.24-0.37 of their posterior sd off the exact answer; MAMS, its "
-        "Metropolis-adjusted form, 0.00-0.03, at about 1/6 the ESS per gradient)",
+        f"adds up in the hyperparameters{seen} (on the 25 % slab benchmark 0.24-0.37 of their "
+        "posterior sd off the exact answer; MAMS, its Metropolis-adjusted form, 0.00-0.03, at "
+        "about 1/6 the ESS per gradient)",
         {f"sampler.{key}": value for key, value in COUPLED_HYPER_SAMPLER.items()}, "use MAMS")
 
 
