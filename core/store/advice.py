@@ -116,12 +116,9 @@ def advise(summary, config) -> list[Advice]:
         data = config.data
         bias = unadjusted_bias(sampler.algorithm, coupling(data.mask is not None, data.noise_map is not None,
                                                            config.likelihood.kind), [r.name for r in slow])
-        if bias is None:
-            pass
-        elif slow:      # first (after the conditional preconditioner's, without which MAMS is pinned too)
-            out.insert(1 if conditional_advised else 0, bias)
-        else:
-            out.append(bias)
+        if bias is not None:       # first where P(k) is red (after the conditional preconditioner's,
+            # without which MAMS is pinned too), else last
+            out.insert((1 if conditional_advised else 0) if slow else len(out), bias)
     return out
 
 
