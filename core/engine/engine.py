@@ -57,6 +57,7 @@ from core.engine.warmup import WarmupWatch
 from core.run import input_files, run_folder
 from core.run.messages import Estimate, chunk_event, new_progress, status_event
 from core.store import run_lock
+from core.store.field_parts import FieldParts
 from core.store.run_store import RunStoreError, RunStoreWriter, StoreWriteError
 
 __all__ = ["Engine", "EngineError", "Control", "Schedule", "DIVERGENCE_THRESHOLD",
@@ -150,8 +151,10 @@ class Engine:
                 raise
             raise EngineError(str(failure)) from None
         shape = self.model.grid.shape if self.model.has_field else [1]
-        st.update(moments=(np.float64(0.0), np.zeros(shape, np.float64), np.zeros(shape, np.float64)),
-                  progress=dict(new_progress()))
+        regions = getattr(self.model, "field_regions", None)      # a field cut over devices: in parts
+        zeros = ((lambda: FieldParts.zeros(shape, regions)) if regions is not None
+                 else (lambda: np.zeros(shape, np.float64)))
+        st.update(moments=(np.float64(0.0), zeros(), zeros()), progress=dict(new_progress()))
         return st
 
     def _checkpoint(self, st):

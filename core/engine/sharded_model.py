@@ -12,8 +12,10 @@ array.
 
 ``ShardedFieldDraws`` is ``driver.FieldDraws`` for such a model: each part's thinned draws and
 its sums of x - field_mean and their squares are kept on its device in the compiled chunk; the
-host joins them (``on_host``) when the chunk is recorded: the run store and the run's float64
-moments are whole arrays on the host, as for a whole field.
+host reads them a part at a time (``on_host`` gives ``core.store.field_parts.FieldParts``) as the
+run store writes each part into its region and the run's float64 moments fold it: the moments
+are kept in parts on the host (and in the checkpoint), so no whole-grid array of the run is
+made; only the window's chunk event joins the latest draw and the moments (it shows them).
 
 The driver runs such a model's chunks as TensorFlow graphs placed by their inputs
 (``core.engine.placement.program``: XLA compiles a program for one device), with the state's
@@ -30,6 +32,7 @@ from core.engine.driver import FieldDraws
 from core.engine.models import FieldModel
 from core.engine.sharded_density import ShardedFieldPosterior
 from core.engine.sharded_fft import ShardMesh
+from core.store.field_parts import FieldParts, regions_of
 
 __all__ = ["ShardedFieldModel", "ShardedFieldDraws", "mesh_for", "pencil_rows"]
 
@@ -78,6 +81,8 @@ class ShardedFieldModel(FieldModel):
         self._weight_parts = self.density._placed(weight, spectrum=True)         # noqa: SLF001
         empty = np.broadcast_to(np.int8(0), self.grid.shape)
         self.part_shapes = [tuple(p.shape) for p in sharded_fft.cut(empty, self.mesh)]
+        # each part's region of the grid: where the store writes it (``FieldParts``)
+        self.field_regions = regions_of(self.grid.shape, self.mesh.rows)[:len(self.part_shapes)]
 
     def initial_state(self, chains: int, seed: int):
         """``FieldModel``'s initial state (the same draws, made on the host), its latent cut into
@@ -183,16 +188,17 @@ class ShardedFieldDraws(FieldDraws):
         raise NotImplementedError("a sharded field's chains run on every device of its mesh")
 
     def on_host(self, carry):
-        """The carry with each part's draws and sums joined into whole host arrays."""
+        """The carry with each part's draws and sums as ``FieldParts``: still on their devices,
+        each read to the host only as the store writes it or the moments fold it (a part at a
+        time: the host never holds the whole grid's draws)."""
         fields, power_buf, n_fields, (count, totals, squares) = carry
-        mesh = self.model.mesh
 
         if len(totals[0].shape) == 1:           # a chunk that kept nothing
             return fields[0], power_buf, n_fields, (count, totals[0], squares[0])
 
-        def whole(parts):
-            return sharded_fft.gather([np.asarray(p) for p in parts], mesh)
-        return whole(fields), power_buf, n_fields, (count, whole(totals), whole(squares))
+        def parts(values):
+            return FieldParts(self.model.grid.shape, self.model.field_regions, tuple(values))
+        return parts(fields), power_buf, n_fields, (count, parts(totals), parts(squares))
 
 
 ShardedFieldModel.observer_class = ShardedFieldDraws

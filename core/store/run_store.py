@@ -88,6 +88,7 @@ from core.io.regular_file import NotRegularFile
 from core.store.checkpoint import CHECKPOINT_NAME
 from core.store.chunk_files import bad_chunk_error, check_appended_chunk, damaged_read_error
 from core.store.errors import RunStoreError, StoreWriteError, write_error
+from core.store.field_parts import FieldParts, append_draws, write_grid
 from core.store.field_volume import FieldVolume
 from core.store.run_record import PROGRESS_KEYS, STAT_DTYPES, STAT_NAMES, STORE_STATUSES, new_progress
 from core.store.zarr_files import (
@@ -186,13 +187,13 @@ class ChunkRecord:
     steps of the chunk (n may be 0); the same for ``warmup_params`` / ``params``.
     ``fields``: (chains, n_field, x, y, z) float32; ``powers``: (chains, n_field, k);
     ``field_draw_index``: (n_field,) index into ``draw``. ``moments``: (mean, std, count).
-    """
+    A field cut over devices: ``fields``, mean, std in ``FieldParts``, written part by part."""
 
     warmup_stats: dict
     stats: dict
     warmup_params: dict
     params: dict
-    fields: np.ndarray | None = None
+    fields: np.ndarray | FieldParts | None = None
     powers: np.ndarray | None = None
     field_draw_index: np.ndarray | None = None
     moments: tuple | None = None
@@ -383,17 +384,16 @@ class RunStoreWriter:
             for name, arr in values.items():
                 if arr.shape[1]:
                     r[group][name].append(np.asarray(arr), axis=1)
-        if record.fields is not None and record.fields.shape[1]:
+        if record.fields is not None and record.powers.shape[1]:
             pf = r["posterior_field"]
-            pf["field"].append(record.fields.astype(np.float32, copy=False), axis=1)
+            append_draws(pf["field"], record.fields, record.powers.shape[1])
             pf["power"].append(record.powers, axis=1)
             pf["field_draw"].append(np.asarray(record.field_draw_index, np.int64))
         if record.moments is not None:
-            mean, std, count = record.moments
             fm = r["field_moments"]
-            fm["mean"][...] = mean
-            fm["std"][...] = std
-            fm.attrs["count"] = int(count)
+            for name, value in zip(("mean", "std"), record.moments):
+                write_grid(fm[name], value)
+            fm.attrs["count"] = int(record.moments[2])
         attrs = {"progress": dict(progress), "updated": utc_now()}
         if timing is not None:
             attrs["timing"] = {key: float(value) for key, value in timing.items()}
