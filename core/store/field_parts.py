@@ -69,11 +69,6 @@ class FieldParts:
             array = np.asarray(part)
             yield region, (array if self.take is None else self.take(array))
 
-    def read(self) -> "FieldParts":
-        """The parts read (numpy, ``take`` applied): for values used more than once."""
-        regions, parts = zip(*self.each())
-        return FieldParts(self.grid, tuple(regions), tuple(parts))
-
     def whole(self) -> np.ndarray:
         """The whole array (the leading axes, then ``grid``) on the host."""
         out = None
