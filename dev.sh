@@ -89,6 +89,10 @@ run_tests() {
   say "lint: ruff, import contracts"
   "$VENV/bin/ruff" check . || status=$?
   "$VENV/bin/lint-imports" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  # A worker process that crashes (a signal) fails its test and ends the set at once
+  # (--max-worker-restart=0): with --dist loadfile, pytest-xdist 3.8's replacement of a crashed
+  # worker can wait for ever (its issues 784 and 1378; a Qt test's segfault hung a CI here,
+  # 2026-12-07), and otherwise it runs the crashing test again in each replacement.
   # The numerical tests run in one pytest worker process per core (at most 4; FIELDSCOPE_TEST_WORKERS
   # sets another number, 0 runs them in this process), a test file to a worker: most of their time
   # is single-threaded (TensorFlow's import, XLA's compiler, the engine subprocesses' start-up), and a
@@ -115,9 +119,9 @@ run_tests() {
   local set
   for set in "${own[*]}" "${rest[*]:0:$half}" "${rest[*]:$half}"; do
     # shellcheck disable=SC2086  # a set is a list of file names without spaces
-    "$py" -m pytest $set -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+    "$py" -m pytest $set -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile --max-worker-restart=0 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   done
-  "$py" -m pytest tests/core tests/bench tests/test_file_budget.py --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  "$py" -m pytest tests/core tests/bench tests/test_file_budget.py --ignore=tests/core/engine -p no:xvfb -q --durations=12 -n "$workers" --dist loadfile --max-worker-restart=0 "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
   say "tests: application (Qt, no TensorFlow in the test processes; $workers worker processes)"
   # The Qt tests spend much of their time waiting on engine processes and timers: in a worker
   # process per core (each with its own Xvfb), a test file to a worker, they took 375 s where one
@@ -127,7 +131,7 @@ run_tests() {
   # again at the very end.
   local log; log=$(mktemp)
   rc=0
-  "$py" -m pytest tests/app -q --durations=12 -n "$workers" --dist loadfile "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  "$py" -m pytest tests/app -q --durations=12 -n "$workers" --dist loadfile --max-worker-restart=0 "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
   if [ "$rc" -ge 128 ]; then
     say "the Qt tests' process died of signal $((rc - 128)); where its GUI thread was:"
     awk '/^(Current thread|Thread .*most recent call first)/ { block = "" } { block = block $0 "\n" }
