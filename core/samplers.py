@@ -61,13 +61,15 @@ class SamplerInfo:
     #: (MAMS: 2 gradients each); None: ``fixed_gradients`` or L
     trajectory_steps: tuple[float, float] | None = None
 
-    def gradients_per_step(self, num_leapfrog_steps: int, hyper_sampled: bool = False) -> int:
+    def gradients_per_step(self, num_leapfrog_steps: int, hyper_sampled: bool = False,
+                           interweave: bool = False) -> int:
         """Gradient evaluations of one step (the least where a step's trajectory varies, the
         mean where its mean is tuned); ``hyper_sampled``: P(k) hyperparameters are sampled with
-        the field."""
+        the field; ``interweave``: ``sampler.interweave``, whose move costs one more there."""
+        move = int(bool(hyper_sampled and interweave))
         if self.trajectory_steps is not None:
-            return round(2 * self.trajectory_steps[bool(hyper_sampled)])
-        return int(num_leapfrog_steps) if self.fixed_gradients is None else self.fixed_gradients
+            return round(2 * self.trajectory_steps[bool(hyper_sampled)]) + move
+        return (int(num_leapfrog_steps) if self.fixed_gradients is None else self.fixed_gradients) + move
 
 
 _LOOPED_SHARED = 19        # looped HMC and NUTS: grid-sized buffers once per run

@@ -61,6 +61,7 @@ from core.field.observations import LIKELIHOOD_KINDS
 from core.field.power_spectrum import FIELD_HYPERPRIOR_KINDS, SPECTRA, spectrum_from_config
 from core.integral.spec import IntegralModelSpec
 from core.priors import SAMPLED_KINDS, PriorError, parse_prior
+from core.samplers import SAMPLERS
 
 __all__ = ["load_config", "parse_config", "config_from_dict", "default_config", "new_config"]
 
@@ -259,7 +260,19 @@ def _parse_sampler(raw) -> SamplerSection:
         chunk_size=_int("sampler.chunk_size", get("chunk_size"), 1, MAX_DRAWS,
                         "a chunk is at most a whole run's draws"),
         devices=devices_setting(get("devices"), get("chains"), sharded),
+        interweave=_interweave(get("interweave"), get("algorithm")),
     )
+
+
+def _interweave(value, algorithm) -> bool:
+    """``sampler.interweave``: a boolean, and only with a sampler that has an accept step (the
+    move jumps the state; after it MCLMC's unadjusted steps ran away under a mask: R-hat 1.83 on
+    bench/hyper_efficiency.py's slab2, docs/benchmarks.md)."""
+    on = _bool("sampler.interweave", value)
+    if on and algorithm in SAMPLERS and not SAMPLERS[algorithm].adjusted:
+        _fail("sampler.interweave", f"needs a sampler with an accept step ({', '.join(n for n, i in SAMPLERS.items() if i.adjusted)}), "
+              f"not {algorithm!r}: after the move its unadjusted steps can run away; use \"mams\"", show=False)
+    return on
 
 
 def devices_setting(value, chains, sharded: bool = False):

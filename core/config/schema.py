@@ -222,6 +222,7 @@ class SamplerSection:
     thin: int = 5
     chunk_size: int = 25
     devices: int | str = 1            # the chains spread over N devices, or "all" the GPUs (MAX_DEVICES)
+    interweave: bool = False          # sampled P(k): the centred move after each transition (ASIS)
 
     @property
     def adapt_mass_matrix(self) -> bool:

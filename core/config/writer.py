@@ -118,6 +118,7 @@ _COMMENTS = {
     ("sampler", "preconditioner"): " | ".join(PRECONDITIONERS),
     ("sampler", "dense_modes"): "fourier: low-k modes in its dense block; 0 = none",
     ("sampler", "devices"): "the chains spread over N devices, or \"all\" GPUs",
+    ("sampler", "interweave"): "sampled P(k): a centred move of the spectrum after each transition",
     ("integral", "refine"): "trapezoid steps per data interval",
 }
 

@@ -290,11 +290,21 @@ class Driver:
 
     # -- the chunk --------------------------------------------------------------------
 
+    def _interweave(self, view, scale, state, results, stats, seed):
+        """The centred move (``core.engine.interweaving``) after a step: the state, the kernel's
+        carry at it, the step's statistics (the gradient at the moved state counted)."""
+        moved, _ = view.interweave(to_x(scale, state), seed)
+        z = to_z(scale, moved)
+        results, lp_moved = self.kernel.relocated(view, results, z, scale)
+        return list(z), results, {**stats, "lp": lp_moved, "n_steps": stats["n_steps"] + 1}
+
     def _make_chunk_fn(self):
         model, s, sched = self.model, self.sampler, self.schedule
         chains = s.chains
         n_params = len(model.param_names)
         observer, kernel = self.observer, self.kernel
+        interweaving = getattr(model, "interweaving", None) is not None
+        interweave = self._interweave
 
         def chunk(state, tlp, grads, da, read_only, scale, mass_acc, observed, data, base_seed, chain_ids, step0,
                   n_steps, with_mass, draws):
@@ -324,6 +334,8 @@ class Driver:
                 g = step0 + t
                 seed = chain_seeds.for_chains(tf.random.experimental.stateless_fold_in(base_seed, g), chain_ids)
                 state, results, stats, grads_now = kernel_step(state, results, seed, g)
+                if interweaving:        # the centred move (core.engine.interweaving): one gradient more
+                    state, results, stats = interweave(view, scale, state, results, stats, seed)
                 # the gradient with respect to x: d/dx = S^-T d/dz
                 grad_sq = tf.add_n([tf.reduce_sum(tf.reshape(gx, [chains, -1])**2, axis=1)
                                     for gx in grad_to_x(scale, grads_now)])

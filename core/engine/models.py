@@ -28,6 +28,7 @@ import tensorflow as tf
 from core.config import PER_MODE_PRECONDITIONERS, RunConfig
 from core.engine import fft
 from core.engine.field_density import FieldPosterior
+from core.engine.interweaving import Interweaving
 from core.field.power_estimator import measure_power
 from core.field.power_spectrum import hyperparameter_priors, prior_spectrum
 
@@ -84,6 +85,9 @@ class FieldModel:
                                         dense_modes=config.sampler.dense_modes)
         self.param_names = self.posterior.hyper_names
         self.has_field = True
+        # the centred move between transitions (core.engine.interweaving), where it applies
+        self.interweaving = (Interweaving(self.posterior) if config.sampler.interweave
+                             and self.posterior.sampled and self.posterior.parameterisation == "whitened" else None)
         self._build_power_estimator()
 
     def _build_power_estimator(self):
@@ -117,6 +121,10 @@ class FieldModel:
             lp, signal = post.log_prob_and_signal(*parts)
             return lp, [signal]
         return fn
+
+    def interweave(self, parts, seed):
+        """The state parts after the centred move of ``core.engine.interweaving``."""
+        return self.interweaving.move(parts, seed, self.posterior)
 
     def params(self, parts):
         if not self.param_names:

@@ -75,6 +75,7 @@ class ShardedFieldModel(FieldModel):
         except ValueError as err:
             raise LoadError(f"{config.data_path}: {err}") from None
         self.part_devices = list(self.mesh.devices) + ([""] if self.param_names else [])
+        self.interweaving = None            # its latent is in parts: no centred move (the whole one's)
         with tf.device("/CPU:0"):
             shell, weight = self._shell.numpy(), self._power_weight.numpy()
         self._shell_parts = self.density._placed(shell, spectrum=True)           # noqa: SLF001

@@ -368,14 +368,15 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
                  num_warmup: int = 0, num_samples: int = 0,
                  parameterisation: str = "whitened", noise_map: bool = False,
                  truth: bool = True, dense_modes: int = 0, devices: int = 1, shards: int = 1,
-                 preconditioner: str = "diagonal", hyper_sampled: bool = False) -> RunEstimate:
+                 preconditioner: str = "diagonal", hyper_sampled: bool = False,
+                 interweave: bool = False) -> RunEstimate:
     """The estimate for a field run on a grid of ``shape`` (see the module docstring). With the
     chains spread over ``devices`` (``sampler.devices``), the compute memory is counted for the
     chains the devices run (``device_chain_groups``: a lone chain runs twice): all of them in
     the one memory of a CPU's logical devices, the largest group's on each GPU. With the field
     cut over ``shards`` devices, each GPU's program is its share (``device_program_bytes``).
     ``hyper_sampled``: P(k) hyperparameters are sampled (MAMS's trajectories are longer then:
-    ``core.samplers.SamplerInfo.gradients_per_step``)."""
+    ``core.samplers.SamplerInfo.gradients_per_step``; ``interweave``: one more a step with them)."""
     shape = tuple(int(n) for n in shape)
     grid = Grid(shape, 1.0)
     b = np.dtype(dtype).itemsize
@@ -425,7 +426,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
             algorithm, max(groups), n, b, kept, dense_modes, white_noise=parameterisation == "white_noise",
             shards=shards, plane_values=n // min(shape), preconditioner=preconditioner),
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
-        gradients_per_step=info.gradients_per_step(num_leapfrog_steps, hyper_sampled),
+        gradients_per_step=info.gradients_per_step(num_leapfrog_steps, hyper_sampled, interweave),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
         field_buffer=field_buffer, store_bytes=store, field_draw_bytes=draw_bytes,
         num_samples=int(num_samples), setup=setup, gpu_host=gpu_host)
@@ -449,6 +450,7 @@ def estimate_for_config(config, shape, devices: int | None = None) -> RunEstimat
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
                         parameterisation=f.parameterisation,
                         noise_map=config.data.noise_map is not None, hyper_sampled=samples_hyperparameters(config),
+                        interweave=s.interweave,
                         dense_modes=s.dense_modes if s.preconditioner in PER_MODE_PRECONDITIONERS else 0)
 
 

@@ -13,7 +13,7 @@ from core.run import resources
 from core.samplers import ALGORITHMS, SAMPLERS, sampler_info
 
 KERNEL_METHODS = ("plan", "fresh", "start", "field_now", "finish", "chunk_runner", "after_rescale",
-                  "at_boundary", "checkpoint", "restore")
+                  "at_boundary", "checkpoint", "restore", "relocated")
 
 
 def test_the_config_takes_exactly_the_registered_samplers():
@@ -44,6 +44,12 @@ def test_each_entrys_figures_are_the_estimates(name):
     hyper = resources.estimate_run((64, 64, 64), chains=2, algorithm=name, num_leapfrog_steps=7, hyper_sampled=True)
     assert hyper.gradients_per_step == expected[1]
     assert hyper.run_seconds == est.run_seconds * expected[1] / expected[0]
+    # sampler.interweave: its move's gradient, where P(k) is sampled only
+    moved = resources.estimate_run((64, 64, 64), chains=2, algorithm=name, num_leapfrog_steps=7, hyper_sampled=True,
+                                   interweave=True)
+    assert moved.gradients_per_step == expected[1] + 1
+    assert resources.estimate_run((64, 64, 64), chains=2, algorithm=name, num_leapfrog_steps=7,
+                                  interweave=True).gradients_per_step == expected[0]
     assert resources.program_bytes(name) == info.program_bytes
     assert info.gradients_text in est.describe()
     if not est.unrolled:

@@ -149,3 +149,25 @@ def sampled_hyper_case(parameterisation, kind, dense_modes, preconditioner, data
     kw = dict(hyper_priors=priors, parameterisation=parameterisation, dtype=tf.float64)
     return (grid, spectrum, obs, FieldPosterior(grid, spectrum, obs, **kw),
             FieldPosterior(grid, spectrum, obs, preconditioner=preconditioner, dense_modes=dense_modes, **kw))
+
+
+def assert_index_is_exact(run_dir: Path, config):
+    """The run's sampled index against the exact posterior (``core.reference.hyper_posterior``:
+    the field integrated out): R-hat < 1.01, bulk ESS >= 400, the mean within 4 Monte-Carlo
+    errors, the sd within 10 % -> the run's summary."""
+    import math
+
+    import pytest
+
+    from core.reference.hyper_posterior import hyper_posterior_for_config
+    from core.store.run_summary import summarize_run
+
+    summary = summarize_run(run_dir)
+    row = next(r for r in summary.rows if r.name == "index")
+    exact = hyper_posterior_for_config(config)
+    print(f"\nindex {row.mean:.5f} +- {row.sd:.5f} (R-hat {row.rhat:.4f}, ESS {row.ess_bulk:.0f}); exact "
+          f"{exact.mean['index']:.5f} +- {exact.sd['index']:.5f}")
+    assert row.rhat < 1.01 and row.ess_bulk >= 400
+    assert abs(row.mean - exact.mean["index"]) < 4 * exact.sd["index"] / math.sqrt(row.ess_bulk)
+    assert row.sd == pytest.approx(exact.sd["index"], rel=0.1)
+    return summary

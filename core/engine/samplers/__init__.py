@@ -22,6 +22,8 @@ tensors, carried through the chunks and the checkpoint):
                                               -> (results, step); step(state, results, seed, g)
                                                  -> (state, results, statistics, gradient)
     field_now(results)                        the field at the state when the step computed it, else None
+    relocated(view, results, state, scale)    -> (results, lp): the carry at a state the driver moved
+                                                 to (``sampler.interweave``: core.engine.interweaving)
     finish(results, da, read_only)            -> (tlp, grads, da) at the chunk's end
     chunk_runner(chunk, call)                 -> run_chunk(st, first, n, data, observed): its programs
     after_rescale(st, data)                   the diagonal was just set: restart its tuning

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from core.engine.adaptation.dual_averaging import DualAveragingState, dual_averaging_step, fresh_dual_averaging
 from core.engine.adaptation.metric import to_x
@@ -144,6 +145,14 @@ class DualAveragingKernel:
     @staticmethod
     def field_now(results):
         return None
+
+    @staticmethod
+    def relocated(view, results, state, scale):
+        """The carry at ``state``, a state the driver moved to (``core.engine.interweaving``):
+        its log-density and gradient -> (carry, log-density)."""
+        target = view.target_log_prob_fn
+        lp, grads = tfp.math.value_and_gradient(lambda *z: target(*to_x(scale, z)), list(state))
+        return results._replace(logdensity=lp, logdensity_grad=list(grads)), lp
 
     def finish(self, results, da, read_only):
         return results.logdensity, results.logdensity_grad, dict(results.adaptation._asdict())

@@ -101,6 +101,15 @@ class MicrocanonicalKernel:
             return state, (lp, grads, tune, *([aux] if with_field else [])), {**stats, "lp": lp}, grads
         return results, step
 
+    def relocated(self, view, results, state, scale):
+        """The carry at ``state``, a state the driver moved to (``core.engine.interweaving``):
+        its log-density, gradient and field, the tuning as it was -> (carry, log-density)."""
+        with_field = self.d.model.has_field
+        target = view.target_log_prob_and_field if with_field else view.target_log_prob_fn
+        lp, grads, aux = microcanonical.value_and_grad_fn(lambda *z: target(*to_x(scale, z)),
+                                                           has_aux=with_field)(list(state))
+        return (lp, grads, results[2], *([aux] if with_field else [])), lp
+
     def _as_aux(self, field):
         return list(field) if self.d.sharded else [field]
 

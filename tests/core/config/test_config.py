@@ -262,6 +262,8 @@ BAD = [
      "between 0 and 1", 'sampler.target_accept'),
     (F + "[sampler]\ntarget_accept = 0.0\n", "sampler.target_accept", 'sampler.target_accept'),
     (F + "[sampler]\nadapt_mass_matrix = 1\n", "sampler.adapt_mass_matrix: must be true or false", 'sampler.adapt_mass_matrix'),
+    (F + "[sampler]\ninterweave = \"yes\"\n", "sampler.interweave: must be true or false", 'sampler.interweave'),
+    (F + "[sampler]\nalgorithm = \"mclmc\"\ninterweave = true\n", "sampler.interweave: needs a sampler with an accept step", 'sampler.interweave'),
     (F + "[sampler]\nalgorithm = \"nutz\"\n", "sampler.algorithm: must be one of 'hmc', 'hmc_jittered', "
      "'nuts', 'mclmc', 'mams', got \"nutz\" (a string) (did you mean 'nuts'?)", 'sampler.algorithm'),
     (F + "[model]\n", "Cannot declare", None),     # TOML syntax: table declared twice

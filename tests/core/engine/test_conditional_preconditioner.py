@@ -198,9 +198,7 @@ def test_a_run_with_the_new_config_sampler_and_conditional_samples_the_exact_ind
     of the four, the seed this test uses among them, where an AVX-512 machine's arithmetic had
     given over 400.)"""
     from core.config import parse_config
-    from core.reference.hyper_posterior import hyper_posterior_for_config
-    from core.store.run_summary import summarize_run
-    from support.engine_cases import run, write_field_case
+    from support.engine_cases import assert_index_is_exact, run, write_field_case
 
     prior = {"dist": "normal", "loc": -1.5, "scale": 0.5}
     _, text, *_ = write_field_case(tmp_path, shape=(16, 16, 16), sigma=0.05, index=prior, algorithm="mclmc",
@@ -209,14 +207,7 @@ def test_a_run_with_the_new_config_sampler_and_conditional_samples_the_exact_ind
     config = parse_config(text, base_dir=tmp_path)
     assert config.sampler.preconditioner == "conditional"
     assert run(config, text, tmp_path / "run")[0] == "finished"
-    summary = summarize_run(tmp_path / "run")
-    row = next(r for r in summary.rows if r.name == "index")
-    exact = hyper_posterior_for_config(config)
-    print(f"\nindex {row.mean:.5f} +- {row.sd:.5f} (R-hat {row.rhat:.4f}, ESS {row.ess_bulk:.0f}); exact "
-          f"{exact.mean['index']:.5f} +- {exact.sd['index']:.5f}")
-    assert row.rhat < 1.01 and row.ess_bulk >= 400
-    assert abs(row.mean - exact.mean["index"]) < 4 * exact.sd["index"] / math.sqrt(row.ess_bulk)
-    assert row.sd == pytest.approx(exact.sd["index"], rel=0.1)
+    summary = assert_index_is_exact(tmp_path / "run", config)
     assert summary.advice == []
 
 
