@@ -223,7 +223,7 @@ class GridPanel(SetupPanel):
                    f"{'s' if fft_pairs(param) > 1 else ''}, R = {fft_rate() / 1e9:.2f} Gflop/s)"
             info = SAMPLERS.get(s["sampler.algorithm"])
             if info is not None and isinstance(steps, int) and steps >= 1:
-                per_step = info.gradients_per_step(steps, s.samples_hyperparameters())
+                per_step = info.gradients_per_step(steps, s.samples_hyperparameters(), s["sampler.interweave"])
                 what = f"{steps} leapfrog steps" if info.fixed_gradients is None else \
                     f"{per_step} gradient{'s' if per_step > 1 else ''}" + " on average" * bool(info.trajectory_steps)
                 text += f"; ≥ {_si_time(t * per_step)} per draw ({what})"

@@ -16,10 +16,10 @@ button that sets what it suggests (MAMS).
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QPushButton
+from PySide6.QtWidgets import QCheckBox, QPushButton
 
 from app.panels.base import SetupPanel
-from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label
+from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label, bind_check
 from app.state.config_state import SAMPLER_KEYS, ConfigState
 from core.config import PER_MODE_PRECONDITIONERS
 from core.run import resources
@@ -73,6 +73,13 @@ class SamplerPanel(SetupPanel):
                 "which a per-mode scale cannot follow (0 = none; at most 4096). On the 32³ "
                 "masked benchmark this is where the fourier preconditioner gains most: "
                 "docs/benchmarks.md")
+        self.interweave = bind_check(state, "sampler.interweave", QCheckBox("centred move of P(k) each draw"))
+        self.interweave.setToolTip(
+            "sampler.interweave: with P(k) hyperparameters or band powers sampled (whitened modes), "
+            "after each transition the spectrum is drawn again given the field's Fourier modes, "
+            "which the data pin where the sampler alone moves the spectrum least (ASIS; "
+            "core.engine.interweaving; docs/benchmarks.md)")
+        self._row("Interweaving", self.interweave, "sampler.interweave")
         self._number("sampler.chains", "Chains", tip="sampler.chains (run side by side)")
         self._number("sampler.devices", "Devices",
                      tip='sampler.devices: spread the chains over N devices (GPUs), or "all" the GPUs; '
@@ -130,7 +137,8 @@ class SamplerPanel(SetupPanel):
         # settings that do not apply to the algorithm are hidden (their values are kept)
         for edit, shown in ((self.leapfrog, info is None or info.leapfrog_steps),
                             (self.target_accept, info is None or info.target_accept),
-                            (self.dense_modes, s["sampler.preconditioner"] in PER_MODE_PRECONDITIONERS)):
+                            (self.dense_modes, s["sampler.preconditioner"] in PER_MODE_PRECONDITIONERS),
+                            (self.interweave, s["model.kind"] == "field")):
             self.form.setRowVisible(edit, shown)
             edit.setHidden(not shown)
         field = s["model.kind"] == "field"

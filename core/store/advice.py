@@ -13,6 +13,11 @@ slow hyperparameters   a sampled P(k) hyperparameter with R-hat > 1.01 or bulk E
                        "conditional" centres each mode on its posterior given P(k)
                        (``core.engine.field_density``) and the hyperparameters move freely
                        (``bench/hyper_efficiency.py``). Change: sampler.preconditioner.
+slow hyperparameters,  the same with "conditional", ``sampler.interweave`` off, the whitened
+interweaving off       latent and a sampler with an accept step (the move needs one): the
+                       centred move after each transition (``core.engine.interweaving``) draws
+                       the spectrum given the field's modes, fastest where the data pin them.
+                       Change: sampler.interweave = true.
 chains disagree        otherwise, any R-hat > 1.01 (a parameter or lp): the warmup ended before
                        the chains found the same region. Change: sampler.num_warmup doubled.
 few effective draws    otherwise, a bulk ESS below ``ESS_TARGET`` with the chains agreeing:
@@ -87,6 +92,17 @@ def advise(summary, config) -> list[Advice]:
             "field's well-measured modes pin the spectrum. The \"conditional\" preconditioner centres "
             "each mode on its posterior given P(k), so that the spectrum moves freely",
             {"sampler.preconditioner": "conditional"}, "use the conditional preconditioner"))
+    info = SAMPLERS.get(sampler.algorithm) if sampler is not None else None
+    interweave_advised = bool(slow) and not conditional_advised and not sampler.interweave \
+        and config.field.parameterisation == "whitened" and info is not None and info.adjusted
+    if interweave_advised:
+        out.append(Advice(
+            f"the P(k) hyperparameters move slowly (R-hat {_fmt(slow, 'rhat')}; bulk ESS "
+            f"{_fmt(slow, 'ess_bulk')}): where the data pin the field's modes, the spectrum moves "
+            "only as far as they let it. Interweaving draws the spectrum again given the modes "
+            "after each transition, which is fastest exactly there (measured: up to 1.6x the "
+            "effective draws per gradient, each draw taking up to 1.5x as long)",
+            {"sampler.interweave": True}, "turn interweaving on"))
     disagree = [r for r in summary.rows if _bad_rhat(r)]
     if disagree and not out and sampler is not None:
         warmup = min(2 * sampler.num_warmup, MAX_DRAWS)
@@ -103,7 +119,6 @@ def advise(summary, config) -> list[Advice]:
                 f"few effective draws (bulk ESS {_fmt(few, 'ess_bulk')}, below {ESS_TARGET}): the chains "
                 f"agree but move slowly; about {samples} draws should give {ESS_TARGET}",
                 {"sampler.num_samples": samples}, f"draw {samples} samples"))
-    info = SAMPLERS.get(sampler.algorithm) if sampler is not None else None
     if summary.divergences > 0 and info is not None and info.target_accept:
         target = round(min(0.99, max(0.9, sampler.target_accept + 0.1)), 2)
         if target > sampler.target_accept:
@@ -118,7 +133,7 @@ def advise(summary, config) -> list[Advice]:
                                                            config.likelihood.kind), [r.name for r in slow])
         if bias is not None:       # first where P(k) is red (after the conditional preconditioner's,
             # without which MAMS is pinned too), else last
-            out.insert((1 if conditional_advised else 0) if slow else len(out), bias)
+            out.insert(conditional_advised + interweave_advised if slow else len(out), bias)
     return out
 
 

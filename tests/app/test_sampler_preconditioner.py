@@ -38,3 +38,20 @@ def test_a_short_microcanonical_warmup_is_pointed_out_next_to_the_run_length(mak
     window.state.set("sampler.num_warmup", 100)
     assert "tunes its step size" not in panel.info.text()            # a third of the draws: enough
     assert "400 steps per chain" in panel.info.text()
+
+
+def test_the_interweaving_box_is_saved_and_set_by_the_advice_key(make_window, tmp_path):
+    """sampler.interweave: a check box on the Sampler panel, saved as the key the engine reads;
+    the state (which the Diagnostics view's advice sets) checks it."""
+    from PySide6.QtWidgets import QCheckBox
+
+    window = make_window(tiny_case(tmp_path), engine=None)
+    box = window.findChild(QCheckBox, "sampler.interweave")
+    assert box is not None and not box.isChecked() and window.state["sampler.interweave"] is False
+    box.setChecked(True)
+    assert window.state["sampler.interweave"] is True
+    out = tmp_path / "saved.toml"
+    assert window.save_config(out)
+    assert load_config(out).sampler.interweave is True
+    window.state.set("sampler.interweave", False)
+    assert not box.isChecked()

@@ -21,14 +21,14 @@ def _summary(rows, draws=2000, divergences=0):
                       acceptance=0.8, step_size=[0.1, 0.1], gradient_evaluations=1000, ess_min=100.0)
 
 
-def _config(tmp_path, preconditioner="fourier", algorithm="mclmc", index=None, mask=False):
+def _config(tmp_path, preconditioner="fourier", algorithm="mclmc", index=None, mask=False, interweave=False):
     (tmp_path / "d.npy").write_bytes(b"")
     data = {"path": "d.npy", "noise_sigma": 0.5, **({"mask": "m.npy"} if mask else {})}
     document = {"model": {"kind": "field"}, "data": data,
                 "prior": {"kind": "power_law", "amplitude": 100.0, "k_pivot": 0.1,
                           "index": index if index is not None else {"dist": "normal", "loc": -2.0, "scale": 0.5}},
                 "sampler": {"algorithm": algorithm, "preconditioner": preconditioner, "num_warmup": 500,
-                            "num_samples": 1000, "target_accept": 0.8}}
+                            "num_samples": 1000, "target_accept": 0.8, "interweave": interweave}}
     return config_from_dict(document, base_dir=tmp_path)
 
 
@@ -37,10 +37,21 @@ def test_slow_hyperparameters_suggest_the_conditional_preconditioner(tmp_path):
     advice = advise(_summary([_row("index", rhat=1.3, ess=12.0), _row("lp", rhat=1.2)]), config)
     assert len(advice) == 1 and advice[0].changes == {"sampler.preconditioner": "conditional"}
     assert "index 1.3" in advice[0].text and "'fourier'" in advice[0].text
-    # already conditional: a longer warmup instead
-    conditional = _config(tmp_path, preconditioner="conditional")
-    advice = advise(_summary([_row("index", rhat=1.3), _row("lp")]), conditional)
-    assert [a.changes for a in advice] == [{"sampler.num_warmup": 1000}]
+    # already conditional: interweaving where it is off (a sampler with an accept step), else a
+    # longer warmup
+    off = _config(tmp_path, preconditioner="conditional", algorithm="mams")
+    advice = advise(_summary([_row("index", rhat=1.3), _row("lp")]), off)
+    assert [a.changes for a in advice] == [{"sampler.interweave": True}]
+    assert "index 1.3" in advice[0].text and "Interweaving draws the spectrum again" in advice[0].text
+    for conditional in (_config(tmp_path, preconditioner="conditional", algorithm="mams", interweave=True),
+                        _config(tmp_path, preconditioner="conditional")):         # MCLMC: no move
+        advice = advise(_summary([_row("index", rhat=1.3), _row("lp")]), conditional)
+        assert [a.changes for a in advice] == [{"sampler.num_warmup": 1000}]
+    # the white-noise latent has no centred move: the longer warmup
+    white = _config(tmp_path, preconditioner="diagonal", algorithm="mams")
+    white = dataclasses.replace(white, field=dataclasses.replace(white.field, parameterisation="white_noise"))
+    assert [a.changes for a in advise(_summary([_row("index", rhat=1.3), _row("lp")]), white)] == \
+        [{"sampler.num_warmup": 1000}]
 
 
 def test_few_draws_scale_the_run_and_divergences_raise_the_target(tmp_path):
