@@ -53,7 +53,7 @@ its index and / or amplitude sampled, or band powers (lognormal bins, with or wi
 walk), Gaussian noise of one sd, any mask (hi_sn, lo_sn, hi_sn64, slab2, pair, bands16).
 
 Usage: python bench/hyper_efficiency.py [--cases hi_sn lo_sn slab2 user48]
-       [--samplers mclmc/fourier mclmc/conditional nuts/conditional]
+       [--samplers mclmc/fourier mclmc/conditional nuts/conditional mams/conditional+interweave]
        [--peers blackjax/nuts blackjax/mclmc] [--json out.json]
 """
 
@@ -208,14 +208,18 @@ def _config(document: dict, folder: Path):
     return parse_config(text, base_dir=folder), text
 
 
-def run_one(document: dict, folder: Path, algorithm: str, preconditioner: str, seed: int) -> dict:
-    """One engine run with the new-config sampler settings, ``algorithm`` and ``preconditioner``."""
+def run_one(document: dict, folder: Path, algorithm: str, preconditioner: str, seed: int,
+            interweave: bool | None = None) -> dict:
+    """One engine run with the new-config sampler settings, ``algorithm`` and ``preconditioner``
+    (and ``sampler.interweave`` where given)."""
     from core.config import NEW_CONFIG_SAMPLERS
     from core.engine.engine import Engine
     from core.store.run_store import RunReader
 
     sampler = {**NEW_CONFIG_SAMPLERS["field"], "algorithm": algorithm, "preconditioner": preconditioner,
                "chains": CHAINS, "seed": seed}
+    if interweave is not None:
+        sampler["interweave"] = interweave
     config, text = _config({**document, "sampler": sampler}, folder)
     run_dir = Path(tempfile.mkdtemp(prefix=f"{algorithm}-{preconditioner}-", dir=folder))
     t0 = time.perf_counter()
@@ -350,7 +354,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--samplers", nargs="+", default=list(DEFAULT_SAMPLERS),
-                        help="algorithm/preconditioner pairs (the rest: a new config's settings)")
+                        help="algorithm/preconditioner pairs, +interweave or +no-interweave to set "
+                             "sampler.interweave (the rest: a new config's settings)")
     parser.add_argument("--peers", nargs="*", default=[], choices=["blackjax/nuts", "blackjax/mclmc"],
                         help="BlackJAX peers on the same density (the cases the JAX twin knows)")
     parser.add_argument("--seed", type=int, default=42)
@@ -378,7 +383,11 @@ def main(argv=None) -> int:
             budget = None
             for label in args.samplers:
                 algorithm, _, preconditioner = label.partition("/")
-                result = run_one(document, folder, algorithm, preconditioner or "identity", args.seed)
+                preconditioner, plus, switch = preconditioner.partition("+")
+                interweave = None if not plus else {"interweave": True, "no-interweave": False}.get(switch)
+                if plus and interweave is None:
+                    parser.error(f"--samplers {label}: after + write interweave or no-interweave")
+                result = run_one(document, folder, algorithm, preconditioner or "identity", args.seed, interweave)
                 budget = budget or result["grads"] // CHAINS
                 rows = hyper_rows(result, exact)
                 out.setdefault(name, {})[label] = {"rows": rows, "grads": result["grads"],
