@@ -20,8 +20,9 @@ mapped to u and back: ``latent_of`` / ``state_of``, a bijection given eta).
 
 S_k depends on k only through |k|, so p(eta | z) is a function of each shell's count n_s and
 sum Q_s of z_k^2 (the shells: the distinct |k| of the grid; band powers' bins are unions of
-them): the move costs one pass over the grid for Q and one for u', no FFT and no gradient of
-the likelihood. eta' | z is drawn by ``PROPOSALS`` Metropolis-Hastings steps, each proposing
+them): the move itself takes no FFT and no gradient of the likelihood, but the maps between
+the state and u (the conditional preconditioner's scale and centre), the sums Q and u' are passes
+over the grid: at 32^3 on the CPU 2-3 gradients' time (docs/benchmarks.md). eta' | z is drawn by ``PROPOSALS`` Metropolis-Hastings steps, each proposing
 from a Student-t (``PROPOSAL_DOF`` degrees of freedom) with the mode and curvature of p(eta | z)
 found by ``NEWTON_STEPS`` damped Newton steps from the current point (each coordinate's step at
 most ``NEWTON_TRUST``; the Hessian's eigenvalues bounded below), with the reverse proposal's
@@ -30,7 +31,8 @@ has not converged. The t's tails let a chain leave a point far in a tail heavier
 Gaussian's (with a Gaussian proposal a chain started 14 conditional sds off in the index stayed
 there: acceptance 3e-15). The sampler's log-density and
 gradient are then those of the moved state (one gradient evaluation per move, counted in the
-step's ``n_steps``).
+step's ``n_steps``). The config allows it with samplers that have an accept step only
+(``core.config.parse``): after the jump MCLMC's unadjusted steps ran away under a mask.
 """
 
 from __future__ import annotations

@@ -137,13 +137,14 @@ def test_the_move_keeps_the_exact_conditional_and_the_modes(case, preconditioner
     cell = np.array([a[1] - a[0] for a in axes])
     start = mesh[rng.choice(len(mesh), size=chains, p=p.reshape(-1))] + cell * (rng.uniform(size=(chains, len(priors))) - 0.5)
     parts = _state_for(post, z, start)
-    (state, eta), acceptance = move.move(parts, tf.constant([7, 11], tf.int32))
+    step = tf.function(move.move, autograph=False)         # one graph for the five moves
+    (state, eta), acceptance = step(parts, tf.constant([7, 11], tf.int32))
     z_after = post.latent_of(state, eta) * move.sqrt_s(eta, tf.float64)  
     np.testing.assert_allclose(z_after.numpy(), np.broadcast_to(z, z_after.shape), rtol=1e-9, atol=1e-9)
     assert float(tf.reduce_mean(acceptance)) > 0.8
     far = _state_for(post, z, np.tile(eta_true + 2 * np.array([priors[n].scale for n in priors]), (chains, 1)))
     for i in range(4):
-        far, _ = move.move(far, tf.constant([13, i], tf.int32))
+        far, _ = step(far, tf.constant([13, i], tf.int32))
     for sample in (eta.numpy(), far[1].numpy()):
         for c, (x, cdf) in enumerate(cdfs):
             p = stats.kstest(sample[:, c], lambda v, x=x, cdf=cdf: np.interp(v, x, cdf)).pvalue
