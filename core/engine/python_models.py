@@ -224,6 +224,14 @@ class FieldModelWithFile(_FileLikelihood, FieldModel):
         u = user_part()
         return [parts[0], tf.concat([parts[1], u], axis=-1) if len(parts) > 1 else u]
 
+    def interweave(self, parts, seed):
+        """``FieldModel.interweave`` on the P(k) hyperparameters' columns of eta; the file's
+        parameters (the columns after them) as they were: the move holds the field, so the
+        file's likelihood, and they are not in p(eta | z)."""
+        latent, spectrum, user = self._split(parts)
+        (state, moved), acceptance = self.interweaving.move([latent, spectrum], seed, self.posterior)
+        return [state, tf.concat([moved, user], axis=-1)], acceptance
+
     def file_coordinates(self, parts) -> tf.Tensor:
         """(chains, d): the model file's sampled parameters (unconstrained) in the state ``parts``."""
         return self._split(parts)[2]

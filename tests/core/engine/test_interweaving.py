@@ -215,3 +215,38 @@ def test_the_chunk_carries_the_log_density_and_gradient_of_the_moved_state(tmp_p
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-8, atol=1e-10)
     n_steps = out["traces"]["n_steps"].numpy()      # HMC: 3 leapfrog steps; MAMS: 2 a McLachlan step
     assert np.all(n_steps == 4) if algorithm == "hmc" else np.all(n_steps % 2 == 1)
+
+
+def test_a_model_files_parameters_stay_where_they_are(tmp_path):
+    """A field model whose likelihood is a model file's, with a parameter of its own sampled after
+    the P(k) index in eta: the move changes the index, holds the file's parameter and the field
+    (so the file's likelihood), and its state's log-density is finite."""
+    import textwrap
+
+    from core.config import config_from_dict
+    from core.engine.models import build_model
+    from support.engine_cases import field_case_document, write_field_case
+
+    write_field_case(tmp_path, shape=(8, 8, 8))
+    doc = field_case_document(index={"dist": "normal", "loc": -1.5, "scale": 0.5}, dtype="float64")
+    doc["data"].pop("noise_sigma")
+    doc["likelihood"] = {"kind": "python", "file": "lik.py"}
+    doc["sampler"].pop("adapt_mass_matrix")
+    doc["sampler"].update(preconditioner="diagonal", interweave=True)
+    (tmp_path / "lik.py").write_text(textwrap.dedent("""
+        import tensorflow as tf
+        PARAMETERS = {"b1": {"dist": "normal", "loc": 1.0, "scale": 0.2}}
+
+        def log_likelihood(field, params, data):
+            r = (data["data"] - params["b1"] * field) / 0.5
+            return -0.5 * tf.reduce_sum(r * r)
+    """))
+    config = config_from_dict(doc, base_dir=tmp_path)
+    model = build_model(config)
+    assert model.interweaving is not None and model.param_names == ["index", "b1"]
+    parts = model.initial_state(3, 1)
+    (state, eta), _ = model.interweave(parts, tf.constant([2, 3], tf.int32))
+    np.testing.assert_array_equal(eta[:, 1].numpy(), parts[1][:, 1].numpy())
+    assert not np.allclose(eta[:, 0].numpy(), parts[1][:, 0].numpy())
+    np.testing.assert_allclose(model.field([state, eta]).numpy(), model.field(parts).numpy(), rtol=1e-9, atol=1e-9)
+    assert np.all(np.isfinite(model.target_log_prob_fn(state, eta).numpy()))
