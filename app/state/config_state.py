@@ -750,6 +750,27 @@ class ConfigState:
             return None
         return tuple(int(n) for n in info.shape)
 
+    def slab_decouples(self) -> bool:
+        """Whether the config's data with its mask (NaN voxels included) are a slab under which
+        the conditional preconditioner is exact (``core.field.observations.slab_decouples``):
+        then the mask couples nothing for the sampler. Read once a file and key (cached); False
+        where the files cannot be read or the settings rule it out."""
+        if not (self["data.mask"] and self["likelihood.kind"] == "gaussian" and self["data.noise"] != "map"
+                and self["sampler.preconditioner"] == "conditional"
+                and self["field.parameterisation"] == "whitened" and self["data.path"]):
+            return False
+        from core.field.observations import slab_decouples, with_nonfinite_masked
+        from core.io import load_field_inputs
+
+        def check(_path):
+            inputs = load_field_inputs(self.config())
+            return slab_decouples(with_nonfinite_masked(inputs.data, inputs.mask), "gaussian", True)
+        try:
+            return bool(self._cached(self.resolve(self["data.path"]),
+                                     f"slab {self['data.key']} {self['data.mask']}", check))
+        except Exception:         # a config or file not ready: the rule stays as it was
+            return False
+
     def box_size(self) -> tuple[float, float, float] | None:
         """grid.box_size as three lengths, or None while it is not valid."""
         value = self["grid.box_size"]

@@ -64,6 +64,7 @@ import numpy as np
 from core.config.parse import config_from_dict, new_config
 from core.config.schema import COUPLED_HYPER_SAMPLER, FIELD_DATA_EXTENSIONS
 from core.config.writer import config_to_dict, to_toml
+from core.field.observations import slab_decouples
 
 __all__ = ["DataConfig", "config_for_data", "estimate_noise_sigma", "is_data_file",
            "DATA_NAMES", "MASK_NAMES", "NOISE_NAMES"]
@@ -487,8 +488,17 @@ def config_for_data(path, key=None, *, box_size=None, unit=None) -> DataConfig:
                      f"({source})")
         config_from_dict(document, base_dir)          # a bad box_size / unit: its own message
         _fit_prior(document, base_dir, notes, noise_estimated)
+    noise_map = noise is not None and noise[0] == "noise_map"
     coupling = [what for what, there in (("mask", mask_key is not None), ("NaN voxels", n_bad > 0),
-                                         ("noise map", noise is not None and noise[0] == "noise_map")) if there]
+                                         ("noise map", noise_map)) if there]
+    if coupling and document["sampler"].get("preconditioner") == "conditional" \
+            and slab_decouples(observed, "gaussian", not noise_map):
+        notes.append("sampler: MCLMC with the conditional preconditioner: the data miss whole planes "
+                     "along one axis (a slab), where that preconditioner is exact, so nothing couples the "
+                     "Fourier modes for the sampler (bench/hyper_efficiency.py, 16 band powers under a "
+                     "25 % slab: R-hat <= 1.002, 250-307 effective samples per 1000 gradients a bin, "
+                     "7-9x MAMS's)")
+        coupling = []
     _sampler_for(document, coupling, notes)
     config_from_dict(document, base_dir)              # the document is always a valid config
     return DataConfig(document, tuple(notes))

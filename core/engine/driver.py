@@ -460,7 +460,7 @@ class Driver:
         curvature's 0.00126, and MCLMC then sampled an index 8x too wide (R-hat 1.009); with
         the guard sd 0.98 of the exact one. Elsewhere (a mask, a noise map, counts) the
         curvature of the conditional is not the posterior's and the window's variance stands."""
-        if not self.hyper_metric or not getattr(self.model.posterior, "modes_independent", False):
+        if not self.hyper_metric or not getattr(self.model.posterior, "decoupled", False):
             return new_scale
         x = to_x(st["scale"], st["state"])
         s = new_scale[1]

@@ -121,6 +121,8 @@ import tensorflow_probability as tfp
 from core.config import FOURIER_PARAMETERISATIONS, PARAMETERISATIONS, PER_MODE_PRECONDITIONERS
 from core.engine import fft
 from core.engine.prior_density import tf_prior
+from core.engine.slab_conditional import SlabConditional
+from core.engine.slab_conditional import applies as slab_applies
 from core.field.grid import Grid
 from core.field.observations import Observations
 from core.field.power_spectrum import BandPowers, PowerLaw, PowerLawCutoff, PowerSpectrum
@@ -285,9 +287,11 @@ class FieldPosterior:
             self._fixed_s_full = tf.constant(
                 np.where(k_full > 0, self._mode_variance_numpy(k_full), 1.0), rd) if not self.sampled else None
         self.block = None
+        slab = self.per_mode and slab_applies(self)      # the exact conditional replaces the block
         if self.per_mode:
             self._mode_precision = tf.constant(likelihood_mode_precision(g, obs, self.precision_method), rd)
-            self.block = dense_block(g, spec, obs, self.dense_modes, parameterisation=self.parameterisation)
+            if not slab:
+                self.block = dense_block(g, spec, obs, self.dense_modes, parameterisation=self.parameterisation)
             outside = np.ones(g.n_cells)
             if self.block is not None:
                 outside[self.block.index] = 0.0
@@ -332,6 +336,10 @@ class FieldPosterior:
             self._nbar = obs.mean_count
             self._lik_const = float(-np.sum(gammaln(counts + 1.0)))
         self.centre_reference = None
+        # "conditional" under a slab mask: exact, column by column (core.engine.slab_conditional)
+        self.slab = SlabConditional(self) if slab else None
+        # the state's field part is N(0, I) given eta, whatever eta: no mode pulls on the spectrum
+        self.decoupled = self.modes_independent or self.slab is not None
         self._data_gradient = self._centre_term() if self.centred else None
 
     def _mode_variance_numpy(self, k):
@@ -431,6 +439,8 @@ class FieldPosterior:
     def _centre_term(self) -> tf.Tensor:
         """What "conditional"'s centre is built from for this posterior's data: g, or g_ref where
         a Gaussian likelihood couples the modes under sampled hyperparameters (module docstring)."""
+        if self.slab is not None:
+            return self.slab.data_term(self._data[None])
         g = self._linear_term()
         if (self.sampled and self.parameterisation == "whitened" and self.observations.kind == "gaussian"
                 and not self.modes_independent):
@@ -440,6 +450,8 @@ class FieldPosterior:
     def centre_terms(self, data) -> tf.Tensor:
         """``_centre_term`` for each row of ``data`` (a leading axis: a calibration batch's
         simulations), so that each is centred on its own data as a run on it would be."""
+        if self.slab is not None:
+            return self.slab.data_term(data)
         rows = []
         for row in tf.unstack(tf.convert_to_tensor(data, self.dtype)):
             other = copy.copy(self)
@@ -456,6 +468,11 @@ class FieldPosterior:
             tape.watch(zero)
             log_l = self.log_likelihood_of_signal(self._unit_field(zero) + self._field_mean)
         return tf.constant(tape.gradient(log_l, zero)[0].numpy())
+
+    def unit_map(self, latent) -> tf.Tensor:
+        """J u: the whitened latent's field with a unit spectrum at every k, k = 0 included, and
+        no beam (sqrt(N) J is orthogonal)."""
+        return fft.irfft3d(hermitian_from_real(latent, self.m), fft_length=self.grid.shape)
 
     def _unit_field(self, latent) -> tf.Tensor:
         """The field of a latent through the map with a unit spectrum (whitened; raw_modes: the
@@ -528,6 +545,8 @@ class FieldPosterior:
         """The latent u (the parameterisation's) of a state's field part."""
         if not self.per_mode:
             return state
+        if self.slab is not None:
+            return self.slab.latent(state, eta, self._data_gradient)
         w = self.scale(eta)
         latent = self._with_block(state * w, state, self._block_factor_t if self.block else None)
         return latent + self.centre(eta, w) if self.centred else latent
@@ -536,6 +555,8 @@ class FieldPosterior:
         """The state's field part for a latent u: v = (u - m) / w (v_L = L^T (u - m)_L in the block)."""
         if not self.per_mode:
             return latent
+        if self.slab is not None:
+            return self.slab.state(latent, eta, self._data_gradient)
         w = self.scale(eta)
         if self.centred:
             latent = latent - self.centre(eta, w)
@@ -598,6 +619,8 @@ class FieldPosterior:
     def log_prior(self, latent, eta=None) -> tf.Tensor:
         """log p(state, eta): the latent's prior (with the preconditioner's Jacobian) and the
         hyperparameters'."""
+        if self.slab is not None:
+            return self.slab.log_prior(latent, eta, self._data_gradient) + self._hyper_log_prior(eta)
         n = self.grid.n_cells
         state, latent = latent, self.latent_of(latent, eta)
         if self.parameterisation in ("whitened", "white_noise"):
@@ -629,6 +652,9 @@ class FieldPosterior:
 
     def log_prob_and_signal(self, latent, eta=None):
         """(log p(latent, eta, data), the signal its likelihood was computed on: ``signal``)."""
+        if self.slab is not None:
+            lp, signal = self.slab.log_density(latent, eta, self._data_gradient, with_signal=True)
+            return lp + self._hyper_log_prior(eta), signal
         signal = self.signal(latent, eta)
         return self.log_prior(latent, eta) + self.log_likelihood_of_signal(signal), signal
 

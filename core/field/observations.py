@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Observations", "LIKELIHOOD_KINDS", "with_nonfinite_masked"]
+__all__ = ["Observations", "LIKELIHOOD_KINDS", "with_nonfinite_masked", "slab_axis", "slab_decouples",
+           "MAX_SLAB_MISSING_PLANES"]
 
 LIKELIHOOD_KINDS = ("gaussian", "poisson_lognormal", "python")
 
@@ -38,6 +39,48 @@ def with_nonfinite_masked(data, mask):
     if finite is None or finite.all():
         return mask
     return finite if mask is None else np.asarray(mask, bool) & finite
+
+
+def slab_axis(mask: np.ndarray) -> int | None:
+    """The axis a mask of whole missing planes varies along (a slab mask: it depends on that axis
+    only); None if nothing is masked. ValueError for any other mask (then neither the exact
+    marginal likelihood, ``core.reference.hyper_posterior``, nor the exact conditional,
+    ``core.engine.slab_conditional``, has a cheap form)."""
+    mask = np.asarray(mask, bool)
+    if mask.all():
+        return None
+    for axis in range(3):
+        others = tuple(a for a in range(3) if a != axis)
+        planes = mask.all(axis=others, keepdims=True)
+        if np.array_equal(np.broadcast_to(planes, mask.shape), mask):
+            return axis
+    raise ValueError("the exact hyperparameter posterior needs no mask or whole planes missing along "
+                     "one axis (a slab); this mask is neither")
+
+
+#: The slab's exact conditional unrolls an r x r factor, r the missing planes (its graph grows as
+#: r^2): with more, "conditional" keeps its diagonal centre
+MAX_SLAB_MISSING_PLANES = 64
+
+
+def slab_decouples(mask, likelihood_kind: str, one_noise_level: bool) -> bool:
+    """Whether the "conditional" preconditioner is exact for data with this ``mask`` (True =
+    observed; NaN voxels already masked): a Gaussian likelihood with one noise level and whole
+    planes missing along one axis, at most ``MAX_SLAB_MISSING_PLANES`` of them
+    (``core.engine.slab_conditional``). With P(k) sampled the field's state is then independent
+    of the spectrum, as without a mask: nothing couples the modes for the sampler."""
+    if likelihood_kind != "gaussian" or not one_noise_level or mask is None:
+        return False
+    mask = np.asarray(mask, bool)
+    if mask.all():
+        return False
+    try:
+        axis = slab_axis(mask)
+    except ValueError:
+        return False
+    missing = int((~np.moveaxis(mask, axis, 0).all(axis=(1, 2))).sum())
+    return missing <= MAX_SLAB_MISSING_PLANES
+
 
 @dataclass(frozen=True)
 class Observations:

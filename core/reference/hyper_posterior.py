@@ -59,28 +59,13 @@ from scipy import optimize
 from scipy.special import logsumexp
 
 from core.field.grid import Grid
-from core.field.observations import Observations
+from core.field.observations import Observations, slab_axis
 from core.field.power_spectrum import BandPowers, PowerSpectrum
 
 __all__ = ["GaussianMarginal", "HyperPosterior", "hyper_posterior", "band_posterior", "slab_axis",
            "hyper_posterior_for_config"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
-def slab_axis(mask: np.ndarray) -> int | None:
-    """The axis a mask of whole missing planes varies along; None if nothing is masked.
-    ValueError for any other mask (then the marginal likelihood has no cheap exact form)."""
-    mask = np.asarray(mask, bool)
-    if mask.all():
-        return None
-    for axis in range(3):
-        others = tuple(a for a in range(3) if a != axis)
-        planes = mask.all(axis=others, keepdims=True)
-        if np.array_equal(np.broadcast_to(planes, mask.shape), mask):
-            return axis
-    raise ValueError("the exact hyperparameter posterior needs no mask or whole planes missing along "
-                     "one axis (a slab); this mask is neither")
 
 
 def _unique_groups(values: np.ndarray):

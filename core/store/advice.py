@@ -27,7 +27,10 @@ divergences            post-warmup divergences with a sampler that has a target 
                        (HMC, NUTS, MAMS): a smaller step. Change: sampler.target_accept raised.
 unadjusted bias        green or red: an unadjusted sampler (MCLMC) with P(k) hyperparameters
                        sampled and modes the data couple (a mask, a noise map, a likelihood
-                       other than Gaussian): each mode's share of its bias adds up in the
+                       other than Gaussian; not a slab mask, whole planes missing, with the
+                       conditional preconditioner, which is exact there:
+                       ``core.field.observations.slab_decouples``, the run's stored mask read
+                       for it): each mode's share of its bias adds up in the
                        hyperparameters, which no R-hat or ESS shows (bench/hyper_efficiency.py:
                        0.24-0.37 sd off under a 25 % slab, three seeds; MAMS 0.00-0.03), and
                        there its chains can disagree (band powers under the slab: R-hat
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 
 from core.config.limits import MAX_DRAWS
 from core.config.schema import COUPLED_HYPER_SAMPLER, FOURIER_PARAMETERISATIONS
+from core.field.observations import slab_decouples
 from core.samplers import SAMPLERS
 
 __all__ = ["Advice", "advise", "coupling", "unadjusted_bias", "ESS_TARGET", "RHAT_LIMIT", "MIN_DRAWS"]
@@ -74,9 +78,10 @@ def _fmt(rows, key) -> str:
     return ", ".join(f"{r.name} {getattr(r, key):.3g}" for r in rows)
 
 
-def advise(summary, config) -> list[Advice]:
+def advise(summary, config, mask=None) -> list[Advice]:
     """The advice for a run (module docstring); ``config`` is the run's ``RunConfig`` (or None:
-    only what needs no config)."""
+    only what needs no config), ``mask`` a function that reads the run's stored mask (None: not
+    known; read only where a rule needs it)."""
     if not summary.rows or int(summary.progress.get("draws", 0)) < MIN_DRAWS:    # draws a chain
         return []
     sampler = config.sampler if config is not None else None
@@ -129,19 +134,24 @@ def advise(summary, config) -> list[Advice]:
                 {"sampler.target_accept": target}, f"target acceptance {target}"))
     if hyper and sampler is not None:
         data = config.data
+        slab = (mask is not None and data.mask is not None and sampler.preconditioner == "conditional"
+                and config.field.parameterisation == "whitened"
+                and slab_decouples(mask(), config.likelihood.kind, data.noise_map is None))
         bias = unadjusted_bias(sampler.algorithm, coupling(data.mask is not None, data.noise_map is not None,
-                                                           config.likelihood.kind), [r.name for r in slow])
+                                                           config.likelihood.kind, slab), [r.name for r in slow])
         if bias is not None:       # first where P(k) is red (after the conditional preconditioner's,
             # without which MAMS is pinned too), else last
             out.insert(conditional_advised + interweave_advised if slow else len(out), bias)
     return out
 
 
-def coupling(mask: bool, noise_map: bool, likelihood_kind: str) -> list[str]:
+def coupling(mask: bool, noise_map: bool, likelihood_kind: str, slab: bool = False) -> list[str]:
     """What in a field config couples the Fourier modes given P(k): its mask, its noise map, a
     likelihood other than Gaussian ([] for none). NaN voxels of the data, masked when the data
-    load, are not in the config (File > New from data reads them)."""
-    return [what for what, there in (("mask", mask), ("noise map", noise_map),
+    load, are not in the config (File > New from data reads them). ``slab``: the mask misses
+    whole planes and the conditional preconditioner is exact there
+    (``core.field.observations.slab_decouples``), so it couples nothing for the sampler."""
+    return [what for what, there in (("mask", mask and not slab), ("noise map", noise_map),
                                      (f"{likelihood_kind} likelihood", likelihood_kind != "gaussian"))
             if there]
 

@@ -343,8 +343,18 @@ def summarize_run(run_dir, field_draw_limit: int = 400, field_diagnostics: bool 
         k, _, power = reader.powers()
         summary.shells = dg.shell_diagnostics(power)
         summary.shell_k = k
-    summary.advice = advise(summary, _stored_config(reader))
+    summary.advice = advise(summary, _stored_config(reader), mask=_stored_mask(reader))
     return summary
+
+
+def _stored_mask(reader):
+    """A function that reads the run's stored mask (None from it where the store holds none)."""
+    def read():
+        try:
+            return reader.observed("mask")
+        except KeyError:
+            return None
+    return read if reader.has_field else None
 
 
 def _stored_config(reader):

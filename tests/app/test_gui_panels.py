@@ -97,6 +97,11 @@ def test_the_sampler_panel_says_before_a_run_where_mclmc_is_biased_and_sets_mams
     assert not shown()
     window.state["data.mask"] = "mask"
     assert shown()
+    # the tiny case's mask is a slab: with "conditional" it couples nothing (exact there)
+    window.state["sampler.preconditioner"] = "conditional"
+    assert not shown()
+    window.state["sampler.preconditioner"] = "fourier"
+    assert shown()
     window.state.set_sampled("index", False)
     assert not shown()                               # P(k) fixed: MCLMC's bias stays in the field
 

@@ -78,7 +78,7 @@ class Mclmc(MicrocanonicalKernel):
         add it up over every mode (``HYPER_ENERGY_VAR``)."""
         model = self.d.model
         coupled = bool(getattr(model, "has_field", False) and model.param_names
-                       and not model.posterior.modes_independent)
+                       and not model.posterior.decoupled)
         return {"energy_var": HYPER_ENERGY_VAR if coupled else DESIRED_ENERGY_VAR}
 
     def fresh_tuning(self, parts, seed: int) -> dict:

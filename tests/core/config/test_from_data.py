@@ -102,9 +102,22 @@ def test_an_npz_with_mask_noise_and_box_uses_them(tmp_path, dataset):
     assert cfg.data.noise_sigma == 0.7 and cfg.data.noise_map is None
     assert cfg.grid.box_size == (60.0,) * 3 and cfg.grid.unit == "Mpc"
     assert "ESTIMATE" not in " ".join(result.notes)
-    # the fitted index sampled, the mask coupling the modes: MAMS (COUPLED_HYPER_SAMPLER), not
-    # the unadjusted MCLMC, with the rest of a new config's sampler, and a note that says why
+    # the fitted index sampled under a slab mask (whole planes missing): the conditional
+    # preconditioner is exact there, nothing couples the modes, a new config's sampler (MCLMC)
+    # stays, and a note says why
     assert cfg.prior.index.scale == 0.5
+    assert cfg.sampler == new_config().sampler
+    assert any(n.startswith("sampler: MCLMC with the conditional preconditioner") and "(a slab)" in n
+               for n in result.notes)
+
+    # a mask of another shape couples the modes: MAMS (COUPLED_HYPER_SAMPLER), not the
+    # unadjusted MCLMC, with the rest of a new config's sampler, and a note that says why
+    holes = dataset.mask.copy()
+    holes[3:9, 3:9, 3:9] = False
+    np.savez(tmp_path / "holes.npz", data=dataset.data, mask=holes, noise=np.array(0.7), box_size=60.0)
+    result = config_for_data(tmp_path / "holes.npz")
+    cfg = parse_config(result.text(), base_dir=tmp_path)
+    assert cfg.data.mask == "mask"
     assert cfg.sampler == dataclasses.replace(new_config().sampler, algorithm="mams")
     assert any(n.startswith("sampler: MAMS") and "sampled (index) and the data's mask couples the" in n for n in result.notes)
 
@@ -127,11 +140,17 @@ def test_an_npz_with_mask_noise_and_box_uses_them(tmp_path, dataset):
 
 def test_nan_data_are_masked_without_a_mask_setting(tmp_path, plain):
     data = plain.data.copy()
-    data[:4] = np.nan
+    data[:4] = np.nan                     # whole planes: a slab, where "conditional" is exact
+    np.save(tmp_path / "planes.npy", data)
+    result = config_for_data(tmp_path / "planes.npy", box_size=60.0)
+    assert parse_config(result.text(), base_dir=tmp_path).sampler.algorithm == "mclmc"
+    assert any("(a slab)" in n for n in result.notes)
+    data = plain.data.copy()
+    data[:4, :12] = np.nan                # half planes: they couple the modes
     np.save(tmp_path / "holes.npy", data)
     result = config_for_data(tmp_path / "holes.npy", box_size=60.0)
     assert "mask" not in result.document["data"]
-    assert any("2304 voxel(s) of the data are NaN" in n and "masked automatically" in n
+    assert any("1152 voxel(s) of the data are NaN" in n and "masked automatically" in n
                for n in result.notes)
     assert parse_config(result.text(), base_dir=tmp_path).sampler.algorithm == "mams"
     assert any(n.startswith("sampler: MAMS") and "the data's NaN voxels couple" in n for n in result.notes)

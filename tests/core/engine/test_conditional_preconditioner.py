@@ -211,24 +211,30 @@ def test_a_run_with_the_new_config_sampler_and_conditional_samples_the_exact_ind
     assert summary.advice == []
 
 
-@pytest.mark.parametrize("mask", [False, True])
-def test_a_runaway_window_variance_of_a_hyperparameter_gives_way_to_its_exact_curvature(tmp_path, mask):
-    """At the window's end, with the modes independent given P(k), a hyperparameter's window sd
-    above RUNAWAY_SCALE x its curvature's is replaced by the curvature's (the exact posterior's
-    there); below it, or under a mask (the conditional's curvature is then not the posterior's),
-    the window's stands. The window's sums are set by hand: 10x and 1.5x the curvature's sd."""
+@pytest.mark.parametrize("mask,exact", [(False, False), (True, True), (True, False)])
+def test_a_runaway_window_variance_of_a_hyperparameter_gives_way_to_its_exact_curvature(tmp_path, monkeypatch,
+                                                                                        mask, exact):
+    """At the window's end, with the state decoupled from P(k) (no mask, or the slab's exact
+    conditional: ``exact``), a hyperparameter's window sd above RUNAWAY_SCALE x its curvature's is
+    replaced by the curvature's (the exact posterior's there); below it, or under a mask with the
+    diagonal centre (the conditional's curvature is then not the posterior's), the window's
+    stands. The window's sums are set by hand: 10x and 1.5x the curvature's sd."""
     import dataclasses
 
     from core.engine import driver as drv
+    from core.engine import field_density
     from core.engine.models import build_model
     from support.engine_cases import write_field_case
 
+    if mask and not exact:
+        monkeypatch.setattr(field_density, "slab_applies", lambda post: False)
     prior = {"dist": "normal", "loc": -1.5, "scale": 0.5}
     config, *_ = write_field_case(tmp_path, shape=(12, 12, 12), sigma=0.1, index=prior, mask=mask,
                                   dtype="float64", algorithm="mclmc", mass=False)
     config = dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, preconditioner="conditional"))
     model = build_model(config)
     assert model.posterior.modes_independent == (not mask)
+    assert (model.posterior.slab is not None) == exact and model.posterior.decoupled == (exact or not mask)
     for factor in (10.0, 1.5):
         d = drv.Driver(model, config.sampler, drv.schedule_for(config), hyper_metric=True)
         st = d.fresh_state()
@@ -241,7 +247,7 @@ def test_a_runaway_window_variance_of_a_hyperparameter_gives_way_to_its_exact_cu
         st["step"] = d.schedule.mass_end
         d._rescale_at_mass_end(st, None)
         got = st["scale"][1].numpy()
-        if factor > drv.RUNAWAY_SCALE and not mask:
+        if factor > drv.RUNAWAY_SCALE and model.posterior.decoupled:
             np.testing.assert_allclose(got, curvature, rtol=1e-6)
         else:
             assert np.all(got > drv.RUNAWAY_SCALE * curvature) == (factor > drv.RUNAWAY_SCALE)

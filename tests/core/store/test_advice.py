@@ -96,3 +96,35 @@ def test_mclmc_with_sampled_p_k_on_coupled_modes_is_told_of_its_bias_even_when_g
     for other in (_config(tmp_path, preconditioner="conditional", mask=True, algorithm="mams"),
                   _config(tmp_path, preconditioner="conditional", mask=True, index=-2.0)):
         assert advise(_summary([_row("index"), _row("lp")]), other) == []
+
+
+def test_a_slab_mask_under_the_conditional_preconditioner_couples_nothing(tmp_path):
+    """Whole planes missing (the run's stored mask, read only where the rule needs it): with
+    "conditional" the state is independent of P(k) (``core.engine.slab_conditional``), so MCLMC
+    gets no advice to use MAMS; a mask of another shape, or "fourier" over the slab, still does."""
+    import numpy as np
+
+    slab = np.ones((8, 8, 8), bool)
+    slab[:2] = False
+    holes = slab.copy()
+    holes[4:6, 4:6, 4:6] = False
+    reads = []
+
+    def stored(mask):
+        def read():
+            reads.append(1)
+            return mask
+        return read
+
+    masked = _config(tmp_path, preconditioner="conditional", mask=True)
+    assert advise(_summary([_row("index"), _row("lp")]), masked, mask=stored(slab)) == []
+    assert len(reads) == 1
+    bias = advise(_summary([_row("index"), _row("lp")]), masked, mask=stored(holes))
+    assert [a.changes for a in bias] == [{"sampler.algorithm": "mams"}]
+    fourier = advise(_summary([_row("index"), _row("lp")]), _config(tmp_path, mask=True), mask=stored(slab))
+    assert [a.changes for a in fourier] == [{"sampler.algorithm": "mams"}]
+    # P(k) fixed: nothing read
+    reads.clear()
+    advise(_summary([_row("index"), _row("lp")]), _config(tmp_path, preconditioner="conditional", mask=True,
+                                                          index=-2.0), mask=stored(slab))
+    assert reads == []
