@@ -45,7 +45,10 @@ prior         With a box size: k_pivot a round number near sqrt(k_f k_Ny) (insid
 likelihood, field, sampler   ``core.config.new_config``'s values (the sampler: MCLMC with
               the conditional preconditioner, ``NEW_CONFIG_SAMPLERS["field"]``), but MAMS
               (``COUPLED_HYPER_SAMPLER``) where P(k) hyperparameters are sampled and a mask,
-              NaN voxels or a noise map couple the Fourier modes, with a note that says why.
+              NaN voxels or a noise map couple the Fourier modes, with a note that says why;
+              a mask (NaN voxels included) of whole planes along one axis with one noise
+              level couples nothing under the conditional preconditioner, which is exact
+              there (``core.field.observations.slab_decouples``): MCLMC stays, with a note.
 
 numpy only at import (scipy's optimiser is imported with ``core.field.prior_fit`` when a prior
 is fitted). Problems with the file raise ``core.io.LoadError`` naming the file and the array.

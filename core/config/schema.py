@@ -265,7 +265,9 @@ NEW_CONFIG_SAMPLERS = {
 #: sampled, seeds 1 / 42 / 43) had MCLMC 0.24-0.37 of their exact sd off the exact posterior mean,
 #: MAMS (with P(k) sampled 8 integration steps a trajectory, ``core.engine.adaptation.mams_tuning``)
 #: 0.00-0.03 sd, with R-hat <= 1.004 and bulk ESS >= 1049 in the same 1000 + 2000 steps, at about
-#: 1/6 MCLMC's ESS per gradient (docs/benchmarks.md).
+#: 1/6 MCLMC's ESS per gradient (docs/benchmarks.md). Not where the mask misses whole planes along
+#: one axis (a slab) with one noise level: "conditional" is exact there
+#: (``core.field.observations.slab_decouples``), nothing couples the modes, and MCLMC stays.
 COUPLED_HYPER_SAMPLER = {"algorithm": "mams"}
 
 

@@ -358,7 +358,7 @@ class _Program:
         driver, sched, C = self.driver, self.schedule, self.plan.chains
         prepare = getattr(self.model, "calibration_data", None)      # "conditional": each one's centre
         data = prepare(data) if prepare is not None else data
-        data_c = tf.nest.map_structure(lambda a: tf.repeat(tf.convert_to_tensor(a, self.dtype), C, axis=0), data)
+        data_c = tf.nest.map_structure(lambda a: tf.repeat(_as_data(a, self.dtype), C, axis=0), data)
         truth_c = (tf.repeat(truth_field, C, axis=0) if truth_field is not None
                    else tf.zeros([self.chains, 1], self.dtype))
         try:
@@ -629,3 +629,10 @@ class Calibrator:
             self.store.set_status("failed", message)
         except CalibrationStoreError:
             pass
+
+
+def _as_data(a, dtype) -> tf.Tensor:
+    """A simulation batch's array for the chains' programs: real ones in the run's dtype, complex
+    ones as they are (the slab's exact conditional reads its data's transform in complex128)."""
+    a = tf.convert_to_tensor(a)
+    return a if a.dtype.is_complex else tf.cast(a, dtype)

@@ -451,9 +451,10 @@ class Driver:
         return tf.where(good, factor, tf.linalg.diag(diagonal))
 
     def _guard_runaway_scale(self, new_scale, st, data):
-        """The hyperparameters' scale at the window's end, where the modes are independent
-        given P(k) (``FieldPosterior.modes_independent``: the "conditional" density is then
-        exactly p(eta | d) N(v; 0, I), so the curvature of log p in eta is the posterior's own):
+        """The hyperparameters' scale at the window's end, where the state is independent of
+        P(k) (``FieldPosterior.decoupled``: no mask, or a slab's exact conditional; the
+        "conditional" density is then exactly p(eta | d) N(v; 0, I), so the curvature of log p
+        in eta is the posterior's own):
         a window sd more than ``RUNAWAY_SCALE`` times the curvature's comes from the window's
         early steps, not from the posterior, and is replaced by the curvature's. Measured on a
         64^3 field at noise 0.1 (bench/hyper_efficiency.py hi_sn64): the window gave 3.4x the

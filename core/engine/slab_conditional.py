@@ -81,8 +81,8 @@ def _complex(x: tf.Tensor) -> tf.Tensor:
 def _hartley2(f: tf.Tensor) -> tf.Tensor:
     """The orthonormal 2-D Hartley transform over the last two axes (its own inverse)."""
     n = int(f.shape[-1]) * int(f.shape[-2])
-    spectrum = tf.signal.fft2d(tf.cast(f, tf.complex128))
-    return tf.cast((tf.math.real(spectrum) - tf.math.imag(spectrum)) / math.sqrt(n), f.dtype)
+    spectrum = tf.signal.fft2d(_complex(f))
+    return (tf.math.real(spectrum) - tf.math.imag(spectrum)) / math.sqrt(n)
 
 
 def _entries(matrices: tf.Tensor, r: int) -> list[list[tf.Tensor]]:
@@ -194,8 +194,8 @@ class SlabConditional:
         # rfft of a column held on the missing planes, and irfft read on them, as products
         phase = np.exp(-2j * np.pi * np.outer(miss, np.arange(nh)) / na)           # (r, n_a // 2 + 1)
         weight = half_spectrum_weights(na)
-        self._to_half = tf.constant(phase, tf.complex128)
-        self._from_half = tf.constant((np.conj(phase) * weight / na).T, tf.complex128)
+        self._to_half = {dt: tf.constant(phase, dt) for dt in (tf.complex64, tf.complex128)}
+        self._from_half = {dt: tf.constant((np.conj(phase) * weight / na).T, dt) for dt in (tf.complex64, tf.complex128)}
         self._parseval = tf.constant(weight / na, tf.float64)             # e^T C e = sum weight g |e_k|^2 / n_a
         self._observed_rows = tf.constant(planes.astype(np.float64), tf.float64)
         self._lik_const = float(-self.observed.size * nb * nc * (math.log(self.sigma) + 0.5 * LOG_2PI))
@@ -231,13 +231,14 @@ class SlabConditional:
         return tf.transpose(_hartley2(moved), [0, *(1 + p for p in self.inverse_perm)])
 
     def data_term(self, data) -> tf.Tensor:
-        """e: the columns of H2(data - mean) / sigma on the observed planes, 0 on the missing ones
-        and in the padding, (rows, n_shells, slots, n_a), for data of shape (rows, n0, n1, n2) (a
-        run's: one row; a calibration batch's: one a simulation)."""
+        """The data as every density reads them: the rfft along a of e, the columns of
+        H2(data - mean) / sigma on the observed planes (0 on the missing ones and in the
+        padding), (rows, n_shells, slots, n_a // 2 + 1) complex, for data of shape (rows, n0, n1,
+        n2) (a run's: one row; a calibration batch's: one a simulation). Computed once."""
         mask = tf.constant(self.post.observations.mask, tf.bool)
         residual = tf.cast(data, tf.float64) - self.post.observations.field_mean
         residual = tf.where(mask, residual, tf.zeros_like(residual))          # masked (maybe NaN): 0
-        return self.in_column_space(residual) * self._observed_rows / self.sigma
+        return self._rfft(self.in_column_space(residual) * self._observed_rows / self.sigma)
 
     # -- the factors --------------------------------------------------------------
 
@@ -255,11 +256,12 @@ class SlabConditional:
 
     def _missing_rows(self, spectrum):
         """irfft(spectrum) on the missing planes: (..., n_a // 2 + 1) complex -> (..., r)."""
-        return tf.math.real(tf.matmul(spectrum, self._from_half))
+        return tf.math.real(tf.matmul(spectrum, self._from_half[spectrum.dtype]))
 
     def _embedded(self, values):
         """rfft of the column that holds ``values`` (..., r) on the missing planes, 0 elsewhere."""
-        return tf.matmul(_complex(values), self._to_half)
+        values = _complex(values)
+        return tf.matmul(values, self._to_half[values.dtype])
 
     def factors(self, eta) -> dict:
         """Per chain and shell: w, delta, y = w / sqrt(delta N sigma^2), W (the Cholesky factor of
@@ -316,7 +318,7 @@ class SlabConditional:
 
     def _z(self, v, eta, data_term):
         f = self._with_k(self.factors(eta))
-        inner = self._inner_hat(f, self._rfft(data_term), self._rfft(self.columns(tf.cast(v, tf.float64))))
+        inner = self._inner_hat(f, data_term, self._rfft(self.columns(tf.cast(v, tf.float64))))
         return self._irfft(self._z_hat(f, inner, tf.ones_like(f["w"]))), f
 
     def latent(self, v, eta, data_term) -> tf.Tensor:
@@ -335,14 +337,14 @@ class SlabConditional:
         if self.r:
             q = self._missing_rows(scaled * self._half(f["y"]))
             scaled -= self._embedded(tf.linalg.matvec(f["plus_inv_t"][..., None, :, :], q)) * self._half(f["y"])
-        v_hat = scaled - self._inner_hat(f, self._rfft(data_term), tf.zeros_like(scaled))
+        v_hat = scaled - self._inner_hat(f, data_term, tf.zeros_like(scaled))
         return tf.cast(self.grid_of(self._irfft(v_hat)), self.post.dtype)
 
     def _log_marginal(self, f, data_term):
         """log p(d | eta) per chain: -1/2 sum_q e_q^T C^-1 e_q - 1/2 sum log det C + const, with
         C^-1 = H_oo - H_om H_mm^-1 H_mo (the observed block of H, the inverse of the circulant
         I + G^T G / (N sigma^2), less the missing planes' Schur complement); e^T H e by Parseval."""
-        data_hat = self._rfft(data_term)
+        data_hat = data_term
         power = tf.reduce_sum(tf.math.real(data_hat * tf.math.conj(data_hat)), axis=-2) * self._parseval
         inverse = 1.0 / f["delta"]
         quad = tf.reduce_sum(inverse[..., :self.shape_t[0] // 2 + 1] * power, axis=[-2, -1])
@@ -359,11 +361,13 @@ class SlabConditional:
         lp = (-0.5 * tf.reduce_sum(v64 * v64, axis=[-3, -2, -1]) - 0.5 * self.n_cells * LOG_2PI
               + self._log_marginal(f, data_term))
         signal = None
-        if with_signal:
-            f = self._with_k(f)
-            inner = self._inner_hat(f, self._rfft(data_term), self._rfft(self.columns(v64)))
+        if with_signal:       # an output, not differentiated: in the state's precision
+            rd = self.post.dtype
+            f = {key: tf.cast(value, rd) for key, value in self._with_k(f).items() if key in ("y", "delta", "w", "K")}
+            data = tf.cast(data_term, tf.complex64 if rd == tf.float32 else tf.complex128)
+            inner = self._inner_hat(f, data, self._rfft(self.columns(tf.cast(v, rd))))
             cols = self._irfft(self._z_hat(f, inner, f["w"])) / math.sqrt(self.n_cells)
-            signal = tf.cast(self.from_column_space(cols) + self.post.observations.field_mean, self.post.dtype)
+            signal = self.from_column_space(cols) + tf.constant(self.post.observations.field_mean, rd)
         return tf.cast(lp, self.post.dtype), signal
 
     def log_prior(self, v, eta, data_term):

@@ -173,9 +173,9 @@ def unadjusted_bias(algorithm: str, coupled_by: list[str], red: list[str] = ()) 
     return Advice(
         f"{name} has no accept step: with P(k) sampled and the data's "
         f"{' and '.join(coupled_by)} coupling the Fourier modes, each mode's share of its small bias "
-        f"adds up in the hyperparameters{seen} (on the 25 % slab benchmark 0.24-0.37 of their "
-        "posterior sd off the exact answer; MAMS, its Metropolis-adjusted form, 0.00-0.03, at "
-        "about 1/6 the ESS per gradient)",
+        f"adds up in the hyperparameters{seen} (under a 25 % slab with the preconditioner's "
+        "diagonal centre 0.24-0.37 of their posterior sd off the exact answer; MAMS, its "
+        "Metropolis-adjusted form, 0.00-0.03, at about 1/6 the ESS per gradient)",
         {f"sampler.{key}": value for key, value in COUPLED_HYPER_SAMPLER.items()}, "use MAMS")
 
 

@@ -73,9 +73,10 @@ class Mclmc(MicrocanonicalKernel):
 
     def settings(self) -> dict:
         """The energy error aimed at: smaller where P(k) hyperparameters are sampled and the
-        likelihood couples the modes (a mask, a noise map, counts, a model file's): each
-        mode's share of the unadjusted sampler's bias then reaches the hyperparameters, which
-        add it up over every mode (``HYPER_ENERGY_VAR``)."""
+        likelihood couples the modes (a mask, a noise map, counts, a model file's; not a slab
+        mask under "conditional", exact there: ``FieldPosterior.decoupled``): each mode's share
+        of the unadjusted sampler's bias then reaches the hyperparameters, which add it up over
+        every mode (``HYPER_ENERGY_VAR``)."""
         model = self.d.model
         coupled = bool(getattr(model, "has_field", False) and model.param_names
                        and not model.posterior.decoupled)

@@ -105,8 +105,11 @@ def test_float32_agrees_with_float64():
                             preconditioner="conditional")
     v = np.random.default_rng(3).normal(size=(3, *SHAPE))
     eta = _eta(priors)
-    np.testing.assert_allclose(post32.log_prob(tf.constant(v, tf.float32), tf.cast(eta, tf.float32)),
-                               post.log_prob(tf.constant(v), eta), rtol=1e-6)
+    lp32, signal32 = post32.log_prob_and_signal(tf.constant(v, tf.float32), tf.cast(eta, tf.float32))
+    lp, signal = post.log_prob_and_signal(tf.constant(v), eta)
+    np.testing.assert_allclose(lp32, lp, rtol=1e-6)
+    assert signal32.dtype == tf.float32           # the field, an output, in the state's precision
+    np.testing.assert_allclose(signal32, signal, atol=1e-5 * float(tf.reduce_max(tf.abs(signal))))
 
 
 def test_where_it_applies():
@@ -123,6 +126,15 @@ def test_where_it_applies():
     assert diagonal.slab is None and not diagonal.decoupled
     noise_map = Observations.create(np.nan_to_num(obs.data), mask=obs.mask, noise_map=np.linspace(0.4, 0.8, SHAPE[2]) * np.ones(SHAPE))
     assert FieldPosterior(grid, spectrum, noise_map, preconditioner="conditional", hyper_priors=priors).slab is None
+    # the rule itself (numpy: the config's advice reads it too), up to MAX_SLAB_MISSING_PLANES planes
+    from core.field.observations import MAX_SLAB_MISSING_PLANES, slab_decouples
+    planes = np.ones((MAX_SLAB_MISSING_PLANES + 4, 2, 3), bool)
+    planes[2:2 + MAX_SLAB_MISSING_PLANES] = False
+    assert slab_decouples(planes, "gaussian", True)
+    assert not slab_decouples(planes, "poisson_lognormal", True) and not slab_decouples(planes, "gaussian", False)
+    planes[1] = False
+    assert not slab_decouples(planes, "gaussian", True)                     # one plane too many
+    assert not slab_decouples(np.ones((4, 4, 4), bool), "gaussian", True)   # nothing masked
 
 
 def test_a_calibration_batch_is_centred_on_each_simulations_data():
