@@ -168,9 +168,12 @@ class SamplerPanel(SetupPanel):
         s = self.state
         advice = None
         if s["likelihood.kind"] != "python" and s.samples_hyperparameters():
-            advice = unadjusted_bias(s["sampler.algorithm"], coupling(
-                s["data.mask"] not in ("", None), s["data.noise"] == "map", s["likelihood.kind"],
-                s["data.mask"] not in ("", None) and s.slab_decouples()))
+            masked = s["data.mask"] not in ("", None)
+            slab = (masked and s["likelihood.kind"] == "gaussian" and s["data.noise"] != "map"
+                    and s["sampler.preconditioner"] == "conditional" and s["field.parameterisation"] == "whitened"
+                    and s.slab_decouples())
+            advice = unadjusted_bias(s["sampler.algorithm"], coupling(masked, s["data.noise"] == "map",
+                                                                      s["likelihood.kind"], slab))
         self._advice_changes = dict(advice.changes) if advice is not None else {}
         self.advice.setText(f"{advice.text[0].upper()}{advice.text[1:]}." if advice is not None else "")
         self.advice_button.setText(advice.action[0].upper() + advice.action[1:] if advice is not None else "")

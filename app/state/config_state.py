@@ -694,7 +694,12 @@ class ConfigState:
                     errors[setting] = (f"{setting}: array {ref!r} has shape {by_name[ref].shape}, "
                                        f"the data {shape}")
             if shape is not None and len(shape) == 3 and "data.key" not in errors:
-                problem = _memory_problem(self, shape)
+                from core.run.resources import host_memory_problem
+                try:
+                    config = self.config()
+                except ValueError:          # a ConfigError: reported elsewhere
+                    config = None
+                problem = host_memory_problem(config, shape) if config is not None else None
                 if problem:
                     errors["grid.memory"] = f"grid: {problem}"
         if self["likelihood.kind"] == "python":
@@ -751,24 +756,13 @@ class ConfigState:
         return tuple(int(n) for n in info.shape)
 
     def slab_decouples(self) -> bool:
-        """Whether the config's data with its mask (NaN voxels included) are a slab under which
-        the conditional preconditioner is exact (``core.field.observations.slab_decouples``):
-        then the mask couples nothing for the sampler. Read once a file and key (cached); False
-        where the files cannot be read or the settings rule it out."""
-        if not (self["data.mask"] and self["likelihood.kind"] == "gaussian" and self["data.noise"] != "map"
-                and self["sampler.preconditioner"] == "conditional"
-                and self["field.parameterisation"] == "whitened" and self["data.path"]):
-            return False
-        from core.field.observations import slab_decouples, with_nonfinite_masked
-        from core.io import load_field_inputs
-
-        def check(_path):
-            inputs = load_field_inputs(self.config())
-            return slab_decouples(with_nonfinite_masked(inputs.data, inputs.mask), "gaussian", True)
+        """Whether the data's mask (NaN voxels too) is a slab where "conditional" is exact
+        (``core.io.mask_decouples``): read once a file (cached); False where it cannot be read."""
+        from core.io import mask_decouples
         try:
-            return bool(self._cached(self.resolve(self["data.path"]),
-                                     f"slab {self['data.key']} {self['data.mask']}", check))
-        except Exception:         # a config or file not ready: the rule stays as it was
+            return bool(self._cached(self.resolve(self["data.path"]), f"slab {self['data.key']} {self['data.mask']}",
+                                     lambda _path: mask_decouples(self.config())))
+        except Exception:         # a config or a file not ready: the rule stays as it was
             return False
 
     def box_size(self) -> tuple[float, float, float] | None:
@@ -779,23 +773,6 @@ class ConfigState:
                                       and math.isfinite(x) and x > 0 for x in items):
             return None
         return tuple(float(x) for x in items)
-
-
-def _memory_problem(state: "ConfigState", shape) -> str | None:
-    """core.run.resources' refusal of a run this machine cannot hold (the engine process has
-    TensorFlow imported already), or None."""
-    from core.run import resources
-
-    try:
-        estimate = resources.estimate_for_config(state.config(), shape)
-    except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
-        return None
-    # a GPU computes where TensorFlow will see one: the host's part is checked here (the
-    # engine checks the device's part against the GPU's free memory when it starts)
-    from core.run.tensorflow_env import nvidia_device_present
-
-    device = "gpu" if nvidia_device_present() and os.environ.get("CUDA_VISIBLE_DEVICES") != "-1" else "cpu"
-    return resources.run_problem(estimate, include_import=False, device=device)   # grid, memory
 
 
 def _relocate(p: str, old_base: Path, new_base: Path) -> str:

@@ -444,7 +444,8 @@ class FieldPosterior:
 
     def _centre_term(self) -> tf.Tensor:
         """What "conditional"'s centre is built from for this posterior's data: g, or g_ref where
-        a Gaussian likelihood couples the modes under sampled hyperparameters (module docstring)."""
+        a Gaussian likelihood couples the modes under sampled hyperparameters (module docstring);
+        under a slab mask the exact conditional's transform of the data (``SlabConditional.data_term``)."""
         if self.slab is not None:
             return self.slab.data_term(self._data[None])
         g = self._linear_term()

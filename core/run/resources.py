@@ -140,7 +140,7 @@ from core.store.run_store import field_draw_disk_bytes
 
 __all__ = ["ResourceError", "RunEstimate", "estimate_run", "estimate_for_config",
            "available_memory", "physical_memory", "memory_problem", "check_config",
-           "grid_problem", "disk_problem", "run_problem", "free_disk", "MIN_AXIS",
+           "grid_problem", "disk_problem", "run_problem", "host_memory_problem", "free_disk", "MIN_AXIS",
            "STORE_BYTES_PER_DRAW",
            "fft_rate", "fft_pairs", "gradient_seconds", "format_bytes", "format_seconds", "estimate_line",
            "ENGINE_IMPORT_BYTES", "PROGRAM_BYTES", "UNROLLED_PROGRAM_BASE_BYTES", "XLA_BUFFERS_PER_CHAIN",
@@ -586,6 +586,21 @@ def disk_problem(estimate: RunEstimate, run_dir, free: int | None = None) -> str
             f"{estimate.total_steps} draws of statistics) but the disk of {run_dir} has "
             f"{format_bytes(free)} free; use a smaller sampler.num_samples or a larger "
             f"sampler.thin, or another disk")
+
+
+def host_memory_problem(config, shape) -> str | None:
+    """The refusal of a run of ``config`` on a grid of ``shape`` that this machine cannot hold,
+    for a window whose engine process has TensorFlow imported already, or None. A GPU computes
+    where TensorFlow will see one: the host's part is checked here (the engine checks the
+    device's part against the GPU's free memory when it starts)."""
+    try:
+        estimate = estimate_for_config(config, shape)
+    except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
+        return None
+    from core.run.tensorflow_env import nvidia_device_present
+
+    device = "gpu" if nvidia_device_present() and os.environ.get("CUDA_VISIBLE_DEVICES") != "-1" else "cpu"
+    return run_problem(estimate, include_import=False, device=device)   # grid, memory
 
 
 def run_problem(estimate: RunEstimate, available: int | None = None, *,
