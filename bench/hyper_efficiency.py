@@ -28,6 +28,8 @@ The cases (``CASES``; data drawn in the run, fixed seeds):
                  amplitude sampled (priors' medians at the truth)
     slab2_off    slab2 with the priors' medians away from the truth: amplitude e times it,
                  index 0.5 above (where a run starts and the "conditional" centre is exact)
+    slab64       slab2's model on a 64^3 grid with 40 % of the planes masked (26: the slab's
+                 exact conditional with an r x r factor past the unrolled one's old 16)
     noisemap     the hi_sn field under a noise sd rising from 0.2 to 0.6 across x: index sampled
                  (no exact answer: a noise map couples the modes)
     poisson      Poisson-lognormal counts, mean 2 a voxel, of a field of sd 0.5: index sampled
@@ -95,6 +97,7 @@ CASES = {
     "bands16": Case("bands16", "16 band powers, no mask, noise 0.5", 32),
     "slab2": Case("slab2", "index + amplitude, cutoff, 25 % slab, noise 0.3", 32),
     "slab2_off": Case("slab2_off", "slab2 with the priors' medians off the truth (amplitude x e, index +0.5)", 32),
+    "slab64": Case("slab64", "index + amplitude, cutoff, 40 % slab (26 planes), noise 0.3, 64^3", 64),
     "user48": Case("user48", "issue #30: 48^3 smoothed noise, 12^3 NaN cube, New from data", 48),
     "noisemap": Case("noisemap", "index, no mask, a noise map from 0.2 to 0.6 across x", 32),
     "poisson": Case("poisson", "index, Poisson-lognormal counts (mean 2 a voxel), field sd 0.5", 32),
@@ -124,7 +127,7 @@ def write_case(case: Case, folder: Path) -> dict:
     grid = Grid((case.n,) * 3, BOX)
     if case.name in ("noisemap", "poisson"):
         return _write_noise_map_or_counts(case, grid, folder)
-    if case.name in ("slab2", "slab2_off"):
+    if case.name in ("slab2", "slab2_off", "slab64"):
         def spectrum_of(a):
             return PowerLawCutoff(amplitude=a, index=-1.5, k_pivot=K_PIVOT, cutoff_scale=4.0)
         noise, mask = 0.3, "slab"
@@ -136,7 +139,8 @@ def write_case(case: Case, folder: Path) -> dict:
         mask = "slab" if case.name.endswith("slab") else "none"
     amplitude = _unit_variance_amplitude(grid, spectrum_of)
     save_dataset(folder / "data.npz", make_dataset(grid, spectrum_of(amplitude), noise, mask=mask,
-                                                   mask_fraction=0.25, seed=DATA_SEED))
+                                                   mask_fraction=0.4 if case.name == "slab64" else 0.25,
+                                                   seed=DATA_SEED))
     data = {"path": "data.npz", "key": "data", "noise_sigma": noise}
     if mask != "none":
         data["mask"] = "mask"
@@ -147,7 +151,7 @@ def write_case(case: Case, folder: Path) -> dict:
                  "band_power": {"dist": "lognormal", "loc": math.log(amplitude), "scale": 2.0}}
     if case.name == "pair":
         prior["amplitude"] = {"dist": "lognormal", "loc": math.log(amplitude), "scale": 1.0}
-    if case.name in ("slab2", "slab2_off"):
+    if case.name in ("slab2", "slab2_off", "slab64"):
         off = case.name == "slab2_off"        # the prior medians (where a run starts) off the truth
         prior = {"kind": "power_law_cutoff", "k_pivot": K_PIVOT, "cutoff_scale": 4.0,
                  "amplitude": {"dist": "lognormal", "loc": math.log(amplitude) + off, "scale": 1.0},

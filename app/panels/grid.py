@@ -153,7 +153,8 @@ class GridPanel(SetupPanel):
         return resources.estimate_run(
             shape, chains=chains, dtype=dtype, algorithm=s["sampler.algorithm"],
             parameterisation=s["field.parameterisation"], hyper_sampled=s.samples_hyperparameters(),
-            noise_map=s["data.noise"] == "map", **values)
+            noise_map=s["data.noise"] == "map", preconditioner=s["sampler.preconditioner"],
+            slab=s.exact_slab(), box_size=s.box_size(), **values)
 
     def show_errors(self, errors):
         super().show_errors(errors)

@@ -137,7 +137,8 @@ class SamplerPanel(SetupPanel):
         # settings that do not apply to the algorithm are hidden (their values are kept)
         for edit, shown in ((self.leapfrog, info is None or info.leapfrog_steps),
                             (self.target_accept, info is None or info.target_accept),
-                            (self.dense_modes, s["sampler.preconditioner"] in PER_MODE_PRECONDITIONERS),
+                            (self.dense_modes, s["sampler.preconditioner"] in PER_MODE_PRECONDITIONERS
+                             and not self._exact_slab()),
                             (self.interweave, s["model.kind"] == "field")):
             self.form.setRowVisible(edit, shown)
             edit.setHidden(not shown)
@@ -169,16 +170,20 @@ class SamplerPanel(SetupPanel):
         advice = None
         if s["likelihood.kind"] != "python" and s.samples_hyperparameters():
             masked = s["data.mask"] not in ("", None)
-            slab = (masked and s["likelihood.kind"] == "gaussian" and s["data.noise"] != "map"
-                    and s["sampler.preconditioner"] == "conditional" and s["field.parameterisation"] == "whitened"
-                    and s.slab_decouples())
             advice = unadjusted_bias(s["sampler.algorithm"], coupling(masked, s["data.noise"] == "map",
-                                                                      s["likelihood.kind"], slab))
+                                                                      s["likelihood.kind"], self._exact_slab()))
         self._advice_changes = dict(advice.changes) if advice is not None else {}
         self.advice.setText(f"{advice.text[0].upper()}{advice.text[1:]}." if advice is not None else "")
         self.advice_button.setText(advice.action[0].upper() + advice.action[1:] if advice is not None else "")
         self.advice.setVisible(advice is not None)
         self.advice_button.setVisible(advice is not None)
+
+    def _exact_slab(self) -> bool:
+        """Whether "conditional" is exact under the data's slab mask with these settings (the
+        engine's rule, ``ConfigState.exact_slab``): then no dense block is built either."""
+        s = self.state
+        return (s["model.kind"] == "field" and s["field.parameterisation"] == "whitened"
+                and s.samples_hyperparameters() and s.exact_slab() is not None)
 
     def _apply_advice(self) -> None:
         with self.state.batch():

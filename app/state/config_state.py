@@ -699,7 +699,7 @@ class ConfigState:
                     config = self.config()
                 except ValueError:          # a ConfigError: reported elsewhere
                     config = None
-                problem = host_memory_problem(config, shape) if config is not None else None
+                problem = host_memory_problem(config, shape, self.exact_slab()) if config is not None else None
                 if problem:
                     errors["grid.memory"] = f"grid: {problem}"
         if self["likelihood.kind"] == "python":
@@ -755,15 +755,18 @@ class ConfigState:
             return None
         return tuple(int(n) for n in info.shape)
 
-    def slab_decouples(self) -> bool:
-        """Whether the data's mask (NaN voxels too) is a slab where "conditional" is exact
-        (``core.io.mask_decouples``): read once a file (cached); False where it cannot be read."""
-        from core.io import mask_decouples
+    def exact_slab(self) -> tuple[int, int] | None:
+        """With the "conditional" preconditioner, (axis, missing planes) where the data's mask (NaN
+        voxels too) is a slab where it is exact (``core.io.exact_slab``): read once a file (cached);
+        None where it is not, or cannot be read."""
+        from core.io import exact_slab
+        if self["sampler.preconditioner"] != "conditional":
+            return None
         try:
-            return bool(self._cached(self.resolve(self["data.path"]), f"slab {self['data.key']} {self['data.mask']}",
-                                     lambda _path: mask_decouples(self.config())))
+            return self._cached(self.resolve(self["data.path"]), f"slab {self['data.key']} {self['data.mask']}",
+                                lambda _path: exact_slab(self.config()))
         except Exception:         # a config or a file not ready: the rule stays as it was
-            return False
+            return None
 
     def box_size(self) -> tuple[float, float, float] | None:
         """grid.box_size as three lengths, or None while it is not valid."""

@@ -193,7 +193,15 @@ class Engine:
             return None       # loading the model reports it, with every check
         if info.shape is None or len(info.shape) != 3 or 0 in info.shape:
             return None
-        estimate = resources.estimate_for_config(self.config, info.shape, devices=device_count(self.sampler.devices))
+        slab = None
+        if (self.sampler.preconditioner == "conditional" and self.config.field.parameterisation == "whitened"
+                and resources.samples_hyperparameters(self.config)):
+            try:       # the slab's exact conditional has factors of its own (its memory)
+                slab = loaders.exact_slab(self.config)
+            except loaders.LoadError:
+                return None       # loading the model reports it, with every check
+        estimate = resources.estimate_for_config(self.config, info.shape, devices=device_count(self.sampler.devices),
+                                                 slab=slab)
         available = resources.available_memory()
         kind = memory_kind()       # a GPU: its own memory for the model, the host's for the rest
         device_free = gpu_free_memory() if kind == "gpu" else None

@@ -39,11 +39,12 @@ Y = Delta^-1/2 B^T, E = Y^T Y (r x r) and W the Cholesky factor of I - E:
     L = Delta^-1/2 S,  S = I + Y W^-T (I + W)^-1 Y^T,   S^-1 = I - Y (I + W)^-T Y^T
 
 (S S^T = (I - Y Y^T)^-1: T = I - Y (I + W)^-1 Y^T has T T^T = I - Y Y^T, and S = T^-T). The
-circulants are applied by 1-D FFTs along a, the r x r factor and its triangular solves are
-unrolled (XLA's own Cholesky on the CPU took 44 ms for 270 32 x 32 matrices, the unrolled r x r
-one a fraction of a millisecond), all in float64. Columns with the same |q| share their factors,
-so those are per distinct |q| (135 at 32^3); the columns are laid out (|q|, slot) with padding
-(zero columns: their z is 0).
+circulants are applied by 1-D FFTs along a; the r x r factor W, its inverse and that of I + W
+are computed by halves down to unrolled blocks of ``FACTOR_LEAF`` rows (XLA's own Cholesky on the
+CPU took 44 ms for 270 32 x 32 matrices; unrolled whole, the factor's compilation grew as fast as
+410 s at r = 64), all in float64. Columns with the same |q| share their factors; they are laid
+out in rows of at most ``core.field.observations.SLAB_SLOTS`` columns of one |q| (padded with
+zero columns, whose z is 0), each row with its factors.
 
 Used by ``FieldPosterior`` for "conditional" with the whitened latent, sampled P(k)
 hyperparameters, a Gaussian likelihood with one noise level and a slab mask of at most
@@ -58,11 +59,16 @@ import numpy as np
 import tensorflow as tf
 
 from core.engine.fft import half_spectrum_weights
-from core.field.observations import slab_axis, slab_decouples
+from core.field.observations import slab_axis, slab_decouples, slab_rows
 from core.field.power_spectrum import BandPowers, PowerLaw, PowerLawCutoff
 from core.log_density import LOG_2PI
 
 __all__ = ["SlabConditional", "applies"]
+
+# The r x r factors are computed by halves down to blocks of this many rows, unrolled
+# (compilation of the density with its gradient: 5 s for the factor at r = 16, 23 s at 64;
+# unrolled whole, 14.5 s and 410 s).
+FACTOR_LEAF = 4
 
 
 def applies(post) -> bool:
@@ -107,20 +113,65 @@ def _cholesky(m: tf.Tensor, r: int) -> tf.Tensor:
     return tf.stack(cols, axis=-1)
 
 
-def _solve_lower(lower: tf.Tensor, b: tf.Tensor, r: int, transpose: bool = False) -> tf.Tensor:
-    """x with lower x = b (``transpose``: lower^T x = b) for b of shape (..., K, r): the matrices
-    (..., r, r) act on b's last axis, broadcast over K; unrolled substitution."""
+def _solve_lower(lower: tf.Tensor, b: tf.Tensor, r: int) -> tf.Tensor:
+    """x with lower x = b for b of shape (..., K, r): the matrices (..., r, r) act on b's last
+    axis, broadcast over K; unrolled substitution."""
     entry = _entries(lower, r)
     rhs = tf.unstack(b, num=r, axis=-1)
-    order = range(r - 1, -1, -1) if transpose else range(r)
     x = [None] * r
-    for i in order:
+    for i in range(r):
         acc = rhs[i]
-        for k in (range(i + 1, r) if transpose else range(i)):
-            coeff = entry[k][i] if transpose else entry[i][k]
-            acc = acc - coeff[..., None] * x[k]
+        for k in range(i):
+            acc = acc - entry[i][k][..., None] * x[k]
         x[i] = acc / entry[i][i][..., None]
     return tf.stack(x, axis=-1)
+
+
+def _blocks(m: tf.Tensor, h: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The blocks A (h x h), B (below A) and C of the r x r matrices ``m`` (split, not sliced: a
+    split's gradient is a concatenation)."""
+    top, bottom = tf.split(m, [h, m.shape[-2] - h], axis=-2)
+    a, _ = tf.split(top, [h, m.shape[-1] - h], axis=-1)
+    b, c = tf.split(bottom, [h, m.shape[-1] - h], axis=-1)
+    return a, b, c
+
+
+def _lower_of(a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
+    """The lower block-triangular matrix [[A, 0], [B, C]]."""
+    zeros = tf.zeros_like(tf.linalg.matrix_transpose(b))
+    return tf.concat([tf.concat([a, zeros], axis=-1), tf.concat([b, c], axis=-1)], axis=-2)
+
+
+def _leaf_inverse(lower: tf.Tensor, r: int) -> tf.Tensor:
+    eye = tf.broadcast_to(tf.eye(r, dtype=lower.dtype), tf.shape(lower))
+    return tf.linalg.matrix_transpose(_solve_lower(lower, eye, r))        # rows of the solve: L^-T
+
+
+def _cholesky_inverse(m: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(L, L^-1), L the lower Cholesky factor of the symmetric positive definite r x r matrices
+    ``m`` (leading batch axes), by halves: [[A, B^T], [B, C]] has L = [[L1, 0], [X, L2]] with
+    X = B L1^-T and L2 L2^T = C - X X^T, L^-1 = [[L1^-1, 0], [-L2^-1 X L1^-1, L2^-1]]; blocks of
+    at most ``FACTOR_LEAF`` rows unrolled. The graph grows as r log r (the unrolled factor's as r^2:
+    its compilation took 14.5 s at r = 16 and 410 s at 64 inside the density)."""
+    r = int(m.shape[-1])
+    if r <= FACTOR_LEAF:
+        lower = _cholesky(m, r)
+        return lower, _leaf_inverse(lower, r)
+    a, b, c = _blocks(m, r // 2)
+    l1, l1_inv = _cholesky_inverse(a)
+    x = tf.matmul(b, l1_inv, transpose_b=True)
+    l2, l2_inv = _cholesky_inverse(c - tf.matmul(x, x, transpose_b=True))
+    return _lower_of(l1, x, l2), _lower_of(l1_inv, -tf.matmul(l2_inv, tf.matmul(x, l1_inv)), l2_inv)
+
+
+def _lower_inverse(t: tf.Tensor) -> tf.Tensor:
+    """T^-1 for the lower-triangular r x r matrices ``t``, by halves as ``_cholesky_inverse``."""
+    r = int(t.shape[-1])
+    if r <= FACTOR_LEAF:
+        return _leaf_inverse(t, r)
+    a, b, c = _blocks(t, r // 2)
+    a_inv, c_inv = _lower_inverse(a), _lower_inverse(c)
+    return _lower_of(a_inv, -tf.matmul(c_inv, tf.matmul(b, a_inv)), c_inv)
 
 
 class SlabConditional:
@@ -147,29 +198,23 @@ class SlabConditional:
         self._plane_constants(planes)
 
     def _layout(self, q) -> np.ndarray:
-        """Columns grouped by |q| (``q``: each column's, equal to 1e-12 relative), laid out
-        (shell, slot) with padding -> the first column of each shell."""
+        """The columns laid out (row, slot) with padding (``core.field.observations.slab_rows``:
+        a row holds columns of one |q|, so the row shares their factors) -> each row's first column."""
         n_cols = q.size
-        key = np.round(q / max(float(q.max()), 1e-300), 12)
-        _, first, shell = np.unique(key, return_index=True, return_inverse=True)
-        counts = np.bincount(shell.reshape(-1))
-        self.n_shells, self.slots = len(counts), int(counts.max())
-        order = np.argsort(shell.reshape(-1), kind="stable")
-        slot_column = np.full((self.n_shells, self.slots), n_cols)     # n_cols: a zero column
+        rows = slab_rows(q)
+        self.n_rows, self.slots = len(rows), max(cols.size for cols in rows)
+        slot_column = np.full((self.n_rows, self.slots), n_cols)     # n_cols: a zero column
         position = np.empty(n_cols, np.int64)
-        start = 0
-        for s, count in enumerate(counts):
-            cols = order[start:start + count]
-            slot_column[s, :count] = cols
-            position[cols] = s * self.slots + np.arange(count)
-            start += count
+        for row, cols in enumerate(rows):
+            slot_column[row, :cols.size] = cols
+            position[cols] = row * self.slots + np.arange(cols.size)
         self._slot_column = tf.constant(slot_column.reshape(-1), tf.int32)
         self._position = tf.constant(position, tf.int32)
-        self._counts = tf.constant(counts.astype(np.float64), tf.float64)
-        return first
+        self._counts = tf.constant([float(cols.size) for cols in rows], tf.float64)
+        return np.array([cols[0] for cols in rows])
 
     def _spectrum_inputs(self, k_shell) -> None:
-        """The spectrum's inputs at |k| of each shell's modes along a, (n_shells, n_a, 1), and the beam."""
+        """The spectrum's inputs at |k| of each shell's modes along a, (n_rows, n_a, 1), and the beam."""
         post, obs = self.post, self.post.observations
         nonzero = k_shell > 0
         safe = np.where(nonzero, k_shell, 1.0)[..., None]
@@ -203,14 +248,14 @@ class SlabConditional:
     # -- columns ----------------------------------------------------------------
 
     def columns(self, grid_field: tf.Tensor) -> tf.Tensor:
-        """(chains, n0, n1, n2) -> (chains, n_shells, slots, n_a): the columns along a (the field
+        """(chains, n0, n1, n2) -> (chains, n_rows, slots, n_a): the columns along a (the field
         as given: no transform), per |q| and slot, zero in the padding."""
         na = self.shape_t[0]
         moved = tf.transpose(grid_field, [0, *(1 + p for p in self.perm[1:]), 1 + self.perm[0]])
         flat = tf.reshape(moved, [tf.shape(moved)[0], -1, na])                    # (chains, cols, n_a)
         flat = tf.concat([flat, tf.zeros_like(flat[:, :1])], axis=1)
         padded = tf.gather(flat, self._slot_column, axis=1)
-        return tf.reshape(padded, [tf.shape(flat)[0], self.n_shells, self.slots, na])
+        return tf.reshape(padded, [tf.shape(flat)[0], self.n_rows, self.slots, na])
 
     def grid_of(self, cols: tf.Tensor) -> tf.Tensor:
         """The inverse of ``columns`` (padding dropped)."""
@@ -233,7 +278,7 @@ class SlabConditional:
     def data_term(self, data) -> tf.Tensor:
         """The data as every density reads them: the rfft along a of e, the columns of
         H2(data - mean) / sigma on the observed planes (0 on the missing ones and in the
-        padding), (rows, n_shells, slots, n_a // 2 + 1) complex, for data of shape (rows, n0, n1,
+        padding), (rows, n_rows, slots, n_a // 2 + 1) complex, for data of shape (rows, n0, n1,
         n2) (a run's: one row; a calibration batch's: one a simulation). Computed once."""
         mask = tf.constant(self.post.observations.mask, tf.bool)
         residual = tf.cast(data, tf.float64) - self.post.observations.field_mean
@@ -243,7 +288,7 @@ class SlabConditional:
     # -- the factors --------------------------------------------------------------
 
     def _symbol(self, eta):
-        """w = B(k) sqrt(S_k(eta)) on each shell's modes along a, (chains, n_shells, n_a), float64."""
+        """w = B(k) sqrt(S_k(eta)) on each shell's modes along a, (chains, n_rows, n_a), float64."""
         post = self.post
         theta = post.hyperparameters(eta)
         log_p = post._log_power_with(theta, self._log_k_ratio, self._k2, self._bins, eta)[..., 0]   # noqa: SLF001
@@ -274,7 +319,7 @@ class SlabConditional:
             na = self.shape_t[0]
             h = tf.signal.irfft(_complex(1.0 / delta)[..., :na // 2 + 1], fft_length=[na])
             h_mm = tf.reshape(tf.matmul(h, self._pairs_mm), [*h.shape[:-1], self.r, self.r])
-            f["W"] = _cholesky(h_mm, self.r)
+            f["W"], f["W_inv"] = _cholesky_inverse(h_mm)
             log_det += 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(f["W"])), axis=-1)
         f["log_det"] = log_det
         return f
@@ -282,10 +327,9 @@ class SlabConditional:
     def _with_k(self, f) -> dict:
         """``f`` with K = W^-T (I + W)^-1 and (I + W)^-T (r x r), for the state's map."""
         if self.r and "K" not in f:
-            eye = tf.broadcast_to(tf.eye(self.r, dtype=tf.float64), tf.shape(f["W"]))
-            w_inv = tf.linalg.matrix_transpose(_solve_lower(f["W"], eye, self.r))
-            f["plus_inv_t"] = _solve_lower(f["W"] + eye, eye, self.r)                 # (I + W)^-T
-            f["K"] = tf.matmul(w_inv, f["plus_inv_t"], transpose_a=True, transpose_b=True)
+            plus_inv = _lower_inverse(f["W"] + tf.eye(self.r, dtype=tf.float64))        # (I + W)^-1
+            f["plus_inv_t"] = tf.linalg.matrix_transpose(plus_inv)
+            f["K"] = tf.matmul(f["W_inv"], plus_inv, transpose_a=True)
         return f
 
     def _inner_hat(self, f, data_hat, v_hat):
@@ -349,7 +393,7 @@ class SlabConditional:
         inverse = 1.0 / f["delta"]
         quad = tf.reduce_sum(inverse[..., :self.shape_t[0] // 2 + 1] * power, axis=[-2, -1])
         if self.r:
-            b = _solve_lower(f["W"], self._missing_rows(data_hat * self._half(inverse)), self.r)
+            b = tf.matmul(self._missing_rows(data_hat * self._half(inverse)), f["W_inv"], transpose_b=True)
             quad -= tf.reduce_sum(b * b, axis=[-3, -2, -1])
         return -0.5 * quad - 0.5 * tf.reduce_sum(f["log_det"] * self._counts, axis=-1) + self._lik_const
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Observations", "LIKELIHOOD_KINDS", "with_nonfinite_masked", "slab_axis", "slab_decouples",
-           "MAX_SLAB_MISSING_PLANES"]
+           "exact_slab", "slab_rows", "MAX_SLAB_MISSING_PLANES", "SLAB_SLOTS"]
 
 LIKELIHOOD_KINDS = ("gaussian", "poisson_lognormal", "python")
 
@@ -58,30 +58,53 @@ def slab_axis(mask: np.ndarray) -> int | None:
                      "one axis (a slab); this mask is neither")
 
 
-#: The slab's exact conditional unrolls an r x r factor, r the missing planes, whose graph grows as
-#: r^2 and its compilation faster: the density with its gradient and field compiled in 14.5 s at
-#: r = 16, 82 s at 32, 410 s at 64 (2 chains, 2 cores). With more, "conditional" keeps its
-#: diagonal centre (a blocked factor would lift this)
-MAX_SLAB_MISSING_PLANES = 16
+#: The slab's exact conditional factors an r x r matrix per row of columns, r the missing planes
+#: (by halves: the density with its gradient and field compiled in 5.7 s at r = 16, 11 s at 32
+#: and 14 s at 48; its cost per gradient grows as r^3 per row: at 64^3, 1.8x the diagonal
+#: centre's at r = 16 and 5x at 32). With more, "conditional" keeps its diagonal centre.
+MAX_SLAB_MISSING_PLANES = 64
+
+#: Columns per row of the slab's (row, slot) layout: the columns of one transverse |q| (up to ~50
+#: at 128^3, most 4 or 8) fill rows of at most this many, each row with its own factors
+#: (padding every |q| to the largest had 2.7x the columns at 64^3, 5x at 128^3).
+SLAB_SLOTS = 8
 
 
-def slab_decouples(mask, likelihood_kind: str, one_noise_level: bool) -> bool:
-    """Whether the "conditional" preconditioner is exact for data with this ``mask`` (True =
-    observed; NaN voxels already masked): a Gaussian likelihood with one noise level and whole
-    planes missing along one axis, at most ``MAX_SLAB_MISSING_PLANES`` of them
-    (``core.engine.slab_conditional``). With P(k) sampled the field's state is then independent
-    of the spectrum, as without a mask: nothing couples the modes for the sampler."""
+def slab_rows(q: np.ndarray, slots: int = SLAB_SLOTS) -> list[np.ndarray]:
+    """The slab layout's rows: the indices of the columns whose transverse |q| (``q``, one a
+    column) are equal (to 1e-12 relative), in order of |q|, cut into rows of at most ``slots``."""
+    q = np.asarray(q, float).reshape(-1)
+    key = np.round(q / max(float(q.max()), 1e-300), 12)
+    _, shell = np.unique(key, return_inverse=True)
+    shell = shell.reshape(-1)
+    sizes = np.bincount(shell)
+    order = np.argsort(shell, kind="stable")
+    return [chunk for cols in np.split(order, np.cumsum(sizes)[:-1])
+            for chunk in np.array_split(cols, -(-len(cols) // slots))]
+
+
+def exact_slab(mask, likelihood_kind: str, one_noise_level: bool) -> tuple[int, int] | None:
+    """(axis, missing planes) where the "conditional" preconditioner is exact for data with this
+    ``mask`` (True = observed; NaN voxels already masked): a Gaussian likelihood with one noise
+    level and whole planes missing along one axis, at most ``MAX_SLAB_MISSING_PLANES`` of them
+    (``core.engine.slab_conditional``); None elsewhere. With P(k) sampled the field's state is
+    then independent of the spectrum, as without a mask: nothing couples the modes for the sampler."""
     if likelihood_kind != "gaussian" or not one_noise_level or mask is None:
-        return False
+        return None
     mask = np.asarray(mask, bool)
     if mask.all():
-        return False
+        return None
     try:
         axis = slab_axis(mask)
     except ValueError:
-        return False
+        return None
     missing = int((~np.moveaxis(mask, axis, 0).all(axis=(1, 2))).sum())
-    return missing <= MAX_SLAB_MISSING_PLANES
+    return (axis, missing) if missing <= MAX_SLAB_MISSING_PLANES else None
+
+
+def slab_decouples(mask, likelihood_kind: str, one_noise_level: bool) -> bool:
+    """Whether ``exact_slab`` finds such a slab."""
+    return exact_slab(mask, likelihood_kind, one_noise_level) is not None
 
 
 @dataclass(frozen=True)

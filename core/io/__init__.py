@@ -54,7 +54,7 @@ reading any, so a small file that unpacks to gigabytes is refused first.
 """
 
 from core.io.arrays import MMAP_THRESHOLD_BYTES, ArrayInfo, ArrayStats, LoadedArray, LoadError
-from core.io.field_inputs import FieldInputs, is_file_reference, load_field_inputs, load_observations, mask_decouples
+from core.io.field_inputs import FieldInputs, exact_slab, is_file_reference, load_field_inputs, load_observations
 from core.io.fits import FitsLoader
 from core.io.formats import LOADERS, array_info, inspect_array, loader_for
 from core.io.hdf5 import Hdf5Loader
@@ -79,7 +79,7 @@ __all__ = [
     "FieldInputs",
     "is_file_reference",
     "load_field_inputs",
-    "mask_decouples",
+    "exact_slab",
     "load_observations",
     "FitsLoader",
     "LOADERS",

@@ -367,15 +367,16 @@ def load_reference(config, setting: str) -> LoadedArray:
     return r.load(attributes=False)
 
 
-def mask_decouples(config) -> bool:
-    """Whether a field config's data with its mask (NaN voxels masked too) and noise are a slab
-    under which the conditional preconditioner is exact (``core.field.observations.slab_decouples``:
-    the engine's rule, read before a run). Raises LoadError as ``load_field_inputs``."""
-    from core.field.observations import slab_decouples, with_nonfinite_masked
+def exact_slab(config) -> tuple[int, int] | None:
+    """(axis, missing planes) where a field config's data with its mask (NaN voxels masked too)
+    and noise are a slab under which the conditional preconditioner is exact
+    (``core.field.observations.exact_slab``: the engine's rule, read before a run), else None.
+    Raises LoadError as ``load_field_inputs``."""
+    from core.field.observations import exact_slab as rule
+    from core.field.observations import with_nonfinite_masked
 
     inputs = load_field_inputs(config)
-    return slab_decouples(with_nonfinite_masked(inputs.data, inputs.mask), config.likelihood.kind,
-                          inputs.noise_map is None)
+    return rule(with_nonfinite_masked(inputs.data, inputs.mask), config.likelihood.kind, inputs.noise_map is None)
 
 
 def load_observations(config):

@@ -46,6 +46,11 @@ The named arrays at a chunk's peak (``RunEstimate.arrays``, bytes):
                     without a mask, not counted apart), and with the fourier
                     preconditioner its dense low-k block and the block's inverse (2 m^2 b,
                     m = sampler.dense_modes at most; its float64 build is in ``setup``)
+    slab_factors    where "conditional" is exact under a slab of r missing planes
+                    (``core.engine.slab_conditional``: no dense block then), its r x r
+                    factors, SLAB_FACTOR_MATRICES float64 matrices per chain and row of the
+                    column layout (``core.field.observations.slab_rows``): an upper bound of
+                    XLA's account, which bench/slab_memory.py prints
     chunk_copies    the chunk's field draws as the store takes them (2 copies), the run's
                     float64 moment totals (host memory: the chunk's sums are added to them
                     after each chunk, ``Engine._fold_moments``), their mean / std (float64)
@@ -175,6 +180,11 @@ DEVICE_PROGRAMS = {(name, apart): programs for name, info in SAMPLERS.items()
 #: --shard``, 16^3 and 32^3, 2 to 8 devices, slabs and pencils, 2026-12-06): 1 / D of the whole
 #: program and, on every device, at most this many planes of the grid (HMC 6 to 8, MCLMC 1 to 2)
 SHARD_PLANES = 8
+#: r x r float64 matrices a chain and layout row holds where "conditional" is exact under a slab
+#: (the density with its gradient and field, XLA's buffer assignment on this machine's CPU: the
+#: program's growth from r = 32 to 48 at 64^3 is 8.5 of them, 7.1 from 16 to 32; beside the
+#: diagonal centre's program the slab's adds -6 to +134 MiB from 64^3 to 128^3, below this count)
+SLAB_FACTOR_MATRICES = 8
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
@@ -369,15 +379,24 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
                  parameterisation: str = "whitened", noise_map: bool = False,
                  truth: bool = True, dense_modes: int = 0, devices: int = 1, shards: int = 1,
                  preconditioner: str = "diagonal", hyper_sampled: bool = False,
-                 interweave: bool = False) -> RunEstimate:
+                 interweave: bool = False, slab: tuple[int, int] | None = None,
+                 box_size=None) -> RunEstimate:
     """The estimate for a field run on a grid of ``shape`` (see the module docstring). With the
     chains spread over ``devices`` (``sampler.devices``), the compute memory is counted for the
     chains the devices run (``device_chain_groups``: a lone chain runs twice): all of them in
     the one memory of a CPU's logical devices, the largest group's on each GPU. With the field
     cut over ``shards`` devices, each GPU's program is its share (``device_program_bytes``).
     ``hyper_sampled``: P(k) hyperparameters are sampled (MAMS's trajectories are longer then:
-    ``core.samplers.SamplerInfo.gradients_per_step``; ``interweave``: one more a step with them)."""
+    ``core.samplers.SamplerInfo.gradients_per_step``; ``interweave``: one more a step with them).
+    ``slab``: the data's (axis, missing planes) where their mask is a slab under which
+    "conditional" is exact (``core.field.observations.exact_slab``), counted where the settings
+    take that path (the whitened latent, sampled hyperparameters); ``box_size`` lays out its
+    columns (``slab_factor_bytes``)."""
     shape = tuple(int(n) for n in shape)
+    if not (preconditioner == "conditional" and parameterisation == "whitened" and hyper_sampled):
+        slab = None
+    if slab:
+        dense_modes = 0                  # the dense block is not built there
     grid = Grid(shape, 1.0)
     b = np.dtype(dtype).itemsize
     groups = device_chain_groups(int(chains), int(devices))
@@ -394,6 +413,9 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         # and float32 copies
         "chunk_copies": 2 * kept * c_run * n * 4 + 4 * n * 8 + 2 * n * 4,
     }
+    slab_bytes = slab_factor_bytes(shape, slab, c, box_size) if slab else 0
+    if slab:
+        arrays["slab_factors"] = slab_bytes
     gpu_host = {    # on a GPU: the draws copied off the device, the moments (host memory), one checkpoint array
         "chunk_copies": 2 * kept * c_run * n * 4 + 4 * n * 8 + 2 * n * 4,
         "checkpoint": max(c_run * n * b, n * 8),
@@ -424,7 +446,7 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         arrays=arrays, xla_working_set=xla, program=program, unrolled=unrolled,
         device_program=0 if unrolled else device_program_bytes(
             algorithm, max(groups), n, b, kept, dense_modes, white_noise=parameterisation == "white_noise",
-            shards=shards, plane_values=n // min(shape), preconditioner=preconditioner),
+            shards=shards, plane_values=n // min(shape), preconditioner=preconditioner) + slab_bytes,
         gradient_seconds=gradient_seconds(shape, c, parameterisation),
         gradients_per_step=info.gradients_per_step(num_leapfrog_steps, hyper_sampled, interweave),
         total_steps=steps, chunk_size=int(chunk_size), thin=int(thin),
@@ -432,12 +454,33 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
         num_samples=int(num_samples), setup=setup, gpu_host=gpu_host)
 
 
-def estimate_for_config(config, shape, devices: int | None = None) -> RunEstimate:
+@lru_cache(maxsize=8)
+def _slab_layout_rows(transverse: tuple[int, int], lengths: tuple[float, float]) -> int:
+    from core.field.observations import slab_rows
+
+    k = Grid((1, *transverse), (1.0, *lengths)).k_magnitude_full()[0]
+    return len(slab_rows(k))
+
+
+def slab_factor_bytes(shape, slab: tuple[int, int], chains: int, box_size=None) -> int:
+    """The slab's exact conditional's r x r factors (module doc), all ``chains`` together; the
+    layout's rows from the box's transverse lengths (``box_size``: one length or three; default
+    a cube: anisotropic cells make more rows)."""
+    axis, planes = slab
+    box = (1.0,) * 3 if box_size is None else tuple(np.broadcast_to(np.asarray(box_size, float), (3,)))
+    rows = _slab_layout_rows(tuple(int(m) for i, m in enumerate(shape) if i != axis),
+                             tuple(float(b) for i, b in enumerate(box) if i != axis))
+    return SLAB_FACTOR_MATRICES * int(chains) * rows * int(planes) ** 2 * 8
+
+
+def estimate_for_config(config, shape, devices: int | None = None, slab: tuple[int, int] | None = None) -> RunEstimate:
     """``estimate_run`` with the settings of a field ``core.config.RunConfig``; ``devices`` the
     devices its chains spread over (default: ``sampler.devices``, "all" counted as one: the
     engine, which sees the GPUs, passes their number). A field cut over the devices
     (``field.shard``) has every chain on every device: its host memory is counted whole (on a
-    CPU its logical devices share one memory), each GPU's the device's share (``shards``)."""
+    CPU its logical devices share one memory), each GPU's the device's share (``shards``).
+    ``slab``: the data's (axis, missing planes) where their mask is such a slab
+    (``core.io.exact_slab``; ``estimate_run``)."""
     s, f = config.sampler, config.field
     if devices is None:
         devices = s.devices if isinstance(s.devices, int) else 1
@@ -450,7 +493,7 @@ def estimate_for_config(config, shape, devices: int | None = None) -> RunEstimat
                         thin=s.thin, num_warmup=s.num_warmup, num_samples=s.num_samples,
                         parameterisation=f.parameterisation,
                         noise_map=config.data.noise_map is not None, hyper_sampled=samples_hyperparameters(config),
-                        interweave=s.interweave,
+                        interweave=s.interweave, slab=slab, box_size=config.grid.box_size,
                         dense_modes=s.dense_modes if s.preconditioner in PER_MODE_PRECONDITIONERS else 0)
 
 
@@ -588,13 +631,13 @@ def disk_problem(estimate: RunEstimate, run_dir, free: int | None = None) -> str
             f"sampler.thin, or another disk")
 
 
-def host_memory_problem(config, shape) -> str | None:
+def host_memory_problem(config, shape, slab: tuple[int, int] | None = None) -> str | None:
     """The refusal of a run of ``config`` on a grid of ``shape`` that this machine cannot hold,
     for a window whose engine process has TensorFlow imported already, or None. A GPU computes
     where TensorFlow will see one: the host's part is checked here (the engine checks the
-    device's part against the GPU's free memory when it starts)."""
+    device's part against the GPU's free memory when it starts). ``slab``: as ``estimate_run``'s."""
     try:
-        estimate = estimate_for_config(config, shape)
+        estimate = estimate_for_config(config, shape, slab=slab)
     except ValueError:          # ConfigError, or a shape the grid refuses: reported elsewhere
         return None
     from core.run.tensorflow_env import nvidia_device_present

@@ -56,9 +56,9 @@ def _eta(priors, chains=3):
     return tf.constant(np.array([[p.unconstrained_median() for p in priors.values()]]) + shift * np.arange(1, len(priors) + 1))
 
 
-@pytest.mark.parametrize("axis", [0, 1, 2])
-def test_the_density_is_the_whitened_one_through_the_map_with_its_jacobian(axis):
-    post, plain, _, priors = _case(axis)
+@pytest.mark.parametrize("axis,missing", [(0, (1, 2)), (1, (1, 2)), (2, (1, 2)), (0, (0, 1, 2, 4, 5, 6, 7))])
+def test_the_density_is_the_whitened_one_through_the_map_with_its_jacobian(axis, missing):
+    post, plain, _, priors = _case(axis, missing=missing)
     assert post.slab is not None and post.slab.axis == axis and post.decoupled
     rng = np.random.default_rng(1)
     v = tf.constant(rng.normal(size=(3, *SHAPE)))
@@ -77,7 +77,7 @@ def test_the_density_is_the_whitened_one_through_the_map_with_its_jacobian(axis)
 
 
 @pytest.mark.parametrize("axis,family,missing", [(0, "index_amplitude", (1, 2)), (2, "bands", (0, 3, 4)),
-                                                  (1, "bands", (5,))])
+                                                  (1, "bands", (5,)), (0, "bands", (1, 2, 3, 4, 5, 6, 7))])
 def test_the_density_is_the_exact_marginal_times_a_standard_normal(axis, family, missing):
     """log p(v, eta) = log N(v; 0, I) + log p(d | eta) + log p(eta) for any v: the gradient in v
     is -v, and eta's is the marginal likelihood's (numpy's own slab formula, with the beam)."""
@@ -99,6 +99,43 @@ def test_the_density_is_the_exact_marginal_times_a_standard_normal(axis, family,
     np.testing.assert_allclose(rest, expected, rtol=0, atol=1e-8)
 
 
+@pytest.mark.parametrize("r", [1, 4, 5, 11, 33])
+def test_the_factor_by_halves_equals_lapacks(r):
+    """``_cholesky_inverse`` and ``_lower_inverse`` (by halves, unrolled leaves) against numpy's
+    LAPACK values, and their gradients against TensorFlow's own Cholesky and triangular solve
+    (along symmetric perturbations: the factor reads the lower triangle, TensorFlow's gradient is
+    symmetrised)."""
+    from core.engine.slab_conditional import _cholesky_inverse, _lower_inverse
+    rng = np.random.default_rng(r)
+    g = rng.normal(size=(2, 3, r, 2 * r)) / math.sqrt(2 * r)
+    m = tf.constant(g @ np.swapaxes(g, -1, -2) + 0.05 * np.eye(r))
+    probe = tf.constant(rng.normal(size=(2, 3, r, r)))
+
+    def losses(mine: bool):
+        with tf.GradientTape() as tape:
+            tape.watch(m)
+            if mine:
+                lower, inverse = _cholesky_inverse(m)
+                plus = _lower_inverse(lower + tf.eye(r, dtype=tf.float64))
+            else:
+                lower = tf.linalg.cholesky(m)
+                eye = tf.broadcast_to(tf.eye(r, dtype=tf.float64), m.shape)
+                inverse = tf.linalg.triangular_solve(lower, eye)
+                plus = tf.linalg.triangular_solve(lower + tf.eye(r, dtype=tf.float64), eye)
+            loss = tf.reduce_sum(probe * (lower + inverse + 0.5 * plus))
+        return lower, inverse, plus, tape.gradient(loss, m)
+
+    lower, inverse, plus, grad = losses(True)
+    expected = np.linalg.cholesky(m.numpy())
+    np.testing.assert_allclose(lower, expected, atol=1e-12)
+    np.testing.assert_allclose(inverse, np.linalg.inv(expected), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(plus, np.linalg.inv(expected + np.eye(r)), atol=1e-12)
+    def symmetric(g):                   # the gradients along symmetric perturbations of m
+        return 0.5 * (g + np.swapaxes(g, -1, -2))
+
+    np.testing.assert_allclose(symmetric(grad), symmetric(losses(False)[3].numpy()), rtol=1e-8, atol=1e-8)
+
+
 def test_float32_agrees_with_float64():
     post, _, spectrum, priors = _case(1)
     post32 = FieldPosterior(post.grid, spectrum, post.observations, hyper_priors=priors, dtype=tf.float32,
@@ -117,6 +154,9 @@ def test_where_it_applies():
     noise level and whole planes missing; every other posterior keeps its own preconditioner."""
     post, _, spectrum, priors = _case(0)
     grid, obs = post.grid, post.observations
+    # the run's estimate lays out the columns as the engine does (its factors' memory)
+    from core.run.resources import SLAB_FACTOR_MATRICES, slab_factor_bytes
+    assert slab_factor_bytes(SHAPE, (0, 2), 1, BOX) == SLAB_FACTOR_MATRICES * post.slab.n_rows * 2**2 * 8
     assert not FieldPosterior(grid, spectrum, obs, preconditioner="fourier", hyper_priors=priors).slab
     assert not FieldPosterior(grid, spectrum, obs, preconditioner="conditional").slab        # P(k) fixed
     cube = np.ones(SHAPE, bool)

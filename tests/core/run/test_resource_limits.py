@@ -131,3 +131,31 @@ def test_a_field_cut_over_devices_is_counted_per_device_and_meets_issue_34s_targ
                                       parameterisation="white_noise", shards=8, preconditioner="identity")
     assert got.device_program == expected.device_program
     assert got.device_program == math.ceil((10.8 + 10.9 + 3) * 2048**3 * 4 / 8 + resources.SHARD_PLANES * 2048**2 * 4)
+
+
+def test_the_slabs_exact_conditional_is_counted_where_the_settings_take_it():
+    """Under a slab "conditional" builds r x r factors per row of columns and no dense block:
+    the estimate adds them (``slab_factor_bytes``: SLAB_FACTOR_MATRICES float64 matrices a chain
+    and row, rows of one |q| counted on the box's transverse plane) where the engine takes that
+    path (the whitened latent, sampled hyperparameters), to the host's and the GPU's account."""
+    from core.field.grid import Grid
+    from core.field.observations import slab_rows
+
+    kw = dict(chains=2, algorithm="mclmc", num_warmup=10, num_samples=10, preconditioner="conditional",
+              hyper_sampled=True, dense_modes=512)
+    plain = resources.estimate_run((64, 64, 64), **kw)
+    slab = resources.estimate_run((64, 64, 64), slab=(0, 32), **kw)
+    k = Grid((1, 64, 64), 1.0).k_magnitude_full()[0]
+    rows = len(slab_rows(k))
+    assert 64 * 64 / 8 <= rows < 64 * 64 / 4           # most |q| hold 4 or 8 columns
+    factors = resources.SLAB_FACTOR_MATRICES * 2 * rows * 32**2 * 8
+    assert slab.arrays["slab_factors"] == factors
+    block = 2 * 512**2 * 4                                  # the dense block and its inverse, float32
+    assert plain.arrays["model_constants"] - slab.arrays["model_constants"] == block      # not built
+    assert slab.device_program - plain.device_program == factors - block
+    # an anisotropic box puts fewer columns on one |q|: more rows
+    longer = resources.estimate_run((64, 64, 64), slab=(0, 32), box_size=(100.0, 100.0, 130.0), **kw)
+    assert longer.arrays["slab_factors"] > 1.5 * factors
+    for other in (dict(kw, preconditioner="fourier"), dict(kw, hyper_sampled=False),
+                  dict(kw, parameterisation="white_noise")):
+        assert "slab_factors" not in resources.estimate_run((64, 64, 64), slab=(0, 32), **other).arrays
