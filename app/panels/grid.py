@@ -212,9 +212,11 @@ class GridPanel(SetupPanel):
             run = self._run_estimate(shape, chains, dtype, kept)
             if run is not None:
                 free = resources.available_memory()
+                slab = run.arrays.get("slab_factors")
                 text += (f"; the run ≈ {_bytes(run.needed(include_import=False))} with XLA's "
-                         f"buffers ({_bytes(run.xla_working_set)}) in the engine, which holds "
-                         f"TensorFlow ({_bytes(run.engine_import)})"
+                         f"buffers ({_bytes(run.xla_working_set)})"
+                         + (f" and the slab's exact conditional's factors ({_bytes(slab)})" if slab else "")
+                         + f" in the engine, which holds TensorFlow ({_bytes(run.engine_import)})"
                          + (f"; {_bytes(free)} free" if free else ""))
             rows.append(("memory (estimate)", text))
             param = s["field.parameterisation"]
@@ -231,6 +233,9 @@ class GridPanel(SetupPanel):
                 total = s["sampler.num_warmup"], s["sampler.num_samples"]
                 if all(isinstance(v, int) and v >= 0 for v in total):
                     text += f"; ≥ {_si_time(t * per_step * sum(total))} for the run"
+            if run is not None and "slab_factors" in run.arrays:
+                text += ("; under this slab mask \"conditional\" is exact and a gradient costs more: "
+                         "1.8-5x the diagonal centre's on the benchmarks, docs/benchmarks.md")
             rows.append(("time (FFT bound)", text))
         html = "<table cellspacing='2'>" + "".join(
             f"<tr><td style='padding-right:8px'><b>{name}</b></td><td>{value}</td></tr>"

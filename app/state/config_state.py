@@ -763,8 +763,8 @@ class ConfigState:
         if self["sampler.preconditioner"] != "conditional":
             return None
         try:
-            return self._cached(self.resolve(self["data.path"]), f"slab {self['data.key']} {self['data.mask']}",
-                                lambda _path: exact_slab(self.config()))
+            what = " ".join(str(self[k]) for k in ("data.key", "data.mask", "data.noise", "likelihood.kind"))
+            return self._cached(self.resolve(self["data.path"]), f"slab {what}", lambda _path: exact_slab(self.config()))
         except Exception:         # a config or a file not ready: the rule stays as it was
             return None
 
