@@ -185,6 +185,7 @@ class Engine:
         if self.config.model.kind != "field":
             return None
         from core import io as loaders
+        from core.field.observations import settings_take_exact_slab
         from core.run import resources
 
         try:
@@ -194,8 +195,8 @@ class Engine:
         if info.shape is None or len(info.shape) != 3 or 0 in info.shape:
             return None
         slab = None
-        if (self.sampler.preconditioner == "conditional" and self.config.field.parameterisation == "whitened"
-                and resources.samples_hyperparameters(self.config)):
+        if settings_take_exact_slab(self.sampler.preconditioner, self.config.field.parameterisation,
+                                    resources.samples_hyperparameters(self.config)):
             try:       # the slab's exact conditional has factors of its own (its memory)
                 slab = loaders.exact_slab(self.config)
             except loaders.LoadError:

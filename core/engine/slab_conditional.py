@@ -59,7 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.engine.fft import half_spectrum_weights
-from core.field.observations import slab_axis, slab_decouples, slab_rows
+from core.field.observations import settings_take_exact_slab, slab_axis, slab_decouples, slab_rows
 from core.field.power_spectrum import BandPowers, PowerLaw, PowerLawCutoff
 from core.log_density import LOG_2PI
 
@@ -75,8 +75,8 @@ def applies(post) -> bool:
     """Whether ``post`` (a ``FieldPosterior`` being built) gets the slab's exact conditional
     (``core.field.observations.slab_decouples``: the rule the config's advice reads too)."""
     obs = post.observations
-    return bool(post.centred and post.parameterisation == "whitened" and post.sampled
-                and slab_decouples(obs.mask, obs.kind, obs.uniform_noise is not None))
+    return (settings_take_exact_slab("conditional" if post.centred else "", post.parameterisation, post.sampled)
+            and slab_decouples(obs.mask, obs.kind, obs.uniform_noise is not None))
 
 
 def _complex(x: tf.Tensor) -> tf.Tensor:

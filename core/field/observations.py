@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Observations", "LIKELIHOOD_KINDS", "with_nonfinite_masked", "slab_axis", "slab_decouples",
-           "exact_slab", "slab_rows", "MAX_SLAB_MISSING_PLANES", "SLAB_SLOTS"]
+           "exact_slab", "slab_rows", "settings_take_exact_slab", "MAX_SLAB_MISSING_PLANES", "SLAB_SLOTS"]
 
 LIKELIHOOD_KINDS = ("gaussian", "poisson_lognormal", "python")
 
@@ -100,6 +100,12 @@ def exact_slab(mask, likelihood_kind: str, one_noise_level: bool) -> tuple[int, 
         return None
     missing = int((~np.moveaxis(mask, axis, 0).all(axis=(1, 2))).sum())
     return (axis, missing) if missing <= MAX_SLAB_MISSING_PLANES else None
+
+
+def settings_take_exact_slab(preconditioner: str, parameterisation: str, hyper_sampled: bool) -> bool:
+    """Whether a run with these settings takes the slab's exact conditional where its data are
+    such a slab (``exact_slab``): "conditional" on the whitened latent with P(k) sampled."""
+    return preconditioner == "conditional" and parameterisation == "whitened" and bool(hyper_sampled)
 
 
 def slab_decouples(mask, likelihood_kind: str, one_noise_level: bool) -> bool:

@@ -393,7 +393,9 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     take that path (the whitened latent, sampled hyperparameters); ``box_size`` lays out its
     columns (``slab_factor_bytes``)."""
     shape = tuple(int(n) for n in shape)
-    if not (preconditioner == "conditional" and parameterisation == "whitened" and hyper_sampled):
+    from core.field.observations import settings_take_exact_slab
+
+    if not settings_take_exact_slab(preconditioner, parameterisation, hyper_sampled):
         slab = None
     if slab:
         dense_modes = 0                  # the dense block is not built there
