@@ -22,7 +22,6 @@ from app.panels.base import SetupPanel
 from app.panels.binding import INFO_STYLE, _alive, _bytes, _info_label, bind_check
 from app.state.config_state import SAMPLER_KEYS, ConfigState
 from core.config import PER_MODE_PRECONDITIONERS
-from core.field.observations import settings_take_exact_slab
 from core.run import resources
 from core.samplers import SAMPLERS
 from core.store.advice import coupling, unadjusted_bias
@@ -183,8 +182,7 @@ class SamplerPanel(SetupPanel):
         """Whether "conditional" is exact under the data's slab mask with these settings (the
         engine's rule, ``ConfigState.exact_slab``): then no dense block is built either."""
         s = self.state
-        return (s["model.kind"] == "field" and s.exact_slab() is not None and settings_take_exact_slab(
-            s["sampler.preconditioner"], s["field.parameterisation"], s.samples_hyperparameters()))
+        return s["model.kind"] == "field" and s.exact_slab() is not None
 
     def _apply_advice(self) -> None:
         with self.state.batch():

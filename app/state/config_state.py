@@ -756,11 +756,13 @@ class ConfigState:
         return tuple(int(n) for n in info.shape)
 
     def exact_slab(self) -> tuple[int, int] | None:
-        """With the "conditional" preconditioner, (axis, missing planes) where the data's mask (NaN
-        voxels too) is a slab where it is exact (``core.io.exact_slab``): read once a file (cached);
-        None where it is not, or cannot be read."""
+        """With settings that take it (``settings_take_exact_slab``), (axis, missing planes) where
+        the data's mask (NaN voxels too) is a slab where "conditional" is exact (``core.io.exact_slab``):
+        the data read once a file (cached); None where it is not, or cannot be read."""
+        from core.field.observations import settings_take_exact_slab
         from core.io import exact_slab
-        if self["sampler.preconditioner"] != "conditional":
+        if self["likelihood.kind"] != "gaussian" or self["data.noise"] == "map" or not settings_take_exact_slab(
+                self["sampler.preconditioner"], self["field.parameterisation"], self.samples_hyperparameters()):
             return None
         try:
             what = " ".join(str(self[k]) for k in ("data.key", "data.mask", "data.noise", "likelihood.kind"))
