@@ -213,20 +213,20 @@ class SlabConditional:
         self._counts = tf.constant([float(cols.size) for cols in rows], tf.float64)
         return np.array([cols[0] for cols in rows])
 
-    def _spectrum_inputs(self, k_shell) -> None:
-        """The spectrum's inputs at |k| of each shell's modes along a, (n_rows, n_a, 1), and the beam."""
+    def _spectrum_inputs(self, k_row) -> None:
+        """The spectrum's inputs at |k| of each row's modes along a, (n_rows, n_a, 1), and the beam."""
         post, obs = self.post, self.post.observations
-        nonzero = k_shell > 0
-        safe = np.where(nonzero, k_shell, 1.0)[..., None]
+        nonzero = k_row > 0
+        safe = np.where(nonzero, k_row, 1.0)[..., None]
         spec, rd = post.spectrum, post.dtype
         analytic, bands = isinstance(spec, (PowerLaw, PowerLawCutoff)), isinstance(spec, BandPowers)
         self._log_k_ratio = tf.constant(np.log(safe / spec.k_pivot), rd) if analytic else None
         self._k2 = tf.constant(safe**2, rd)
-        self._bins = (tf.constant(np.maximum(spec.bin_index(k_shell), 0)[..., None].astype(np.int32))
+        self._bins = (tf.constant(np.maximum(spec.bin_index(k_row), 0)[..., None].astype(np.int32))
                       if bands else None)
         self._nonzero = tf.constant(nonzero.astype(np.float64), tf.float64)
-        beam = (np.ones_like(k_shell) if obs.smoothing_scale is None
-                else np.exp(-0.5 * (k_shell * obs.smoothing_scale)**2))
+        beam = (np.ones_like(k_row) if obs.smoothing_scale is None
+                else np.exp(-0.5 * (k_row * obs.smoothing_scale)**2))
         self._beam = tf.constant(beam, tf.float64)
 
     def _plane_constants(self, planes) -> None:
@@ -288,7 +288,7 @@ class SlabConditional:
     # -- the factors --------------------------------------------------------------
 
     def _symbol(self, eta):
-        """w = B(k) sqrt(S_k(eta)) on each shell's modes along a, (chains, n_rows, n_a), float64."""
+        """w = B(k) sqrt(S_k(eta)) on each row's modes along a, (chains, n_rows, n_a), float64."""
         post = self.post
         theta = post.hyperparameters(eta)
         log_p = post._log_power_with(theta, self._log_k_ratio, self._k2, self._bins, eta)[..., 0]   # noqa: SLF001
@@ -309,7 +309,7 @@ class SlabConditional:
         return tf.matmul(values, self._to_half[values.dtype])
 
     def factors(self, eta) -> dict:
-        """Per chain and shell: w, delta, y = w / sqrt(delta N sigma^2), W (the Cholesky factor of
+        """Per chain and row: w, delta, y = w / sqrt(delta N sigma^2), W (the Cholesky factor of
         H_mm = I - E, H the circulant of 1 / delta) and log det P (module docstring)."""
         w = self._symbol(eta)
         delta = 1.0 + w * w / self._noise_norm
