@@ -30,7 +30,8 @@ __all__ = ["JaxDensity", "checkpoint_arrays", "check_density", "peer_nuts", "pee
 class JaxDensity:
     """The engine's whitened-latent log-density in JAX (``core.engine.field_density``'s formulas,
     written again from its docstring: X[k] = sqrt(S_k)((1 + i)/2 u[k] + (1 - i)/2 u[-k]) on the
-    half grid, x = irfftn(X), a normalised Gaussian prior and likelihood). One chain; the position
+    half grid, x = irfftn(X), a normalised Gaussian prior, and a Gaussian likelihood (a noise sd
+    per voxel, 0 where masked) or Poisson counts of rate nbar exp(x)). One chain; the position
     is (u,) or (u, eta), eta the sampled hyperparameters (``hyper_names``, Fieldscope's order):
     the index n and the log amplitude log A of
 
@@ -52,6 +53,10 @@ class JaxDensity:
         self.data = jnp.asarray(arrays["data"], f32)
         self.inv_sigma = jnp.asarray(arrays["inv_sigma"], f32)
         self.lik_const = float(arrays["lik_const"])
+        self.poisson = "log_nbar" in arrays        # Poisson counts, rate nbar exp(x), where the mask is 1
+        if self.poisson:
+            self.log_nbar = float(arrays["log_nbar"])
+            self.mask = jnp.asarray(arrays["mask"], f32)
         self.log_k_ratio = jnp.asarray(arrays["log_k_ratio"], f32)
         self.log_shape = jnp.asarray(arrays["log_shape"], f32)
         self.nonzero = jnp.asarray(arrays["nonzero"], f32)
@@ -113,6 +118,9 @@ class JaxDensity:
         if self.bands and self.walk > 0 and self.sampled:
             step = jnp.diff(self.log_bins(position[1])) / self.walk
             lp = lp + jnp.sum(-0.5 * step * step) - step.size * (math.log(self.walk) + 0.5 * math.log(2 * math.pi))
+        if self.poisson:
+            log_rate = self.field(position) + self.log_nbar
+            return lp + jnp.sum((self.data * log_rate - jnp.exp(log_rate)) * self.mask) + self.lik_const
         r = (self.data - self.field(position)) * self.inv_sigma
         return lp - 0.5 * jnp.sum(r * r) + self.lik_const
 

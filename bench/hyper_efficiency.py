@@ -52,7 +52,8 @@ JAX (``bench/blackjax_peers.py``, checked against Fieldscope's at six points fir
 of their own, with as many post-warmup gradients per chain as the first sampler of ``--samplers``
 used; the cases whose density the JAX twin knows: a power law, with or without a fixed cutoff,
 its index and / or amplitude sampled, or band powers (lognormal bins, with or without the random
-walk), Gaussian noise of one sd, any mask (hi_sn, lo_sn, hi_sn64, slab2, pair, bands16).
+walk), Gaussian noise of one sd or a noise map, or Poisson-lognormal counts, any mask and NaN
+voxels (every case).
 
 Usage: python bench/hyper_efficiency.py [--cases hi_sn lo_sn slab2 user48]
        [--samplers mclmc/fourier mclmc/conditional nuts/conditional mams/conditional+interweave]
@@ -273,16 +274,16 @@ def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
     from core.engine.models import build_model
     from core.field.grid import Grid
 
-    prior, data = document["prior"], document["data"]
-    if (prior["kind"] not in ("power_law", "power_law_cutoff", "band_powers") or "noise_sigma" not in data
-            or document["likelihood"]["kind"] != "gaussian"):
+    prior, data, likelihood = document["prior"], document["data"], document["likelihood"]
+    poisson = likelihood["kind"] == "poisson_lognormal"
+    if (prior["kind"] not in ("power_law", "power_law_cutoff", "band_powers")
+            or not ("noise_sigma" in data or "noise_map" in data or poisson)
+            or likelihood["kind"] not in ("gaussian", "poisson_lognormal")):
         return None
     config, _ = _config({**document, "sampler": {"chains": CHAINS, "seed": seed}}, folder)
     names = list(build_model(config).param_names)
-    with np.load(folder / data["path"]) as archive:
-        values = np.asarray(archive[data["key"]], float)
-        mask = np.asarray(archive[data["mask"]], bool) if "mask" in data else np.ones(values.shape, bool)
-    grid, noise = Grid(values.shape, BOX), float(data["noise_sigma"])
+    values, mask, noise = _peer_data(folder, data)
+    grid = Grid(values.shape, document["grid"].get("box_size", BOX))
     k = grid.k_magnitude_half()
     bands = prior["kind"] == "band_powers"
     fixed = {} if bands else {name: prior[name] for name in ("amplitude", "index") if not isinstance(prior[name], dict)}
@@ -292,17 +293,39 @@ def peer_inputs(document: dict, folder: Path, seed: int) -> Path | None:
     log_norm = math.log(grid.n_cells**2 / grid.volume) + math.log(fixed.get("amplitude", 1.0))
     log_shape = -np.square(k * prior["cutoff_scale"]) if prior["kind"] == "power_law_cutoff" else np.zeros(k.shape)
     arrays = {"data": np.where(mask, values, 0.0), "inv_sigma": np.where(mask, 1.0 / noise, 0.0),
-              "lik_const": np.array(-mask.sum() * (math.log(noise) + 0.5 * math.log(2 * math.pi))),
+              "lik_const": np.array(-np.sum(np.where(mask, np.log(noise) + 0.5 * math.log(2 * math.pi), 0.0))),
               "log_k_ratio": np.log(np.where(k > 0, k, 1.0) / prior.get("k_pivot", 1.0)), "nonzero": (k > 0).astype(float),
               "log_shape": log_shape, "log_norm": np.array(log_norm), "index": np.array(fixed.get("index", 0.0)),
               "hyper_names": np.array(names, str), "hyper_loc": np.array(loc, float),
               "hyper_scale": np.array(scale, float)}
+    if poisson:           # counts: the mask and nbar; the normalisation -sum log(c!) over the observed
+        from scipy.special import gammaln
+
+        arrays.update(log_nbar=np.array(math.log(likelihood["mean_count"])), mask=mask.astype(float),
+                      inv_sigma=np.zeros(values.shape), lik_const=np.array(-np.sum(gammaln(values[mask] + 1.0))))
     if bands:
         arrays.update(_band_arrays(config, grid, k))
     arrays.update(checkpoint_arrays(density_checkpoints(config)))
     path = folder / "peer.npz"
     np.savez(path, **arrays)
     return path
+
+
+def _peer_data(folder: Path, data: dict):
+    """(values, mask, noise sd: a number or a map) of a case's data file (.npz or .npy), its NaN
+    voxels masked as a run masks them."""
+    path = folder / data["path"]
+    if path.suffix == ".npy":
+        values, arrays = np.load(path).astype(float), {}
+    else:
+        with np.load(path) as archive:
+            arrays = {key: np.asarray(archive[key]) for key in archive.files}
+        values = arrays[data["key"]].astype(float)
+    mask = arrays[data["mask"]].astype(bool) if "mask" in data else np.ones(values.shape, bool)
+    mask &= np.isfinite(values)
+    noise = (arrays[data["noise_map"]].astype(float) if "noise_map" in data
+             else float(data.get("noise_sigma", 1.0)))                     # counts: no noise
+    return np.where(mask, values, 0.0), mask, np.where(mask, noise, 1.0)
 
 
 def _band_arrays(config, grid, k) -> dict:
