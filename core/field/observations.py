@@ -59,9 +59,9 @@ def slab_axis(mask: np.ndarray) -> int | None:
 
 
 #: The slab's exact conditional factors an r x r matrix per row of columns, r the missing planes
-#: (by halves: the density with its gradient and field compiled in 5.7 s at r = 16, 11 s at 32
-#: and 14 s at 48; its cost per gradient grows as r^3 per row: at 64^3, 1.8x the diagonal
-#: centre's at r = 16 and 5x at 32). With more, "conditional" keeps its diagonal centre.
+#: (by halves: the density with its gradient and field compiled in 5.9 s at r = 16 and 10-11 s
+#: at 26-32; its cost per gradient grows as r^3 per row: at 64^3, 1.8x the diagonal centre's at
+#: r = 16 and 5.1x at 32, bench/slab_cost.py). With more, "conditional" keeps its diagonal centre.
 MAX_SLAB_MISSING_PLANES = 64
 
 #: Columns per row of the slab's (row, slot) layout: the columns of one transverse |q| (up to ~50

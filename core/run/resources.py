@@ -131,6 +131,7 @@ import numpy as np
 
 from core.config.schema import PER_MODE_PRECONDITIONERS
 from core.field.grid import Grid
+from core.field.observations import settings_take_exact_slab, slab_rows
 from core.run.engine_limits import (
     UNROLLED_BUFFERS_PER_STEP,
     UNROLLED_PROGRAM_STEP_BYTES,
@@ -181,9 +182,9 @@ DEVICE_PROGRAMS = {(name, apart): programs for name, info in SAMPLERS.items()
 #: program and, on every device, at most this many planes of the grid (HMC 6 to 8, MCLMC 1 to 2)
 SHARD_PLANES = 8
 #: r x r float64 matrices a chain and layout row holds where "conditional" is exact under a slab
-#: (the density with its gradient and field, XLA's buffer assignment on this machine's CPU: the
-#: program's growth from r = 32 to 48 at 64^3 is 8.5 of them, 7.1 from 16 to 32; beside the
-#: diagonal centre's program the slab's adds -6 to +134 MiB from 64^3 to 128^3, below this count)
+#: (the density with its gradient and field, XLA's buffer assignment on this machine's CPU,
+#: ``bench/slab_memory.py``: the program grows by 7.1 of them from r = 16 to 32 at 64^3; beside
+#: the diagonal centre's program the slab's adds -6 to +77 MiB from 64^3 to 128^3, below this count)
 SLAB_FACTOR_MATRICES = 8
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
@@ -393,8 +394,6 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     take that path (the whitened latent, sampled hyperparameters); ``box_size`` lays out its
     columns (``slab_factor_bytes``)."""
     shape = tuple(int(n) for n in shape)
-    from core.field.observations import settings_take_exact_slab
-
     if not settings_take_exact_slab(preconditioner, parameterisation, hyper_sampled):
         slab = None
     if slab:
@@ -458,8 +457,6 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
 
 @lru_cache(maxsize=8)
 def _slab_layout_rows(transverse: tuple[int, int], lengths: tuple[float, float]) -> int:
-    from core.field.observations import slab_rows
-
     k = Grid((1, *transverse), (1.0, *lengths)).k_magnitude_full()[0]
     return len(slab_rows(k))
 
