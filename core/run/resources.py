@@ -50,7 +50,9 @@ The named arrays at a chunk's peak (``RunEstimate.arrays``, bytes):
                     (``core.engine.slab_conditional``: no dense block then), its r x r
                     factors, SLAB_FACTOR_MATRICES float64 matrices per chain and row of the
                     column layout (``core.field.observations.slab_rows``): an upper bound of
-                    XLA's account, which bench/slab_memory.py prints
+                    XLA's account, which bench/slab_memory.py prints; the compiled programs
+                    that hold that density take SLAB_PROGRAM_BYTES_PER_PLANE a missing plane
+                    more of the host's memory (counted in ``program``; measured on MCLMC runs)
     chunk_copies    the chunk's field draws as the store takes them (2 copies), the run's
                     float64 moment totals (host memory: the chunk's sums are added to them
                     after each chunk, ``Engine._fold_moments``), their mean / std (float64)
@@ -186,6 +188,12 @@ SHARD_PLANES = 8
 #: ``bench/slab_memory.py``: the program grows by 7.1 of them from r = 16 to 32 at 64^3; beside
 #: the diagonal centre's program the slab's adds -6 to +77 MiB from 64^3 to 128^3, below this count)
 SLAB_FACTOR_MATRICES = 8
+#: Host memory per missing plane that the slab's exact conditional adds to a run's compiled
+#: programs (each holds the density with its factor by halves): a whole MCLMC run's peak RSS
+#: (``fieldscope run``, 2 chains, 20 + 20 steps) exceeded the same run's with the fourier
+#: preconditioner by 568 MiB at 64^3 with 16 planes, 1252 MiB with 32, 1.0 GiB at 128^3 with 32,
+#: where XLA's buffers differ by -6 to +77 MiB: so 40 MiB a plane (on a GPU, host memory too)
+SLAB_PROGRAM_BYTES_PER_PLANE = 40 * 2**20
 GPU_RUNTIME_BYTES = 2**30            # a GPU's CUDA context, cuFFT plans, allocator slack:
 #                                      an assumption, not measured (no GPU lent so far)
 #: the named arrays that live in the compute device's memory on a GPU (the rest are host's)
@@ -433,6 +441,8 @@ def estimate_run(shape, *, chains: int = 2, dtype: str = "float32", algorithm: s
     else:
         xla = (xla_buffers_per_chain(algorithm) * c + xla_shared_buffers(algorithm)) * n * b
         program = program_bytes(algorithm)
+    if slab:            # the programs that hold the slab's density (host memory)
+        program += SLAB_PROGRAM_BYTES_PER_PLANE * int(slab[1])
     field_buffer = kept * c * n * b + 2 * kept * c_run * n * 4      # model state + chunk copies
     n_fields = -(-int(num_samples) // int(thin))
     n_shells = int(math.sqrt(sum((m // 2) ** 2 for m in shape))) + 2

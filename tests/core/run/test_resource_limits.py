@@ -153,6 +153,7 @@ def test_the_slabs_exact_conditional_is_counted_where_the_settings_take_it():
     block = 2 * 512**2 * 4                                  # the dense block and its inverse, float32
     assert plain.arrays["model_constants"] - slab.arrays["model_constants"] == block      # not built
     assert slab.device_program - plain.device_program == factors - block
+    assert slab.program - plain.program == resources.SLAB_PROGRAM_BYTES_PER_PLANE * 32     # host: its programs
     # an anisotropic box puts fewer columns on one |q|: more rows
     longer = resources.estimate_run((64, 64, 64), slab=(0, 32), box_size=(100.0, 100.0, 130.0), **kw)
     assert longer.arrays["slab_factors"] > 1.5 * factors
